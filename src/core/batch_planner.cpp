@@ -1,0 +1,15 @@
+#include "batch_planner.hpp"
+
+namespace relaybus::core {
+
+bool BatchPlanner::offer(const Candidate& candidate) {
+  if (full() || candidate.in_flight || candidate.has_pending_predecessor) return false;
+  if (candidate.key != nullptr && candidate.key->has_value()) {
+    // insert() reports false when this (handler, key) already has a delivery in the batch.
+    if (!keys_taken_.insert({*candidate.handler, **candidate.key}).second) return false;
+  }
+  --remaining_;
+  return true;
+}
+
+}  // namespace relaybus::core

@@ -1,0 +1,42 @@
+// What a claim does with each lane it looked at. Workers lease lanes, not deliveries: a
+// claim writes one lane row per lane whose state changes and nothing else.
+#pragma once
+
+#include <cstdint>
+
+namespace relaybus::core {
+
+// How the claim came to hold the lane in this call.
+enum class LaneOrigin {
+  kHeld,      // the worker already held it under a live incarnation: keep it
+  kFree,      // nobody held it
+  kExpired,   // another worker's lease expired: take it over
+  kOrphaned,  // held under this worker's name by an incarnation that is gone (a name reused
+              // after a crash): take it over, exactly like an expired lease
+};
+
+// A held lane's origin: kept while the backend that acquired it is alive, otherwise it is
+// an orphan of a previous incarnation whose in-flight deliveries nobody will finish.
+LaneOrigin classify_held_lane(bool holder_alive) noexcept;
+
+// A takeover charges the in-flight deliveries of the previous holder one attempt each.
+bool charges_in_flight(LaneOrigin origin) noexcept;
+
+struct LaneWrite {
+  bool write = false;       // false: leave the row untouched (no WAL, no dead tuple)
+  bool hold = false;        // true: lease it to the worker; false: hand it back
+  bool new_holder = false;  // record the calling backend as the incarnation holding it
+  std::int64_t epoch = 0;   // the epoch to store; tokens of this claim carry it
+};
+
+// The write for one lane after the batch was picked. The epoch moves whenever the lane
+// changes hands, which is what fences the previous holder's tokens.
+LaneWrite plan_lane_write(LaneOrigin origin, std::int64_t epoch, bool has_live_in_flight,
+                          bool got_picks) noexcept;
+
+// How many free lanes to try to acquire in acquisition round `round` (0-based) when the
+// batch still has `remaining` places: 4, 8, 16, ... so a worker only holds as many lanes as
+// its batch needs, never more than `remaining` and never more than 64 in one step.
+int lanes_to_acquire(int round, int remaining) noexcept;
+
+}  // namespace relaybus::core

@@ -1,0 +1,32 @@
+// What happens to a delivery when an attempt ends without completing: charged one attempt,
+// then retried after an exponential backoff or dead-lettered once the budget is spent.
+// Every store applies this one rule (fail, bury, lane takeover).
+#pragma once
+
+#include <cstdint>
+
+namespace relaybus::core {
+
+struct RetryPolicy {
+  std::int32_t max_attempts = 25;
+  std::int64_t backoff_base_us = 1'000'000;     // 1 second
+  std::int64_t backoff_max_us = 3'600'000'000;  // 1 hour
+};
+
+struct FailureOutcome {
+  bool dead = false;
+  std::int32_t attempts = 0;  // the delivery's attempt count after this failure
+  std::int64_t delay_us = 0;  // when not dead: wait this long before the next attempt
+};
+
+// attempts_before: the attempts already charged. The failed attempt is charged here.
+FailureOutcome after_failed_attempt(const RetryPolicy& policy, std::int32_t attempts_before);
+
+// Backoff before attempt n+1 after n failed attempts: base * 2^(n-1), capped at max.
+std::int64_t backoff_us(const RetryPolicy& policy, std::int32_t failed_attempts);
+
+// Rejects a policy no store should accept (non-positive budget or negative intervals);
+// throws core::Error with SQLSTATE 22023.
+void validate(const RetryPolicy& policy);
+
+}  // namespace relaybus::core

@@ -1,0 +1,387 @@
+// claim: lease lanes to a worker and return its batch. Writes one lane row per lane whose
+// state changes; never writes or locks a delivery row (except to charge the deliveries of a
+// lane it takes over).
+#include "holder.hpp"
+#include "spi.hpp"
+#include "takeover.hpp"
+
+#include "../core/batch_planner.hpp"
+#include "../core/claim_request.hpp"
+#include "../core/error.hpp"
+#include "../core/lane_lease.hpp"
+#include "../core/lease_token.hpp"
+
+#include <algorithm>
+
+namespace relaybus::pg {
+
+namespace {
+
+struct LaneInClaim {
+  std::string handler;
+  std::int16_t lane = 0;
+  std::int64_t epoch = 0;
+  core::LaneOrigin origin = core::LaneOrigin::kFree;
+  std::vector<std::string> in_flight;  // live in-flight event ids (after any takeover)
+  std::vector<std::string> picks;      // event ids claimed into this lane now
+  core::LaneWrite write;
+};
+
+struct Claimed {
+  std::size_t lane_index;
+  std::string event_id;
+  std::optional<std::string> key;
+  std::int32_t attempts;
+  std::int32_t claims;
+};
+
+class Claim {
+ public:
+  Claim(std::string worker, int batch_size, std::int64_t lease_us)
+      : worker_(std::move(worker)), lease_us_(lease_us), planner_(batch_size) {}
+
+  void resolve_handlers(const std::optional<std::vector<std::string>>& requested);
+  void take_held_lanes();
+  void acquire_free_lanes();
+  void write_lanes();
+  void emit(ReturnSetInfo* rsinfo);
+
+ private:
+  void charge(const std::vector<std::size_t>& lane_indexes);
+  void fetch_candidates(std::size_t first_lane);
+
+  std::string worker_;
+  std::int64_t lease_us_;
+  core::BatchPlanner planner_;
+  std::vector<std::string> handlers_;
+  std::vector<LaneInClaim> lanes_;
+  std::vector<Claimed> claimed_;
+};
+
+void Claim::resolve_handlers(const std::optional<std::vector<std::string>>& requested) {
+  // Without a list: every handler that external workers run (not in-database handlers).
+  static Statement select_handlers(
+      "SELECT s.handler FROM relaybus.subscriptions s"
+      " WHERE CASE WHEN $1::text[] IS NULL THEN s.sql_function IS NULL"
+      "  ELSE s.handler = ANY ($1) END ORDER BY s.handler COLLATE \"C\"",
+      {TEXTARRAYOID});
+  Params params;
+  params.text_array(requested);
+  const std::uint64_t n = select_handlers.run(params);
+  for (std::uint64_t r = 0; r < n; ++r) handlers_.push_back(row::text(r, 1));
+  if (requested) {
+    for (const auto& h : *requested) {
+      core::validate_name("handler name", h);
+      if (!std::binary_search(handlers_.begin(), handlers_.end(), h))
+        throw core::Error(core::sqlstate::kUndefinedObject,
+                          "handler \"" + h + "\" is not subscribed");
+    }
+  }
+}
+
+void Claim::take_held_lanes() {
+  // FOR NO KEY UPDATE: the owner's claims must not wait for its completions in progress
+  // (those hold FOR KEY SHARE). The in-flight list is pruned of deliveries that completed.
+  static Statement held("SELECT l.handler, l.lane, l.epoch, " RELAYBUS_HOLDER_ALIVE_SQL
+                        ","
+                        " ARRAY(SELECT f FROM unnest(l.in_flight) AS f WHERE EXISTS (SELECT 1 FROM"
+                        "  relaybus.deliveries d WHERE d.event_id = f AND d.handler = l.handler"
+                        "  AND d.status = 'pending'))"
+                        " FROM relaybus.lanes l WHERE l.lease_owner = $1 AND l.handler = ANY ($2)"
+                        " ORDER BY l.handler, l.lane FOR NO KEY UPDATE OF l",
+                        {TEXTOID, TEXTARRAYOID});
+  // An orphan (its incarnation is gone) is taken over. FOR UPDATE conflicts with the
+  // FOR KEY SHARE of a completion still in progress, so this waits for it, then re-reads.
+  static Statement lock_orphans(
+      "SELECT l.handler, l.lane, l.epoch, ARRAY(SELECT f FROM unnest(l.in_flight) AS f"
+      "  WHERE EXISTS (SELECT 1 FROM relaybus.deliveries d WHERE d.event_id = f"
+      "  AND d.handler = l.handler AND d.status = 'pending'))"
+      " FROM relaybus.lanes l JOIN unnest($1::text[], $2::int2[]) AS o(handler, lane)"
+      "  ON l.handler = o.handler AND l.lane = o.lane"
+      " ORDER BY l.handler, l.lane FOR UPDATE OF l",
+      {TEXTARRAYOID, INT2ARRAYOID});
+  if (handlers_.empty()) return;
+  Params params;
+  params.text(worker_);
+  params.text_array(handlers_);
+  const std::uint64_t n = held.run(params);
+  std::vector<std::string> orphan_handlers;
+  std::vector<std::int16_t> orphan_lanes;
+  for (std::uint64_t r = 0; r < n; ++r) {
+    LaneInClaim lane;
+    lane.handler = row::text(r, 1);
+    lane.lane = row::int2(r, 2);
+    lane.epoch = row::int8(r, 3);
+    lane.origin = core::classify_held_lane(row::boolean(r, 4));
+    lane.in_flight = row::text_array(r, 5);
+    if (lane.origin == core::LaneOrigin::kOrphaned) {
+      orphan_handlers.push_back(lane.handler);
+      orphan_lanes.push_back(lane.lane);
+    } else {
+      lanes_.push_back(std::move(lane));
+    }
+  }
+  if (!orphan_handlers.empty()) {
+    Params orphan_params;
+    orphan_params.text_array(orphan_handlers);
+    orphan_params.int2_array(orphan_lanes);
+    const std::uint64_t m = lock_orphans.run(orphan_params);
+    std::vector<std::size_t> taken;
+    for (std::uint64_t r = 0; r < m; ++r) {
+      LaneInClaim lane;
+      lane.handler = row::text(r, 1);
+      lane.lane = row::int2(r, 2);
+      lane.epoch = row::int8(r, 3);
+      lane.origin = core::LaneOrigin::kOrphaned;
+      lane.in_flight = row::text_array(r, 4);
+      taken.push_back(lanes_.size());
+      lanes_.push_back(std::move(lane));
+    }
+    charge(taken);
+  }
+  fetch_candidates(0);
+}
+
+void Claim::charge(const std::vector<std::size_t>& lane_indexes) {
+  std::vector<InFlightDelivery> lost;
+  for (std::size_t i : lane_indexes) {
+    for (auto& id : lanes_[i].in_flight) lost.push_back({lanes_[i].handler, std::move(id)});
+    lanes_[i].in_flight.clear();
+  }
+  charge_taken_over(lost);
+}
+
+// Offers the due deliveries of lanes_[first_lane..] to the planner, in due order.
+void Claim::fetch_candidates(std::size_t first_lane) {
+  if (first_lane >= lanes_.size() || planner_.full()) return;
+  // Per lane, in due order: pending, due, not in flight, and (per-key order) no earlier
+  // pending delivery of the same handler and key. The inner LIMIT keeps each lane's scan
+  // short; the outer one merges the lanes in due order.
+  static Statement candidates(
+      "SELECT c.lane_index, c.event_id, c.key, c.attempts, c.claims,"
+      " c.key IS NOT NULL AND EXISTS (SELECT 1 FROM relaybus.deliveries p"
+      "  WHERE p.handler = c.handler AND p.lane = c.lane AND p.key = c.key"
+      "  AND p.status = 'pending' AND p.sequence < c.sequence)"
+      " FROM (SELECT hl.lane_index, d.handler, d.lane, d.event_id, d.key, d.sequence,"
+      "   d.attempts, d.claims, d.available_at"
+      "  FROM unnest($1::text[], $2::int2[]) WITH ORDINALITY AS hl(handler, lane, lane_index)"
+      "  CROSS JOIN LATERAL (SELECT d.* FROM relaybus.deliveries d"
+      "   WHERE d.handler = hl.handler AND d.lane = hl.lane AND d.status = 'pending'"
+      "   AND d.available_at <= now()"
+      "   AND NOT EXISTS (SELECT 1 FROM unnest($3::text[], $4::text[]) AS f(handler, event_id)"
+      "    WHERE f.handler = d.handler AND f.event_id = d.event_id)"
+      "   AND (d.key IS NULL OR NOT EXISTS (SELECT 1 FROM relaybus.deliveries p"
+      "    WHERE p.handler = d.handler AND p.lane = d.lane AND p.key = d.key"
+      "    AND p.status = 'pending' AND p.sequence < d.sequence))"
+      "   ORDER BY d.available_at, d.event_id LIMIT $5) d"
+      "  ORDER BY d.available_at, d.event_id LIMIT $5) c"
+      " ORDER BY c.available_at, c.event_id",
+      {TEXTARRAYOID, INT2ARRAYOID, TEXTARRAYOID, TEXTARRAYOID, INT4OID});
+  std::vector<std::string> handlers, flight_handlers, flight_ids;
+  std::vector<std::int16_t> lane_numbers;
+  for (std::size_t i = first_lane; i < lanes_.size(); ++i) {
+    handlers.push_back(lanes_[i].handler);
+    lane_numbers.push_back(lanes_[i].lane);
+    for (const auto& id : lanes_[i].in_flight) {
+      flight_handlers.push_back(lanes_[i].handler);
+      flight_ids.push_back(id);
+    }
+  }
+  Params params;
+  params.text_array(handlers);
+  params.int2_array(lane_numbers);
+  params.text_array(flight_handlers);
+  params.text_array(flight_ids);
+  params.int4(planner_.remaining());
+  const std::uint64_t n = candidates.run(params);
+  for (std::uint64_t r = 0; r < n && !planner_.full(); ++r) {
+    const std::size_t lane_index = first_lane + static_cast<std::size_t>(row::int8(r, 1)) - 1;
+    Claimed c{lane_index, row::text(r, 2), row::text_or_null(r, 3), row::int4(r, 4),
+              row::int4(r, 5)};
+    core::Candidate candidate;
+    candidate.handler = &lanes_[lane_index].handler;
+    candidate.key = &c.key;
+    candidate.has_pending_predecessor = row::boolean(r, 6);
+    if (!planner_.offer(candidate)) continue;
+    lanes_[lane_index].picks.push_back(c.event_id);
+    claimed_.push_back(std::move(c));
+  }
+}
+
+void Claim::acquire_free_lanes() {
+  // Free lanes, and lanes whose lease expired, that have due work, oldest work first.
+  // SKIP LOCKED: two claimers never take the same lane, and a lane whose completion is in
+  // progress in another transaction (FOR KEY SHARE) is not taken over under it.
+  static Statement acquire(
+      "SELECT l.handler, l.lane, l.epoch, l.lease_owner IS NOT NULL, l.in_flight"
+      " FROM relaybus.lanes l"
+      " CROSS JOIN LATERAL (SELECT d.available_at FROM relaybus.deliveries d"
+      "  WHERE d.handler = l.handler AND d.lane = l.lane AND d.status = 'pending'"
+      "  AND d.available_at <= now() ORDER BY d.available_at LIMIT 1) due"
+      " WHERE l.handler = ANY ($1)"
+      "  AND (l.lease_owner IS NULL OR (l.lease_expires_at <= now() AND l.lease_owner <> $2))"
+      "  AND NOT EXISTS (SELECT 1 FROM unnest($3::text[], $4::int2[]) AS s(handler, lane)"
+      "   WHERE s.handler = l.handler AND s.lane = l.lane)"
+      " ORDER BY due.available_at LIMIT $5 FOR UPDATE OF l SKIP LOCKED",
+      {TEXTARRAYOID, TEXTOID, TEXTARRAYOID, INT2ARRAYOID, INT4OID});
+  if (handlers_.empty()) return;
+  for (int round = 0; !planner_.full(); ++round) {
+    const int wanted = core::lanes_to_acquire(round, planner_.remaining());
+    std::vector<std::string> seen_handlers;
+    std::vector<std::int16_t> seen_lanes;
+    for (const auto& l : lanes_) {
+      seen_handlers.push_back(l.handler);
+      seen_lanes.push_back(l.lane);
+    }
+    Params params;
+    params.text_array(handlers_);
+    params.text(worker_);
+    params.text_array(seen_handlers);
+    params.int2_array(seen_lanes);
+    params.int4(wanted);
+    const std::uint64_t n = acquire.run(params);
+    const std::size_t first = lanes_.size();
+    std::vector<std::size_t> expired;
+    for (std::uint64_t r = 0; r < n; ++r) {
+      LaneInClaim lane;
+      lane.handler = row::text(r, 1);
+      lane.lane = row::int2(r, 2);
+      lane.epoch = row::int8(r, 3);
+      lane.origin = row::boolean(r, 4) ? core::LaneOrigin::kExpired : core::LaneOrigin::kFree;
+      lane.in_flight = row::text_array(r, 5);
+      if (lane.origin == core::LaneOrigin::kExpired) expired.push_back(lanes_.size());
+      if (lane.origin == core::LaneOrigin::kFree) lane.in_flight.clear();
+      lanes_.push_back(std::move(lane));
+    }
+    charge(expired);
+    fetch_candidates(first);
+    if (n < static_cast<std::uint64_t>(wanted)) break;  // no more lanes with due work
+  }
+}
+
+void Claim::write_lanes() {
+  // One statement for every lane that changes. The new in-flight lists travel flattened as
+  // (lane position, event id) pairs.
+  static Statement write(
+      "UPDATE relaybus.lanes l SET epoch = u.epoch,"
+      " lease_owner = CASE WHEN u.hold THEN $1 END,"
+      " lease_expires_at = CASE WHEN u.hold THEN now() + $2 END,"
+      " holder_pid = CASE WHEN u.new_holder THEN $3 WHEN u.hold THEN l.holder_pid END,"
+      " holder_started = CASE WHEN u.new_holder THEN $4 WHEN u.hold THEN l.holder_started END,"
+      " in_flight = coalesce(ARRAY(SELECT f.event_id FROM unnest($9::int4[], $10::text[])"
+      "  WITH ORDINALITY AS f(position, event_id, n) WHERE f.position = u.position"
+      "  ORDER BY f.n), '{}')"
+      " FROM unnest($5::text[], $6::int2[], $7::int8[], $8::bool[], $11::bool[])"
+      "  WITH ORDINALITY AS u(handler, lane, epoch, hold, new_holder, position)"
+      " WHERE l.handler = u.handler AND l.lane = u.lane",
+      {TEXTOID, INTERVALOID, INT4OID, TIMESTAMPTZOID, TEXTARRAYOID, INT2ARRAYOID, INT8ARRAYOID,
+       BOOLARRAYOID, INT4ARRAYOID, TEXTARRAYOID, BOOLARRAYOID});
+  std::vector<std::string> handlers, flight_ids;
+  std::vector<std::int16_t> lane_numbers;
+  std::vector<std::int64_t> epochs;
+  std::vector<bool> holds, new_holders;
+  std::vector<std::int32_t> flight_positions;
+  for (auto& lane : lanes_) {
+    lane.write = core::plan_lane_write(lane.origin, lane.epoch, !lane.in_flight.empty(),
+                                       !lane.picks.empty());
+    if (!lane.write.write) continue;
+    handlers.push_back(lane.handler);
+    lane_numbers.push_back(lane.lane);
+    epochs.push_back(lane.write.epoch);
+    holds.push_back(lane.write.hold);
+    new_holders.push_back(lane.write.new_holder);
+    const auto position = static_cast<std::int32_t>(handlers.size());
+    if (!lane.write.hold) continue;
+    for (const auto* list : {&lane.in_flight, &lane.picks}) {
+      for (const auto& id : *list) {
+        flight_positions.push_back(position);
+        flight_ids.push_back(id);
+      }
+    }
+  }
+  if (handlers.empty()) return;
+  Params params;
+  params.text(worker_);
+  params.interval_us(lease_us_);
+  params.int4(current_holder_pid());
+  params.timestamptz(current_holder_started());
+  params.text_array(handlers);
+  params.int2_array(lane_numbers);
+  params.int8_array(epochs);
+  params.bool_array(holds);
+  params.int4_array(flight_positions);
+  params.text_array(flight_ids);
+  params.bool_array(new_holders);
+  write.run(params);
+}
+
+void Claim::emit(ReturnSetInfo* rsinfo) {
+  if (claimed_.empty()) return;
+  static Statement events(
+      "SELECT e.type, e.payload, e.headers, e.published_at"
+      " FROM unnest($1::text[]) WITH ORDINALITY AS c(id, n)"
+      " JOIN relaybus.events e ON e.id = c.id ORDER BY c.n",
+      {TEXTARRAYOID});
+  std::vector<std::string> ids;
+  for (const auto& c : claimed_) ids.push_back(c.event_id);
+  Params params;
+  params.text_array(ids);
+  const std::uint64_t n = events.run(params);
+  if (n != claimed_.size())
+    throw core::Error(core::sqlstate::kInternal, "relaybus: a claimed delivery has no event");
+  for (std::uint64_t r = 0; r < n; ++r) {
+    const Claimed& c = claimed_[r];
+    const LaneInClaim& lane = lanes_[c.lane_index];
+    core::LeaseToken token{lane.lane, lane.write.epoch, c.claims, lane.handler, c.event_id};
+    const std::string token_text = core::encode(token);
+    Datum values[9];
+    bool nulls[9] = {false, false, false, false, !c.key.has_value(), false, false, false, false};
+    pg_call([&] {
+      values[0] = PointerGetDatum(cstring_to_text_with_len(token_text.data(), token_text.size()));
+      values[1] = PointerGetDatum(cstring_to_text_with_len(c.event_id.data(), c.event_id.size()));
+      values[2] =
+          PointerGetDatum(cstring_to_text_with_len(lane.handler.data(), lane.handler.size()));
+      values[3] = SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &nulls[3]);
+      values[4] =
+          c.key ? PointerGetDatum(cstring_to_text_with_len(c.key->data(), c.key->size())) : 0;
+      values[5] = SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 2, &nulls[5]);
+      values[6] = SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 3, &nulls[6]);
+      values[7] = Int32GetDatum(c.attempts);
+      values[8] = SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 4, &nulls[8]);
+      tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+    });
+  }
+}
+
+Datum claim_body(FunctionCallInfo fcinfo) {
+  if (PG_ARGISNULL(0)) throw core::Error(core::sqlstate::kNullValue, "worker must not be NULL");
+  if (PG_ARGISNULL(1)) throw core::Error(core::sqlstate::kNullValue, "batch_size must not be NULL");
+  if (PG_ARGISNULL(2)) throw core::Error(core::sqlstate::kNullValue, "lease must not be NULL");
+  std::string worker = text_of(PG_GETARG_DATUM(0));
+  core::validate_worker(worker);
+  const int batch_size = PG_GETARG_INT32(1);
+  core::validate_batch_size(batch_size);
+  const std::int64_t lease_us = interval_us_of(PG_GETARG_DATUM(2));
+  core::validate_lease(lease_us);
+  std::optional<std::vector<std::string>> requested;
+  if (!PG_ARGISNULL(3)) requested = text_array_of(PG_GETARG_DATUM(3), "handlers");
+  if (requested) std::sort(requested->begin(), requested->end());
+
+  ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
+  pg_call([&] { InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC); });
+  SpiConnection spi;
+  Claim claim(std::move(worker), batch_size, lease_us);
+  claim.resolve_handlers(requested);
+  claim.take_held_lanes();
+  claim.acquire_free_lanes();
+  claim.write_lanes();
+  claim.emit(rsinfo);
+  spi.finish();
+  return (Datum)0;
+}
+
+}  // namespace
+
+}  // namespace relaybus::pg
+
+RELAYBUS_SQL_FUNCTION(relaybus_claim, relaybus::pg::claim_body)

@@ -1,0 +1,296 @@
+// publish and publish_batch: the event and its deliveries, in the caller's transaction.
+#include "spi.hpp"
+
+#include "../core/claim_request.hpp"
+#include "../core/error.hpp"
+#include "../core/lane.hpp"
+
+#include <algorithm>
+
+namespace relaybus::pg {
+
+namespace {
+
+struct PublishInput {
+  std::string type;
+  Datum payload = 0;
+  std::optional<std::string> key;
+  std::optional<std::string> event_id;
+  std::optional<std::vector<std::string>> handlers;
+  std::optional<TimestampTz> available_at;
+  Datum headers = 0;
+  bool headers_null = true;
+};
+
+[[noreturn]] void invalid(const std::string& message) {
+  throw core::Error(core::sqlstate::kInvalidParameter, message);
+}
+
+bool jsonb_is_object(Datum value) {
+  bool is_object = false;
+  pg_call([&] {
+    Jsonb* jb = DatumGetJsonbP(value);
+    is_object = JB_ROOT_IS_OBJECT(jb) && !JB_ROOT_IS_SCALAR(jb);
+  });
+  return is_object;
+}
+
+// A random (version 4) UUID in its canonical text form.
+std::string new_event_id() {
+  unsigned char bytes[16];
+  bool ok = false;
+  pg_call([&] { ok = pg_strong_random(bytes, sizeof bytes); });
+  if (!ok) throw core::Error(core::sqlstate::kInternal, "could not generate a random event id");
+  bytes[6] = (bytes[6] & 0x0f) | 0x40;
+  bytes[8] = (bytes[8] & 0x3f) | 0x80;
+  static const char hex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(36);
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
+    out += hex[bytes[i] >> 4];
+    out += hex[bytes[i] & 0x0f];
+  }
+  return out;
+}
+
+void validate(const PublishInput& in, const std::string& where) {
+  core::validate_name(where + "type", in.type);
+  if (!jsonb_is_object(in.payload)) invalid(where + "payload must be a JSON object");
+  if (!in.headers_null && !jsonb_is_object(in.headers))
+    invalid(where + "headers must be a JSON object or NULL");
+  if (in.key) core::validate_name(where + "key", *in.key);
+  if (in.event_id) core::validate_name(where + "event_id", *in.event_id);
+  if (in.handlers) {
+    for (const auto& h : *in.handlers) core::validate_name(where + "handler name", h);
+  }
+}
+
+// The handlers an event goes to: the given ones (each must be subscribed), or every
+// subscriber of its type.
+std::vector<std::string> target_handlers(const std::string& type,
+                                         const std::optional<std::vector<std::string>>& given) {
+  static Statement select_handlers(
+      "SELECT s.handler FROM relaybus.subscriptions s"
+      " WHERE CASE WHEN $2::text[] IS NULL"
+      "  THEN $1 = ANY (s.event_types) OR '*' = ANY (s.event_types)"
+      "  ELSE s.handler = ANY ($2) END"
+      " ORDER BY s.handler COLLATE \"C\"",
+      {TEXTOID, TEXTARRAYOID});
+  Params params;
+  params.text(type);
+  params.text_array(given);
+  const std::uint64_t n = select_handlers.run(params);
+  std::vector<std::string> found;
+  found.reserve(n);
+  for (std::uint64_t r = 0; r < n; ++r) found.push_back(row::text(r, 1));
+  if (given) {
+    for (const auto& h : *given) {
+      if (!std::binary_search(found.begin(), found.end(), h))
+        throw core::Error(core::sqlstate::kUndefinedObject,
+                          "handler \"" + h + "\" is not subscribed");
+    }
+  }
+  return found;
+}
+
+std::optional<std::int64_t> next_sequence(const std::optional<std::string>& key) {
+  if (!key) return std::nullopt;
+  // The row lock taken here is held until commit: a later publisher of the same key waits,
+  // so sequence order is commit order.
+  static Statement bump(
+      "INSERT INTO relaybus.key_counters AS c (key, last_sequence) VALUES ($1, 1)"
+      " ON CONFLICT (key) DO UPDATE SET last_sequence = c.last_sequence + 1"
+      " RETURNING c.last_sequence",
+      {TEXTOID});
+  Params params;
+  params.text(key);
+  bump.run(params);
+  return row::int8(0, 1);
+}
+
+void insert_deliveries(const std::string& event_id, const std::optional<std::string>& key,
+                       const std::vector<std::string>& handlers,
+                       const std::optional<TimestampTz>& available_at) {
+  if (handlers.empty()) return;
+  static Statement insert(
+      "INSERT INTO relaybus.deliveries (event_id, handler, lane, key, sequence, available_at)"
+      " SELECT $1, h, $2, $3, $4, coalesce($5, now()) FROM unnest($6::text[]) AS h",
+      {TEXTOID, INT2OID, TEXTOID, INT8OID, TIMESTAMPTZOID, TEXTARRAYOID});
+  const std::optional<std::int64_t> sequence = next_sequence(key);
+  Params params;
+  params.text(event_id);
+  params.int2(core::lane_of(key ? *key : event_id));
+  params.text(key);
+  params.int8(sequence);
+  params.timestamptz(available_at);
+  params.text_array(handlers);
+  insert.run(params);
+}
+
+// A repeated event id: add deliveries only for handlers the event never had, with the
+// stored event's key (its lane and order), never the repeat's.
+void publish_repeat(const std::string& event_id, const PublishInput& in) {
+  static Statement lock_event(
+      "SELECT e.type, e.key, e.handlers FROM relaybus.events e WHERE e.id = $1 FOR UPDATE",
+      {TEXTOID});
+  static Statement add_handlers(
+      "UPDATE relaybus.events SET handlers = handlers || $2 WHERE id = $1",
+      {TEXTOID, TEXTARRAYOID});
+  Params lock_params;
+  lock_params.text(event_id);
+  if (lock_event.run(lock_params) != 1)
+    throw core::Error("40001", "event \"" + event_id + "\" was purged while being republished");
+  const std::string stored_type = row::text(0, 1);
+  const std::optional<std::string> stored_key = row::text_or_null(0, 2);
+  std::vector<std::string> had = row::text_array(0, 3);
+  std::sort(had.begin(), had.end());
+
+  std::vector<std::string> added;
+  for (const auto& h : target_handlers(stored_type, in.handlers))
+    if (!std::binary_search(had.begin(), had.end(), h)) added.push_back(h);
+  if (added.empty()) return;
+
+  Params update_params;
+  update_params.text(event_id);
+  update_params.text_array(added);
+  add_handlers.run(update_params);
+  insert_deliveries(event_id, stored_key, added, in.available_at);
+}
+
+std::string publish_one(PublishInput& in, const std::string& where) {
+  if (in.handlers) {
+    std::sort(in.handlers->begin(), in.handlers->end());
+    in.handlers->erase(std::unique(in.handlers->begin(), in.handlers->end()), in.handlers->end());
+  }
+  validate(in, where);
+  const std::string event_id = in.event_id ? *in.event_id : new_event_id();
+  const std::vector<std::string> handlers = target_handlers(in.type, in.handlers);
+
+  static Statement insert_event(
+      "INSERT INTO relaybus.events (id, type, key, payload, headers, handlers)"
+      " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (id) DO NOTHING",
+      {TEXTOID, TEXTOID, TEXTOID, JSONBOID, JSONBOID, TEXTARRAYOID});
+  Params params;
+  params.text(event_id);
+  params.text(in.type);
+  params.text(in.key);
+  params.datum(in.payload, false);
+  params.datum(in.headers, in.headers_null);
+  params.text_array(handlers);
+  if (insert_event.run(params) == 1) {
+    insert_deliveries(event_id, in.key, handlers, in.available_at);
+  } else {
+    publish_repeat(event_id, in);
+  }
+  return event_id;
+}
+
+Datum publish_body(FunctionCallInfo fcinfo) {
+  if (PG_ARGISNULL(0)) throw core::Error(core::sqlstate::kNullValue, "type must not be NULL");
+  if (PG_ARGISNULL(1)) throw core::Error(core::sqlstate::kNullValue, "payload must not be NULL");
+  PublishInput in;
+  in.type = text_of(PG_GETARG_DATUM(0));
+  in.payload = PG_GETARG_DATUM(1);
+  if (!PG_ARGISNULL(2)) in.key = text_of(PG_GETARG_DATUM(2));
+  if (!PG_ARGISNULL(3)) in.event_id = text_of(PG_GETARG_DATUM(3));
+  if (!PG_ARGISNULL(4)) in.handlers = text_array_of(PG_GETARG_DATUM(4), "handlers");
+  if (!PG_ARGISNULL(5)) in.available_at = PG_GETARG_TIMESTAMPTZ(5);
+  in.headers_null = PG_ARGISNULL(6);
+  if (!in.headers_null) in.headers = PG_GETARG_DATUM(6);
+
+  SpiConnection spi;
+  const std::string event_id = publish_one(in, "");
+  spi.finish();  // the returned text is built after SPI_finish, in the caller's context
+  Datum result = 0;
+  pg_call([&] {
+    result = PointerGetDatum(cstring_to_text_with_len(event_id.data(), event_id.size()));
+  });
+  return result;
+}
+
+Datum publish_batch_body(FunctionCallInfo fcinfo) {
+  if (PG_ARGISNULL(0)) throw core::Error(core::sqlstate::kNullValue, "events must not be NULL");
+  Datum events = PG_GETARG_DATUM(0);
+  bool is_array = false;
+  pg_call([&] {
+    Jsonb* jb = DatumGetJsonbP(events);
+    is_array = JB_ROOT_IS_ARRAY(jb) && !JB_ROOT_IS_SCALAR(jb);
+  });
+  if (!is_array) invalid("events must be a JSON array of event objects");
+
+  ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
+  pg_call([&] { InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC); });
+  SpiConnection spi;
+  // SQL takes the array apart: one row per element, each field with its JSON type; an
+  // absent payload is the empty object, as publish's default; JSON null means absent.
+  static Statement elements(
+      "SELECT jsonb_typeof(e), jsonb_typeof(e->'type'), e->>'type',"
+      " coalesce(e->'payload', '{}'::jsonb),"
+      " jsonb_typeof(e->'key'), e->>'key', jsonb_typeof(e->'id'), e->>'id',"
+      " jsonb_typeof(e->'handlers'),"
+      " CASE WHEN jsonb_typeof(e->'handlers') = 'array' THEN ARRAY("
+      "   SELECT CASE WHEN jsonb_typeof(h) = 'string' THEN h #>> '{}' END"
+      "   FROM jsonb_array_elements(e->'handlers') h) END,"
+      " jsonb_typeof(e->'available_at'),"
+      " CASE WHEN jsonb_typeof(e->'available_at') = 'string'"
+      "   THEN (e->>'available_at')::timestamptz END,"
+      " CASE WHEN jsonb_typeof(e->'headers') <> 'null' THEN e->'headers' END"
+      " FROM jsonb_array_elements($1) WITH ORDINALITY AS t(e, n) ORDER BY n",
+      {JSONBOID});
+  Params params;
+  params.datum(events, false);
+  const std::uint64_t n = elements.run(params);
+
+  // Read every element before publishing any: publishing runs statements of its own.
+  std::vector<PublishInput> inputs(n);
+  for (std::uint64_t r = 0; r < n; ++r) {
+    const std::string where = "events[" + std::to_string(r) + "]: ";
+    auto kind = [&](int c) { return row::text_or_null(r, c).value_or("absent"); };
+    auto optional_string = [&](int kind_column, const char* field) -> std::optional<std::string> {
+      const std::string k = kind(kind_column);
+      if (k == "string") return row::text(r, kind_column + 1);
+      if (k != "absent" && k != "null") invalid(where + field + " must be a string or null");
+      return std::nullopt;
+    };
+    if (kind(1) != "object") invalid(where + "must be a JSON object");
+    if (kind(2) != "string") invalid(where + "type must be a string");
+    PublishInput& in = inputs[r];
+    bool null = false;
+    in.type = row::text(r, 3);
+    in.payload = row::datum(r, 4, &null);
+    in.key = optional_string(5, "key");
+    in.event_id = optional_string(7, "id");
+    const std::string handlers_kind = kind(9);
+    if (handlers_kind == "array") {
+      in.handlers = text_array_of(row::datum(r, 10, &null), "handlers");
+    } else if (handlers_kind != "absent" && handlers_kind != "null") {
+      invalid(where + "handlers must be an array of strings or null");
+    }
+    const std::string at_kind = kind(11);
+    if (at_kind == "string") {
+      in.available_at = DatumGetTimestampTz(row::datum(r, 12, &null));
+    } else if (at_kind != "absent" && at_kind != "null") {
+      invalid(where + "available_at must be a timestamp string or null");
+    }
+    in.headers = row::datum(r, 13, &in.headers_null);
+  }
+
+  for (std::uint64_t r = 0; r < n; ++r) {
+    const std::string id = publish_one(inputs[r], "events[" + std::to_string(r) + "]: ");
+    pg_call([&] {
+      Datum value = PointerGetDatum(cstring_to_text_with_len(id.data(), id.size()));
+      bool is_null = false;
+      tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, &value, &is_null);
+    });
+  }
+  spi.finish();
+  return (Datum)0;
+}
+
+}  // namespace
+
+}  // namespace relaybus::pg
+
+RELAYBUS_SQL_FUNCTION(relaybus_publish, relaybus::pg::publish_body)
+RELAYBUS_SQL_FUNCTION(relaybus_publish_batch, relaybus::pg::publish_batch_body)

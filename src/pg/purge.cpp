@@ -1,0 +1,55 @@
+// purge_expired: retention. Each kind is deleted in bounded slices so one call never holds
+// many row locks or writes a huge transaction; the background worker calls it every round.
+#include "settings.hpp"
+#include "spi.hpp"
+
+namespace relaybus::pg {
+
+namespace {
+
+constexpr int kPurgeSlice = 10000;
+
+Datum purge_expired_body(FunctionCallInfo) {
+  static Statement dead(
+      "DELETE FROM relaybus.deliveries d WHERE (d.event_id, d.handler) IN ("
+      " SELECT x.event_id, x.handler FROM relaybus.deliveries x WHERE x.status = 'dead'"
+      " AND x.updated_at < now() - $1 ORDER BY x.updated_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
+      {INTERVALOID, INT4OID});
+  static Statement legacy_completed(
+      "DELETE FROM relaybus.deliveries d WHERE (d.event_id, d.handler) IN ("
+      " SELECT x.event_id, x.handler FROM relaybus.deliveries x WHERE x.status = 'completed'"
+      " AND x.updated_at < now() - $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
+      {INTERVALOID, INT4OID});
+  static Statement history(
+      "DELETE FROM relaybus.completions c WHERE c.ctid IN (SELECT x.ctid FROM"
+      " relaybus.completions x WHERE x.completed_at < now() - $1 LIMIT $2)",
+      {INTERVALOID, INT4OID});
+  // An event goes once no delivery of it is left. A delivery inserted for it concurrently
+  // (a republish adding a handler) locks the event first, so it is skipped here.
+  static Statement events(
+      "DELETE FROM relaybus.events e WHERE e.id IN (SELECT x.id FROM relaybus.events x"
+      " WHERE x.published_at < now() - $1 AND NOT EXISTS (SELECT 1 FROM relaybus.deliveries d"
+      " WHERE d.event_id = x.id) LIMIT $2 FOR UPDATE SKIP LOCKED)",
+      {INTERVALOID, INT4OID});
+
+  SpiConnection spi;
+  std::uint64_t deleted = 0;
+  auto run = [&](Statement& statement, int retention_s) {
+    Params params;
+    params.interval_us(static_cast<std::int64_t>(retention_s) * 1'000'000);
+    params.int4(kPurgeSlice);
+    deleted += statement.run(params);
+  };
+  run(dead, settings::retention_dead_s());
+  run(legacy_completed, settings::retention_completed_s());
+  run(history, settings::retention_completed_s());
+  run(events, settings::retention_completed_s());
+  spi.finish();
+  return Int64GetDatum(static_cast<std::int64_t>(deleted));
+}
+
+}  // namespace
+
+}  // namespace relaybus::pg
+
+RELAYBUS_SQL_FUNCTION(relaybus_purge_expired, relaybus::pg::purge_expired_body)

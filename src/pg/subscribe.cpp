@@ -1,0 +1,87 @@
+// subscribe: a handler, its event types and its retry policy; creates its 256 lanes.
+#include "spi.hpp"
+
+#include "../core/claim_request.hpp"
+#include "../core/error.hpp"
+#include "../core/lane.hpp"
+#include "../core/retry_policy.hpp"
+
+namespace relaybus::pg {
+
+namespace {
+
+// An in-database handler takes the event as one jsonb argument.
+void validate_sql_function(Oid function) {
+  static Statement signature(
+      "SELECT p.pronargs = 1 AND p.proargtypes[0] = 'jsonb'::regtype, p.prokind = 'f'"
+      " FROM pg_catalog.pg_proc p WHERE p.oid = $1",
+      {OIDOID});
+  Params params;
+  params.datum(ObjectIdGetDatum(function), false);
+  if (signature.run(params) != 1)
+    throw core::Error(core::sqlstate::kUndefinedObject, "sql_function does not exist");
+  if (!row::boolean(0, 1) || !row::boolean(0, 2))
+    throw core::Error("42883",  // undefined_function
+                      "sql_function must be a function taking exactly one jsonb argument");
+}
+
+Datum subscribe_body(FunctionCallInfo fcinfo) {
+  const char* names[] = {"handler", "event_types", "max_attempts", "backoff_base", "backoff_max"};
+  for (int i = 0; i < 5; ++i)
+    if (PG_ARGISNULL(i))
+      throw core::Error(core::sqlstate::kNullValue, std::string(names[i]) + " must not be NULL");
+  const std::string handler = text_of(PG_GETARG_DATUM(0));
+  core::validate_name("handler", handler);
+  const std::vector<std::string> types = text_array_of(PG_GETARG_DATUM(1), "event_types");
+  if (types.empty())
+    throw core::Error(core::sqlstate::kInvalidParameter, "event_types must not be empty");
+  for (const auto& t : types) core::validate_name("event type", t);
+  core::RetryPolicy policy;
+  policy.max_attempts = PG_GETARG_INT32(2);
+  policy.backoff_base_us = interval_us_of(PG_GETARG_DATUM(3));
+  policy.backoff_max_us = interval_us_of(PG_GETARG_DATUM(4));
+  core::validate(policy);
+  const bool in_database = !PG_ARGISNULL(5);
+
+  static Statement upsert(
+      "INSERT INTO relaybus.subscriptions AS s"
+      " (handler, event_types, max_attempts, backoff_base, backoff_max, sql_function)"
+      " VALUES ($1, $2, $3, $4, $5, $6)"
+      " ON CONFLICT (handler) DO UPDATE SET event_types = excluded.event_types,"
+      " max_attempts = excluded.max_attempts, backoff_base = excluded.backoff_base,"
+      " backoff_max = excluded.backoff_max, sql_function = excluded.sql_function,"
+      " updated_at = now()",
+      {TEXTOID, TEXTARRAYOID, INT4OID, INTERVALOID, INTERVALOID, REGPROCEDUREOID});
+  static Statement lanes(
+      "INSERT INTO relaybus.lanes (handler, lane) SELECT $1, n FROM generate_series(0, $2) n"
+      " ON CONFLICT DO NOTHING",
+      {TEXTOID, INT4OID});
+
+  SpiConnection spi;
+  if (in_database) validate_sql_function(PG_GETARG_OID(5));
+  Params params;
+  params.text(handler);
+  params.text_array(types);
+  params.int4(policy.max_attempts);
+  params.datum(PG_GETARG_DATUM(3), false);
+  params.datum(PG_GETARG_DATUM(4), false);
+  params.datum(in_database ? PG_GETARG_DATUM(5) : 0, !in_database);
+  upsert.run(params);
+  Params lane_params;
+  lane_params.text(handler);
+  lane_params.int4(core::kLaneCount - 1);
+  lanes.run(lane_params);
+  spi.finish();
+  PG_RETURN_VOID();
+}
+
+Datum lane_of_body(FunctionCallInfo fcinfo) {
+  return Int16GetDatum(core::lane_of(text_of(PG_GETARG_DATUM(0))));
+}
+
+}  // namespace
+
+}  // namespace relaybus::pg
+
+RELAYBUS_SQL_FUNCTION(relaybus_subscribe, relaybus::pg::subscribe_body)
+RELAYBUS_SQL_FUNCTION(relaybus_lane_of, relaybus::pg::lane_of_body)

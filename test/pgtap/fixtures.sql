@@ -1,0 +1,23 @@
+-- Loaded once into the pgTAP database by scripts/run-tests.
+CREATE EXTENSION pgtap;
+CREATE EXTENSION relaybus;
+CREATE EXTENSION dblink;
+
+-- Every suite starts from an empty bus: suites commit through dblink, so a rollback alone
+-- would not isolate them.
+CREATE FUNCTION public.rb_reset() RETURNS void LANGUAGE sql AS $$
+  TRUNCATE relaybus.events, relaybus.deliveries, relaybus.lanes, relaybus.key_counters,
+           relaybus.completions, relaybus.subscriptions;
+$$;
+
+-- A second connection to the same database, for tests of two concurrent transactions.
+CREATE FUNCTION public.rb_connect(name text) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+  IF name = ANY (coalesce(dblink_get_connections(), '{}')) THEN
+    PERFORM dblink_disconnect(name);
+  END IF;
+  PERFORM dblink_connect(name, format('dbname=%s host=%s port=%s user=%s',
+    current_database(), current_setting('unix_socket_directories'),
+    current_setting('port'), current_user));
+END
+$$;
