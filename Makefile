@@ -16,7 +16,7 @@ REGRESS = $(sort $(basename $(notdir $(filter-out sql/relaybus--%,$(wildcard sql
 REGRESS_OPTS = --load-extension=relaybus
 
 PG_CXXFLAGS = -std=c++17 -Wno-register -Wall -Wextra -Wno-unused-parameter \
-              -Wno-missing-field-initializers
+              -Wno-missing-field-initializers -MMD -MP
 # clang builds LLVM bitcode of every object for JIT inlining; it needs the same dialect.
 override BITCODE_CXXFLAGS += -std=c++17 -Wno-register
 # Spelled out: the postgres binary happens to pull libstdc++ in through ICU, which would
@@ -26,6 +26,9 @@ SHLIB_LINK += -lstdc++
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# Header dependencies (PGXS tracks none without --enable-depend).
+-include $(OBJS:.o=.d)
 
 # Core must stay free of PostgreSQL and MongoDB headers (it is shared with the Mongo store).
 .PHONY: check-core
@@ -49,4 +52,4 @@ unit: test/unit/core_tests
 test:
 	./scripts/run-tests
 
-EXTRA_CLEAN = test/unit/core_tests results regression.diffs regression.out
+EXTRA_CLEAN = $(OBJS:.o=.d) test/unit/core_tests results regression.diffs regression.out

@@ -2,6 +2,7 @@
 // state changes; never writes or locks a delivery row (except to charge the deliveries of a
 // lane it takes over).
 #include "holder.hpp"
+#include "in_flight.hpp"
 #include "spi.hpp"
 #include "takeover.hpp"
 
@@ -84,18 +85,14 @@ void Claim::take_held_lanes() {
   // (those hold FOR KEY SHARE). The in-flight list is pruned of deliveries that completed.
   static Statement held("SELECT l.handler, l.lane, l.epoch, " RELAYBUS_HOLDER_ALIVE_SQL
                         ","
-                        " ARRAY(SELECT f FROM unnest(l.in_flight) AS f WHERE EXISTS (SELECT 1 FROM"
-                        "  relaybus.deliveries d WHERE d.event_id = f AND d.handler = l.handler"
-                        "  AND d.status = 'pending'))"
+                        " " RELAYBUS_LIVE_IN_FLIGHT_SQL
                         " FROM relaybus.lanes l WHERE l.lease_owner = $1 AND l.handler = ANY ($2)"
                         " ORDER BY l.handler, l.lane FOR NO KEY UPDATE OF l",
                         {TEXTOID, TEXTARRAYOID});
   // An orphan (its incarnation is gone) is taken over. FOR UPDATE conflicts with the
   // FOR KEY SHARE of a completion still in progress, so this waits for it, then re-reads.
   static Statement lock_orphans(
-      "SELECT l.handler, l.lane, l.epoch, ARRAY(SELECT f FROM unnest(l.in_flight) AS f"
-      "  WHERE EXISTS (SELECT 1 FROM relaybus.deliveries d WHERE d.event_id = f"
-      "  AND d.handler = l.handler AND d.status = 'pending'))"
+      "SELECT l.handler, l.lane, l.epoch, " RELAYBUS_LIVE_IN_FLIGHT_SQL
       " FROM relaybus.lanes l JOIN unnest($1::text[], $2::int2[]) AS o(handler, lane)"
       "  ON l.handler = o.handler AND l.lane = o.lane"
       " ORDER BY l.handler, l.lane FOR UPDATE OF l",

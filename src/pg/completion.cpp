@@ -14,6 +14,9 @@ namespace relaybus::pg {
 
 namespace {
 
+// No status test on the delivery: every way a delivery stops being pending (fail, bury,
+// release, takeover, requeue) bumps its claims counter, which the token must match. Leaving
+// it out also leaves the primary key as the only index the DELETE can use.
 #define RELAYBUS_COMPLETE_HELD_SQL                                                    \
   "WITH t AS (SELECT * FROM unnest($1::text[], $2::int2[], $3::int8[], $4::text[],"   \
   "  $5::int4[]) AS t(handler, lane, epoch, event_id, claims)),"                      \
@@ -22,7 +25,7 @@ namespace {
   "  AND t.event_id = ANY (l.in_flight) FOR KEY SHARE OF l),"                         \
   " done AS (DELETE FROM relaybus.deliveries d USING held h"                          \
   "  WHERE d.event_id = h.event_id AND d.handler = h.handler AND d.claims = h.claims" \
-  "  AND d.status = 'pending' RETURNING d.event_id, d.handler, d.attempts)"
+  "  RETURNING d.event_id, d.handler, d.attempts)"
 
 std::uint64_t complete_tokens(const std::vector<core::LeaseToken>& tokens) {
   static Statement without_history(

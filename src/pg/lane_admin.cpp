@@ -1,5 +1,6 @@
 // extend_lease, relinquish and take_over_expired: what happens to lanes outside a claim.
 #include "holder.hpp"
+#include "in_flight.hpp"
 #include "spi.hpp"
 #include "takeover.hpp"
 
@@ -46,9 +47,7 @@ Datum relinquish_body(FunctionCallInfo fcinfo) {
   static Statement relinquish(
       "UPDATE relaybus.lanes l SET lease_owner = NULL, lease_expires_at = NULL,"
       " holder_pid = NULL, holder_started = NULL, in_flight = '{}'"
-      " WHERE l.lease_owner = $1 AND NOT EXISTS (SELECT 1 FROM unnest(l.in_flight) AS f"
-      "  JOIN relaybus.deliveries d ON d.event_id = f AND d.handler = l.handler"
-      "  AND d.status = 'pending')",
+      " WHERE l.lease_owner = $1 AND cardinality(" RELAYBUS_LIVE_IN_FLIGHT_SQL ") = 0",
       {TEXTOID});
   SpiConnection spi;
   Params params;

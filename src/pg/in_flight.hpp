@@ -1,0 +1,12 @@
+// A lane's in-flight list is only pruned lazily (a completion deletes the delivery but does
+// not write the lane), so readers keep the entries whose delivery is still pending.
+#pragma once
+
+// SQL: the live in-flight event ids of lane row `l`, looked up through the deliveries
+// primary key. The status test sits outside an OFFSET 0 fence on purpose: next to the key
+// test it lets the planner pick a partial index on status and filter a whole lane's
+// backlog (it does, on a table loaded faster than autovacuum analyzes it).
+#define RELAYBUS_LIVE_IN_FLIGHT_SQL                                                      \
+  "ARRAY(SELECT x.event_id FROM (SELECT d.event_id, d.status FROM relaybus.deliveries d" \
+  " WHERE d.event_id = ANY (l.in_flight) AND d.handler = l.handler OFFSET 0) x"          \
+  " WHERE x.status = 'pending')"
