@@ -329,37 +329,37 @@ $fn$;
 -- list_deliveries: admin listing, newest first. status: NULL (pending, processing and dead),
 -- 'pending', 'processing', 'dead' or 'completed' (completion history and legacy rows).
 -- A scan: filter by status or handler on a large table. Reads deliveries, events, lanes,
--- completions.
-CREATE FUNCTION relaybus.list_deliveries(status text DEFAULT NULL, handler text DEFAULT NULL,
-                                         max_rows integer DEFAULT 100)
+-- completions. (PL/pgSQL rejects an argument named like an output column, so the body is
+-- list_deliveries_impl, called with the same arguments.)
+CREATE FUNCTION relaybus.list_deliveries_impl(want_status text, want_handler text,
+                                              row_limit integer)
   RETURNS TABLE(event_id text, handler text, type text, key text, status text,
                 attempts integer, available_at timestamptz, last_error text,
                 lease_owner text, created_at timestamptz, updated_at timestamptz)
-  LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-  IF list_deliveries.status IS NOT NULL
-     AND list_deliveries.status NOT IN ('pending', 'processing', 'dead', 'completed') THEN
-    RAISE EXCEPTION 'unknown status "%"', list_deliveries.status
+  IF want_status IS NOT NULL
+     AND want_status NOT IN ('pending', 'processing', 'dead', 'completed') THEN
+    RAISE EXCEPTION 'unknown status "%"', want_status
       USING ERRCODE = 'invalid_parameter_value',
             HINT = 'Use pending, processing, dead, completed or NULL.';
   END IF;
-  IF max_rows IS NULL OR max_rows < 0 THEN
+  IF row_limit IS NULL OR row_limit < 0 THEN
     RAISE EXCEPTION 'max_rows must be zero or more' USING ERRCODE = 'invalid_parameter_value';
   END IF;
-  IF list_deliveries.status = 'completed' THEN
+  IF want_status = 'completed' THEN
     RETURN QUERY
       SELECT c.event_id, c.handler, e.type, e.key, 'completed'::text, c.attempts,
              NULL::timestamptz, NULL::text, NULL::text, c.completed_at, c.completed_at
         FROM relaybus.completions c LEFT JOIN relaybus.events e ON e.id = c.event_id
-       WHERE list_deliveries.handler IS NULL OR c.handler = list_deliveries.handler
+       WHERE want_handler IS NULL OR c.handler = want_handler
       UNION ALL
       SELECT d.event_id, d.handler, e.type, d.key, d.status, d.attempts, d.available_at,
              d.last_error, NULL::text, d.created_at, d.updated_at
         FROM relaybus.deliveries d LEFT JOIN relaybus.events e ON e.id = d.event_id
-       WHERE d.status = 'completed'
-         AND (list_deliveries.handler IS NULL OR d.handler = list_deliveries.handler)
-       ORDER BY 10 DESC LIMIT max_rows;
+       WHERE d.status = 'completed' AND (want_handler IS NULL OR d.handler = want_handler)
+       ORDER BY 10 DESC, 1 LIMIT row_limit;
     RETURN;
   END IF;
   RETURN QUERY
@@ -375,13 +375,22 @@ BEGIN
         FROM relaybus.deliveries d
         LEFT JOIN relaybus.events e ON e.id = d.event_id
         LEFT JOIN in_flight i ON i.handler = d.handler AND i.event_id = d.event_id
-       WHERE d.status <> 'completed'
-         AND (list_deliveries.handler IS NULL OR d.handler = list_deliveries.handler)
+       WHERE d.status <> 'completed' AND (want_handler IS NULL OR d.handler = want_handler)
     )
-    SELECT * FROM listed x
-     WHERE list_deliveries.status IS NULL OR x.status = list_deliveries.status
-     ORDER BY x.created_at DESC, x.event_id LIMIT max_rows;
+    SELECT x.* FROM listed x
+     WHERE want_status IS NULL OR x.status = want_status
+     ORDER BY x.created_at DESC, x.event_id, x.handler LIMIT row_limit;
 END
+$fn$;
+
+CREATE FUNCTION relaybus.list_deliveries(status text DEFAULT NULL, handler text DEFAULT NULL,
+                                         max_rows integer DEFAULT 100)
+  RETURNS TABLE(event_id text, handler text, type text, key text, status text,
+                attempts integer, available_at timestamptz, last_error text,
+                lease_owner text, created_at timestamptz, updated_at timestamptz)
+  LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$
+  SELECT * FROM relaybus.list_deliveries_impl($1, $2, $3)
 $fn$;
 
 --------------------------------------------------------------------------------
