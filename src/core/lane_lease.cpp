@@ -4,6 +4,13 @@
 
 namespace relaybus::core {
 
+namespace {
+// The next epoch. Unsigned arithmetic keeps the (unreachable) wrap at 2^63 defined.
+std::int64_t next_epoch(std::int64_t epoch) noexcept {
+  return static_cast<std::int64_t>(static_cast<std::uint64_t>(epoch) + 1u);
+}
+}  // namespace
+
 LaneOrigin classify_held_lane(bool holder_alive) noexcept {
   return holder_alive ? LaneOrigin::kHeld : LaneOrigin::kOrphaned;
 }
@@ -28,7 +35,7 @@ LaneWrite plan_lane_write(LaneOrigin origin, std::int64_t epoch, bool has_live_i
       w.write = got_picks;
       w.hold = got_picks;
       w.new_holder = got_picks;
-      w.epoch = got_picks ? epoch + 1 : epoch;
+      w.epoch = got_picks ? next_epoch(epoch) : epoch;
       return w;
     case LaneOrigin::kExpired:
     case LaneOrigin::kOrphaned:
@@ -37,7 +44,7 @@ LaneWrite plan_lane_write(LaneOrigin origin, std::int64_t epoch, bool has_live_i
       w.write = true;
       w.hold = got_picks;
       w.new_holder = got_picks;
-      w.epoch = epoch + 1;
+      w.epoch = next_epoch(epoch);
       return w;
   }
   return w;
@@ -45,7 +52,7 @@ LaneWrite plan_lane_write(LaneOrigin origin, std::int64_t epoch, bool has_live_i
 
 int lanes_to_acquire(int round, int remaining) noexcept {
   if (remaining <= 0) return 0;
-  const int step = 4 << std::min(round, 4);  // 4, 8, 16, 32, 64
+  const int step = 4 << std::clamp(round, 0, 4);  // 4, 8, 16, 32, 64
   return std::min(step, remaining);
 }
 

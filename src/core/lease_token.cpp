@@ -27,7 +27,8 @@ std::int64_t read_field(std::string_view& text, std::int64_t max, const char* na
   for (char c : digits) {
     if (c < '0' || c > '9') malformed(std::string(name) + " is not a number");
     const int d = c - '0';
-    if (value > (max - d) / 10) malformed(std::string(name) + " is out of range");
+    if (value > max / 10 || (value == max / 10 && d > max % 10))
+      malformed(std::string(name) + " is out of range");
     value = value * 10 + d;
   }
   text.remove_prefix(dot + 1);
