@@ -85,8 +85,11 @@ CREATE INDEX deliveries_lane_key_idx ON relaybus.deliveries (handler, lane, key,
 CREATE INDEX deliveries_dead_idx ON relaybus.deliveries (updated_at, event_id)
   WHERE status = 'dead';
 
--- Lane leases: 256 per handler. No secondary index and half of every page free, so each
--- update of a lane row is heap-only (HOT). epoch moves whenever the lane changes hands;
+-- Lane leases: 256 per handler. No secondary index, so an update can always be heap-only
+-- (HOT) when the new version fits on its page. A lane row is ~100 bytes when created but
+-- carries its in-flight event ids (40 uuids are ~1.5 kB), so pages are filled to 10% only:
+-- measured on 10,000 deliveries, fillfactor 50 left 2.8% of lane updates non-HOT, 10 left
+-- 0.3%, for 264 kB per handler. epoch moves whenever the lane changes hands;
 -- holder_pid/holder_started name the backend (the incarnation) that acquired it.
 CREATE TABLE relaybus.lanes (
   handler          text NOT NULL,
@@ -98,7 +101,7 @@ CREATE TABLE relaybus.lanes (
   holder_started   timestamptz,
   in_flight        text[] NOT NULL DEFAULT '{}',
   CONSTRAINT lanes_pkey PRIMARY KEY (handler, lane)
-) WITH (fillfactor = 50);
+) WITH (fillfactor = 10);
 
 -- Per-key counters: a keyed publish increments its key's row and holds that row lock until
 -- commit, so a later publisher of the same key waits, and sequence order is commit order.
