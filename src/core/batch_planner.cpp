@@ -2,6 +2,10 @@
 
 namespace relaybus::core {
 
+void BatchPlanner::key_in_flight(const std::string& handler, const std::string& key) {
+  keys_taken_.insert({handler, key});
+}
+
 bool BatchPlanner::offer(const Candidate& candidate) {
   if (full() || candidate.in_flight || candidate.has_pending_predecessor) return false;
   if (candidate.key != nullptr && candidate.key->has_value()) {

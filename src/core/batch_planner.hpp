@@ -30,6 +30,11 @@ class BatchPlanner {
  public:
   explicit BatchPlanner(int batch_size) : remaining_(batch_size) {}
 
+  // A key with a delivery already in flight (claimed earlier, not yet ended) takes no other
+  // delivery until that one ends: a requeued dead head, which has an earlier sequence than
+  // the running delivery, must not run beside it.
+  void key_in_flight(const std::string& handler, const std::string& key);
+
   // True if the candidate is taken into the batch.
   bool offer(const Candidate& candidate);
 

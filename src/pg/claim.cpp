@@ -85,7 +85,7 @@ void Claim::take_held_lanes() {
   // (those hold FOR KEY SHARE). The in-flight list is pruned of deliveries that completed.
   static Statement held("SELECT l.handler, l.lane, l.epoch, " RELAYBUS_HOLDER_ALIVE_SQL
                         ","
-                        " " RELAYBUS_LIVE_IN_FLIGHT_SQL
+                        " " RELAYBUS_LIVE_IN_FLIGHT_SQL ", " RELAYBUS_IN_FLIGHT_KEYS_SQL
                         " FROM relaybus.lanes l WHERE l.lease_owner = $1 AND l.handler = ANY ($2)"
                         " ORDER BY l.handler, l.lane FOR NO KEY UPDATE OF l",
                         {TEXTOID, TEXTARRAYOID});
@@ -111,6 +111,9 @@ void Claim::take_held_lanes() {
     lane.epoch = row::int8(r, 3);
     lane.origin = core::classify_held_lane(row::boolean(r, 4));
     lane.in_flight = row::text_array(r, 5);
+    if (lane.origin == core::LaneOrigin::kHeld) {
+      for (const auto& key : row::text_array(r, 6)) planner_.key_in_flight(lane.handler, key);
+    }
     if (lane.origin == core::LaneOrigin::kOrphaned) {
       orphan_handlers.push_back(lane.handler);
       orphan_lanes.push_back(lane.lane);

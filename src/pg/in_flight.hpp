@@ -10,3 +10,9 @@
   "ARRAY(SELECT x.event_id FROM (SELECT d.event_id, d.status FROM relaybus.deliveries d" \
   " WHERE d.event_id = ANY (l.in_flight) AND d.handler = l.handler OFFSET 0) x"          \
   " WHERE x.status = 'pending')"
+
+// SQL: the distinct ordering keys of the live in-flight deliveries of lane row `l`.
+#define RELAYBUS_IN_FLIGHT_KEYS_SQL                                                     \
+  "ARRAY(SELECT DISTINCT x.key FROM (SELECT d.key, d.status FROM relaybus.deliveries d" \
+  " WHERE d.event_id = ANY (l.in_flight) AND d.handler = l.handler OFFSET 0) x"         \
+  " WHERE x.status = 'pending' AND x.key IS NOT NULL)"

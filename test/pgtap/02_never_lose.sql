@@ -1,0 +1,101 @@
+-- Guarantee: never lose an event. A delivery row exists from publish until its handler's
+-- completion commits; a claim writes only the lane. A worker that vanishes mid-batch
+-- (short lease, never completes) leaves its deliveries as pending rows, and once its lane
+-- lease expires another worker's claim, or take_over_expired(), gets them again. If a
+-- claim deleted or hid rows, or an expired lane were never taken over, the sets compared
+-- below would be missing events.
+SELECT rb_reset();
+SELECT plan(18);
+
+SELECT relaybus.subscribe('billing', ARRAY['invoice.issued']);
+
+-- Six events: three on one key (ordered, one at a time), three without a key.
+SELECT relaybus.publish('invoice.issued', jsonb_build_object('n', n), key, 'inv-' || n)
+  FROM (VALUES (1, 'acct-1'), (2, 'acct-1'), (3, 'acct-1'), (4, NULL), (5, NULL), (6, NULL))
+       AS p(n, key);
+CREATE TEMP TABLE published AS SELECT event_id FROM relaybus.deliveries;
+
+-- The worker that vanishes: claims with a short lease and never completes.
+CREATE TEMP TABLE doomed AS
+  SELECT * FROM relaybus.claim('doomed', 10, '250 ms', ARRAY['billing']);
+SELECT bag_eq('SELECT event_id FROM doomed',
+              $$VALUES ('inv-1'), ('inv-4'), ('inv-5'), ('inv-6')$$,
+              'the doomed worker got the head of the key and every unkeyed event');
+SELECT is((SELECT count(*)::int FROM relaybus.deliveries WHERE status = 'pending'), 6,
+          'claiming removed and dead-lettered nothing: all six rows are still pending');
+SELECT is((SELECT count(*)::int FROM relaybus.claim('rescuer', 10, '30 seconds', ARRAY['billing'])),
+          0, 'while the lease is live nobody else gets the doomed worker''s lanes');
+
+SELECT pg_sleep(0.35);
+
+-- Another worker's claim takes the expired lanes over and gets every delivery back.
+CREATE TEMP TABLE rescued AS
+  SELECT * FROM relaybus.claim('rescuer', 10, '30 seconds', ARRAY['billing']);
+SELECT set_eq('SELECT event_id FROM rescued', 'SELECT event_id FROM doomed',
+              'after the lease expired the rescuer gets exactly the doomed batch again');
+SELECT ok((SELECT bool_and(attempts = 1) FROM rescued),
+          'each redelivered delivery reports the one attempt the crash cost');
+SELECT is((SELECT count(*)::int FROM relaybus.lanes WHERE lease_owner = 'doomed'), 0,
+          'the doomed worker holds no lane any more');
+SELECT is(relaybus.complete_many(ARRAY(SELECT lease_token FROM doomed)), 0,
+          'the vanished worker''s tokens complete nothing');
+SELECT is(relaybus.complete_many(ARRAY(SELECT lease_token FROM rescued)), 4,
+          'the rescuer completes the whole batch');
+
+-- The rest of the key follows in order; drain and compare with what was published.
+CREATE TEMP TABLE handled (event_id text, n serial);
+INSERT INTO handled (event_id) SELECT event_id FROM rescued ORDER BY event_id;
+DO $$
+DECLARE
+  c record;
+  rounds int := 0;
+BEGIN
+  LOOP
+    rounds := rounds + 1;
+    EXIT WHEN rounds > 20;
+    FOR c IN SELECT * FROM relaybus.claim('rescuer', 10, '30 seconds', ARRAY['billing']) LOOP
+      INSERT INTO handled (event_id) VALUES (c.event_id);
+      IF NOT relaybus.complete(c.lease_token) THEN
+        RAISE EXCEPTION 'complete of % failed', c.event_id;
+      END IF;
+    END LOOP;
+    EXIT WHEN NOT EXISTS (SELECT 1 FROM relaybus.deliveries);
+  END LOOP;
+END
+$$;
+SELECT set_eq('SELECT event_id FROM handled', 'SELECT event_id FROM published',
+              'every published event was handled: nothing is missing');
+SELECT is((SELECT count(*)::int FROM relaybus.deliveries), 0, 'nothing is left pending or dead');
+SELECT results_eq(
+  $$SELECT event_id FROM handled WHERE event_id IN ('inv-1', 'inv-2', 'inv-3') ORDER BY n$$,
+  $$VALUES ('inv-1'), ('inv-2'), ('inv-3')$$,
+  'the keyed events were handled in order across the crash');
+
+-- The same through take_over_expired() (what the background worker runs): the expired
+-- lane is freed with its epoch bumped and its delivery charged, then anybody can claim it.
+SELECT relaybus.publish('invoice.issued', '{}', NULL, 'inv-7');
+CREATE TEMP TABLE doomed2 AS
+  SELECT * FROM relaybus.claim('doomed-2', 10, '150 ms', ARRAY['billing']);
+SELECT is((SELECT count(*)::int FROM doomed2), 1, 'a second doomed worker claims inv-7');
+SELECT relaybus.lane_of('inv-7') AS lane7 \gset
+SELECT epoch AS epoch_before FROM relaybus.lanes WHERE handler = 'billing' AND lane = :lane7 \gset
+SELECT pg_sleep(0.2);
+SELECT relaybus.take_over_expired();
+SELECT row_eq(
+  format('SELECT lease_owner, in_flight, epoch FROM relaybus.lanes WHERE handler = %L AND lane = %s',
+         'billing', :lane7),
+  ROW(NULL::text, '{}'::text[], :epoch_before::bigint + 1),
+  'take_over_expired freed the lane, cleared its in-flight list and bumped its epoch');
+SELECT row_eq($$SELECT status, attempts FROM relaybus.deliveries WHERE event_id = 'inv-7'$$,
+              ROW('pending'::text, 1),
+              'the delivery is still a pending row, charged one attempt');
+CREATE TEMP TABLE rescued2 AS
+  SELECT * FROM relaybus.claim('rescuer-2', 10, '30 seconds', ARRAY['billing']);
+SELECT results_eq('SELECT event_id, attempts FROM rescued2', $$VALUES ('inv-7', 1)$$,
+                  'another worker claims it again at once');
+SELECT ok(NOT relaybus.complete((SELECT lease_token FROM doomed2)),
+          'the vanished worker''s token is fenced off');
+SELECT ok(relaybus.complete((SELECT lease_token FROM rescued2)), 'the new holder completes it');
+SELECT is((SELECT count(*)::int FROM relaybus.deliveries), 0, 'nothing left');
+
+SELECT * FROM finish();

@@ -1,0 +1,117 @@
+-- Guarantee: multi-process safety, fencing. A lease token names the lane epoch and the
+-- delivery's claims counter. After a takeover bumps the epoch, every write of the previous
+-- holder is rejected: complete -> false, fail -> 'lost', bury/release -> false, and the
+-- delivery and lane rows are byte-for-byte unchanged by those calls. A token of an older
+-- claim in the SAME lane epoch (fail or release, then a re-claim by the same worker) is
+-- rejected through the claims counter. If fencing broke, a stale call would return
+-- true/'retry'/'dead' or the snapshots compared below would differ.
+SELECT rb_reset();
+SELECT plan(38);
+
+SELECT relaybus.subscribe('fx', ARRAY['t']);
+SELECT relaybus.publish('t', '{}', NULL, 'e' || n) FROM generate_series(1, 4) AS n;
+
+-- The old holder claims everything with a short lease and stalls.
+CREATE TEMP TABLE old AS SELECT * FROM relaybus.claim('w-old', 10, '150 ms', ARRAY['fx']);
+SELECT is((SELECT count(*)::int FROM old), 4, 'the old holder has 4 deliveries in flight');
+SELECT pg_sleep(0.2);
+-- The new holder takes the expired lanes over.
+CREATE TEMP TABLE new AS SELECT * FROM relaybus.claim('w-new', 10, '30 seconds', ARRAY['fx']);
+SELECT set_eq('SELECT event_id FROM new', 'SELECT event_id FROM old',
+              'the new holder got the same 4 deliveries after the takeover');
+SELECT ok((SELECT bool_and(l.epoch > 1) FROM relaybus.lanes l
+            WHERE l.handler = 'fx' AND l.lease_owner = 'w-new'),
+          'each taken-over lane moved to a newer epoch');
+SELECT ok((SELECT bool_and(o.lease_token <> n.lease_token) FROM old o JOIN new n USING (event_id)),
+          'the new tokens differ from the old ones');
+
+CREATE TEMP TABLE deliveries_snap AS SELECT * FROM relaybus.deliveries;
+CREATE TEMP TABLE lanes_snap AS SELECT * FROM relaybus.lanes WHERE handler = 'fx';
+
+SELECT ok(NOT relaybus.complete((SELECT lease_token FROM old WHERE event_id = 'e1')),
+          'stale complete returns false');
+SELECT is(relaybus.fail((SELECT lease_token FROM old WHERE event_id = 'e2'), 'stale'), 'lost',
+          'stale fail returns lost');
+SELECT is(relaybus.fail((SELECT lease_token FROM old WHERE event_id = 'e2'), 'stale', now() + interval '1 day'),
+          'lost', 'stale fail with retry_at returns lost');
+SELECT ok(NOT relaybus.bury((SELECT lease_token FROM old WHERE event_id = 'e3'), 'stale'),
+          'stale bury returns false');
+SELECT ok(NOT relaybus.release((SELECT lease_token FROM old WHERE event_id = 'e4')),
+          'stale release returns false');
+SELECT is(relaybus.complete_many(ARRAY(SELECT lease_token FROM old)), 0,
+          'stale complete_many completes nothing');
+SELECT set_eq('SELECT * FROM relaybus.deliveries', 'SELECT * FROM deliveries_snap',
+              'the stale calls changed no delivery row (status, attempts, claims, due time, error)');
+SELECT set_eq($$SELECT * FROM relaybus.lanes WHERE handler = 'fx'$$, 'SELECT * FROM lanes_snap',
+              'the stale calls changed no lane row (epoch, owner, in-flight list)');
+
+-- The new holder's tokens work.
+SELECT ok(relaybus.complete((SELECT lease_token FROM new WHERE event_id = 'e1')), 'new complete works');
+SELECT is(relaybus.fail((SELECT lease_token FROM new WHERE event_id = 'e2'), 'real'), 'retry', 'new fail works');
+SELECT ok(relaybus.bury((SELECT lease_token FROM new WHERE event_id = 'e3'), 'real'), 'new bury works');
+SELECT ok(relaybus.release((SELECT lease_token FROM new WHERE event_id = 'e4')), 'new release works');
+SELECT bag_eq('SELECT event_id, status, attempts FROM relaybus.deliveries',
+              $$VALUES ('e2', 'pending', 2), ('e3', 'dead', 2), ('e4', 'pending', 1)$$,
+              'only the new holder''s calls took effect (takeover charged 1, fail/bury 1 more)');
+
+-- Older claim, same lane epoch: the claims counter fences it.
+SELECT rb_reset();
+SELECT relaybus.subscribe('fx', ARRAY['t']);
+SELECT relaybus.publish('t', '{}', 'k', 'c1');
+SELECT relaybus.lane_of('k') AS lane \gset
+CREATE TEMP TABLE first_claim AS SELECT * FROM relaybus.claim('w', 10, '30 seconds', ARRAY['fx']);
+SELECT epoch AS epoch_first FROM relaybus.lanes WHERE handler = 'fx' AND lane = :lane \gset
+SELECT is(relaybus.fail((SELECT lease_token FROM first_claim), 'retry now', now()), 'retry',
+          'first attempt fails, due again at once');
+CREATE TEMP TABLE second_claim AS SELECT * FROM relaybus.claim('w', 10, '30 seconds', ARRAY['fx']);
+SELECT results_eq('SELECT event_id, attempts FROM second_claim', $$VALUES ('c1', 1)$$,
+                  'the same worker claims it again');
+SELECT is((SELECT epoch FROM relaybus.lanes WHERE handler = 'fx' AND lane = :lane), :epoch_first::bigint,
+          'the lane did not change hands: same epoch, same owner');
+SELECT isnt((SELECT lease_token FROM second_claim), (SELECT lease_token FROM first_claim),
+            'the second claim has its own token');
+
+DROP TABLE deliveries_snap, lanes_snap;
+CREATE TEMP TABLE deliveries_snap AS SELECT * FROM relaybus.deliveries;
+CREATE TEMP TABLE lanes_snap AS SELECT * FROM relaybus.lanes WHERE handler = 'fx';
+SELECT ok(NOT relaybus.complete((SELECT lease_token FROM first_claim)),
+          'the older claim''s complete returns false');
+SELECT is(relaybus.fail((SELECT lease_token FROM first_claim), 'stale'), 'lost',
+          'the older claim''s fail returns lost');
+SELECT ok(NOT relaybus.bury((SELECT lease_token FROM first_claim)), 'the older claim''s bury returns false');
+SELECT ok(NOT relaybus.release((SELECT lease_token FROM first_claim)),
+          'the older claim''s release returns false');
+SELECT set_eq('SELECT * FROM relaybus.deliveries', 'SELECT * FROM deliveries_snap',
+              'the older claim''s calls changed no delivery row');
+SELECT set_eq($$SELECT * FROM relaybus.lanes WHERE handler = 'fx'$$, 'SELECT * FROM lanes_snap',
+              'the older claim''s calls changed no lane row');
+
+-- The same after a release and re-claim.
+SELECT ok(relaybus.release((SELECT lease_token FROM second_claim)), 'the second claim is released');
+CREATE TEMP TABLE third_claim AS SELECT * FROM relaybus.claim('w', 10, '30 seconds', ARRAY['fx']);
+SELECT is((SELECT count(*)::int FROM third_claim), 1, 'and claimed a third time');
+SELECT ok(NOT relaybus.complete((SELECT lease_token FROM second_claim)),
+          'the released claim''s token cannot complete the new claim');
+SELECT is(relaybus.fail((SELECT lease_token FROM second_claim)), 'lost',
+          'nor fail it');
+
+-- A forged token (a real token with another event id of the same lane) touches nothing.
+SELECT relaybus.publish('t', '{}', 'k', 'c2');
+SELECT ok(NOT relaybus.complete(replace((SELECT lease_token FROM third_claim), 'c1', 'c2')),
+          'a token naming a delivery that is not in flight completes nothing');
+SELECT is((SELECT count(*)::int FROM relaybus.deliveries WHERE event_id = 'c2'), 1, 'c2 is still there');
+SELECT throws_ok($$SELECT relaybus.complete('not-a-token')$$, '22023', NULL,
+                 'a malformed token raises 22023');
+
+SELECT ok(relaybus.complete((SELECT lease_token FROM third_claim)), 'the current token completes');
+SELECT results_eq('SELECT event_id FROM relaybus.deliveries', $$VALUES ('c2')$$, 'only c2 is left');
+
+-- Fencing is about the lane changing hands, not the clock: an expired lease whose lane
+-- nobody took over still completes.
+CREATE TEMP TABLE slow AS SELECT * FROM relaybus.claim('w', 10, '100 ms', ARRAY['fx']);
+SELECT results_eq('SELECT event_id FROM slow', $$VALUES ('c2')$$, 'w claims c2 with a 100 ms lease');
+SELECT pg_sleep(0.15);
+SELECT ok(relaybus.complete((SELECT lease_token FROM slow)),
+          'a completion after the lease expired but before any takeover succeeds');
+
+SELECT * FROM finish();
