@@ -140,7 +140,8 @@ CREATE FUNCTION relaybus.subscribe(
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
 
 -- unsubscribe: removes the handler's subscription; its deliveries and lanes stay (a
--- re-subscribe resumes them). Returns nothing. Writes subscriptions.
+-- re-subscribe resumes them; purge_expired removes its pending deliveries once older than
+-- relaybus.retention_dead). Returns nothing. Writes subscriptions.
 CREATE FUNCTION relaybus.unsubscribe(handler text) RETURNS void
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -239,8 +240,10 @@ CREATE FUNCTION relaybus.take_over_expired() RETURNS integer
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
 
 -- purge_expired: deletes events without deliveries older than relaybus.retention_completed,
--- dead deliveries older than relaybus.retention_dead, legacy completed deliveries and
--- completion history older than relaybus.retention_completed. Returns rows deleted.
+-- dead deliveries (and pending deliveries of unsubscribed handlers) older than
+-- relaybus.retention_dead, legacy completed deliveries and completion history older than
+-- relaybus.retention_completed. Each kind in slices of 10,000: call it until it returns 0.
+-- Returns rows deleted.
 -- Writes events, deliveries, completions.
 CREATE FUNCTION relaybus.purge_expired() RETURNS bigint
   AS 'MODULE_PATHNAME', 'relaybus_purge_expired' LANGUAGE C VOLATILE

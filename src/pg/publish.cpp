@@ -230,7 +230,7 @@ Datum publish_batch_body(FunctionCallInfo fcinfo) {
       " jsonb_typeof(e->'key'), e->>'key', jsonb_typeof(e->'id'), e->>'id',"
       " jsonb_typeof(e->'handlers'),"
       " CASE WHEN jsonb_typeof(e->'handlers') = 'array' THEN ARRAY("
-      "   SELECT CASE WHEN jsonb_typeof(h) = 'string' THEN h #>> '{}' END"
+      "   SELECT CASE WHEN jsonb_typeof(h) = 'string' THEN h #>> '{}' END"  // else NULL: refused
       "   FROM jsonb_array_elements(e->'handlers') h) END,"
       " jsonb_typeof(e->'available_at'),"
       " CASE WHEN jsonb_typeof(e->'available_at') = 'string'"
@@ -263,7 +263,7 @@ Datum publish_batch_body(FunctionCallInfo fcinfo) {
     in.event_id = optional_string(7, "id");
     const std::string handlers_kind = kind(9);
     if (handlers_kind == "array") {
-      in.handlers = text_array_of(row::datum(r, 10, &null), "handlers");
+      in.handlers = text_array_of(row::datum(r, 10, &null), (where + "handlers").c_str());
     } else if (handlers_kind != "absent" && handlers_kind != "null") {
       invalid(where + "handlers must be an array of strings or null");
     }

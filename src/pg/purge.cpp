@@ -24,6 +24,15 @@ Datum purge_expired_body(FunctionCallInfo) {
       "DELETE FROM relaybus.completions c WHERE c.ctid IN (SELECT x.ctid FROM"
       " relaybus.completions x WHERE x.completed_at < now() - $1 LIMIT $2)",
       {INTERVALOID, INT4OID});
+  // Pending deliveries of a handler that was unsubscribed (its lanes remain, so they name
+  // it cheaply) go after the dead-letter retention; a re-subscribe before then resumes them.
+  static Statement unsubscribed(
+      "DELETE FROM relaybus.deliveries d WHERE (d.event_id, d.handler) IN ("
+      " SELECT x.event_id, x.handler FROM (SELECT DISTINCT l.handler FROM relaybus.lanes l"
+      "  WHERE NOT EXISTS (SELECT 1 FROM relaybus.subscriptions s WHERE s.handler = l.handler)) u"
+      " JOIN relaybus.deliveries x ON x.handler = u.handler AND x.status = 'pending'"
+      " WHERE x.created_at < now() - $1 LIMIT $2 FOR UPDATE OF x SKIP LOCKED)",
+      {INTERVALOID, INT4OID});
   // An event goes once no delivery of it is left. A delivery inserted for it concurrently
   // (a republish adding a handler) locks the event first, so it is skipped here.
   static Statement events(
@@ -41,6 +50,7 @@ Datum purge_expired_body(FunctionCallInfo) {
     deleted += statement.run(params);
   };
   run(dead, settings::retention_dead_s());
+  run(unsubscribed, settings::retention_dead_s());
   run(legacy_completed, settings::retention_completed_s());
   run(history, settings::retention_completed_s());
   run(events, settings::retention_completed_s());

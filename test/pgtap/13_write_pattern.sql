@@ -1,0 +1,158 @@
+-- Guarantee: the happy path's write pattern (the pageinspect evidence of the design, as a
+-- test). A delivery is inserted once and deleted once: claim and complete never UPDATE a
+-- delivery row, so no index entry and no dead version is left behind by them; claims write
+-- lane rows only, one row per lane per claim, and every lane update is heap-only (HOT: no
+-- indexed column changes and the lanes' fillfactor leaves room on the page).
+-- If a claim stamped the delivery (0.1.0's row lease), deliveries.n_tup_upd would be > 0;
+-- if a lane column got indexed or lanes lost their free space, n_tup_hot_upd would fall
+-- behind n_tup_upd; if a claim wrote a lane per delivery, the per-claim bound would break.
+-- The batch is published in one transaction, so every delivery has the same available_at
+-- and each claim takes neighbouring lanes, i.e. writes many rows of the same heap page in
+-- one statement (released lanes plus acquired ones, each row growing by its lease and
+-- in-flight list): the hard case for HOT. With fillfactor 50 it gave 234 HOT of 277.
+--
+-- Every step runs on another connection (dblink), each step its own committed transaction.
+-- The numbers come from pg_stat_user_tables: after each step that connection calls
+-- pg_stat_force_next_flush(), so it flushes its counters before it reports ready, and this
+-- session reads them after pg_stat_clear_snapshot(). (pg_stat_xact_user_tables is no help
+-- on PostgreSQL 15: it also shows earlier transactions' counters not flushed yet.)
+SELECT rb_reset();
+SELECT plan(19);
+
+SELECT relaybus.subscribe('wp_one', ARRAY['wp.one']);
+SELECT relaybus.subscribe('wp_batch', ARRAY['wp.batch']);
+SELECT rb_connect('wp');
+-- flush this session's own counters (the subscribes above) before the baselines
+SELECT pg_stat_force_next_flush();
+
+CREATE TEMP TABLE baseline (relname name PRIMARY KEY, ins bigint, upd bigint, del bigint, hot bigint);
+CREATE FUNCTION pg_temp.take_baseline() RETURNS void LANGUAGE sql AS $$
+  SELECT pg_stat_clear_snapshot();
+  DELETE FROM baseline;
+  INSERT INTO baseline SELECT relname, n_tup_ins, n_tup_upd, n_tup_del, n_tup_hot_upd
+    FROM pg_stat_user_tables WHERE schemaname = 'relaybus';
+$$;
+-- the counters since the baseline, as 'ins/upd/del/hot'
+CREATE FUNCTION pg_temp.delta(rel name) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE r text;
+BEGIN
+  PERFORM pg_stat_clear_snapshot();
+  SELECT concat_ws('/', s.n_tup_ins - b.ins, s.n_tup_upd - b.upd, s.n_tup_del - b.del,
+                   s.n_tup_hot_upd - b.hot)
+    INTO r FROM pg_stat_user_tables s JOIN baseline b USING (relname)
+   WHERE s.schemaname = 'relaybus' AND s.relname = rel;
+  RETURN r;
+END
+$$;
+CREATE FUNCTION pg_temp.remote(sql text) RETURNS text LANGUAGE sql AS $$
+  SELECT string_agg(x, ',') FROM dblink('wp', sql) AS t(x text)
+$$;
+CREATE FUNCTION pg_temp.flush_remote() RETURNS void LANGUAGE sql AS $$
+  SELECT pg_temp.remote('SELECT pg_stat_force_next_flush()::text');
+$$;
+
+--------------------------------------------------------------------------------
+-- One delivery: publish, claim, complete, each committed on its own.
+--------------------------------------------------------------------------------
+SELECT pg_temp.take_baseline();
+SELECT pg_temp.remote($$SELECT relaybus.publish('wp.one', '{}', event_id => 'wp-1')$$);
+SELECT pg_temp.remote($$SELECT lease_token FROM relaybus.claim('wp-worker', 10, '30 seconds',
+                        ARRAY['wp_one'])$$) AS one_token \gset
+SELECT is(pg_temp.remote(format('SELECT relaybus.complete(%L)::text', :'one_token')), 'true',
+          'one delivery: claimed and completed');
+SELECT pg_temp.flush_remote();
+
+SELECT is(split_part(pg_temp.delta('deliveries'), '/', 1), '1', 'one delivery: deliveries inserted = 1');
+SELECT is(split_part(pg_temp.delta('deliveries'), '/', 2), '0', 'one delivery: deliveries updated = 0');
+SELECT is(split_part(pg_temp.delta('deliveries'), '/', 3), '1', 'one delivery: deliveries deleted = 1');
+SELECT ok(split_part(pg_temp.delta('lanes'), '/', 2)::int > 0, 'one delivery: the claim updated a lane row');
+SELECT is(split_part(pg_temp.delta('lanes'), '/', 4), split_part(pg_temp.delta('lanes'), '/', 2),
+          'one delivery: every lane update is HOT');
+SELECT is(split_part(pg_temp.delta('lanes'), '/', 2), '1', 'one delivery: exactly one lane row write');
+SELECT diag('one delivery (ins/upd/del/hot): deliveries ' || pg_temp.delta('deliveries')
+            || ', lanes ' || pg_temp.delta('lanes') || ', events ' || pg_temp.delta('events'));
+
+--------------------------------------------------------------------------------
+-- A batch: 200 deliveries published in one transaction, claimed 50 at a time by one
+-- worker, each batch completed with complete_many.
+--------------------------------------------------------------------------------
+SELECT pg_temp.take_baseline();
+SELECT pg_temp.remote($$SELECT count(*)::text FROM relaybus.publish_batch((SELECT jsonb_agg(
+  jsonb_build_object('type', 'wp.batch', 'id', 'wp-b-' || i)) FROM generate_series(1, 200) i))$$);
+SELECT pg_temp.flush_remote();
+
+CREATE TEMP TABLE batches (n int PRIMARY KEY, claimed int, picked_lanes int, held_before int,
+                           lane_upd bigint, lane_hot bigint, delivery_writes bigint, completed int);
+-- the cumulative counters of one table, as (upd, hot, ins + upd + del)
+CREATE FUNCTION pg_temp.counters(rel name, OUT upd bigint, OUT hot bigint, OUT writes bigint)
+  LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM pg_stat_clear_snapshot();
+  SELECT n_tup_upd, n_tup_hot_upd, n_tup_ins + n_tup_upd + n_tup_del INTO upd, hot, writes
+    FROM pg_stat_user_tables WHERE schemaname = 'relaybus' AND relname = rel;
+END
+$$;
+-- One claim of 50 (its own transaction, counters flushed right after it), then
+-- complete_many of its tokens (another transaction).
+CREATE FUNCTION pg_temp.claim_and_complete(n int) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+  tokens text[];
+  held int;
+  lanes0 record;
+  lanes1 record;
+  deliveries0 record;
+  deliveries1 record;
+BEGIN
+  SELECT count(*) INTO held FROM relaybus.lanes WHERE lease_owner = 'wp-batch-worker';
+  lanes0 := pg_temp.counters('lanes');
+  deliveries0 := pg_temp.counters('deliveries');
+  SELECT array_agg(t) INTO tokens FROM dblink('wp', $q$SELECT lease_token FROM relaybus.claim(
+    'wp-batch-worker', 50, '30 seconds', ARRAY['wp_batch'])$q$) AS r(t text);
+  PERFORM pg_temp.flush_remote();
+  lanes1 := pg_temp.counters('lanes');
+  deliveries1 := pg_temp.counters('deliveries');
+  INSERT INTO batches VALUES (n, coalesce(cardinality(tokens), 0),
+    (SELECT count(DISTINCT split_part(t, '.', 2)) FROM unnest(tokens) t), held,
+    lanes1.upd - lanes0.upd, lanes1.hot - lanes0.hot, deliveries1.writes - deliveries0.writes,
+    pg_temp.remote(format('SELECT relaybus.complete_many(%L::text[])::text', tokens))::int);
+  PERFORM pg_temp.flush_remote();
+END
+$$;
+SELECT pg_temp.claim_and_complete(1);
+SELECT pg_temp.claim_and_complete(2);
+SELECT pg_temp.claim_and_complete(3);
+SELECT pg_temp.claim_and_complete(4);
+SELECT pg_temp.flush_remote();
+
+SELECT is((SELECT array_agg(claimed ORDER BY n) FROM batches), ARRAY[50, 50, 50, 50],
+          'batch: four claims of 50');
+SELECT is((SELECT array_agg(completed ORDER BY n) FROM batches), ARRAY[50, 50, 50, 50],
+          'batch: complete_many completed each batch');
+SELECT is((SELECT count(*)::int FROM relaybus.deliveries WHERE handler = 'wp_batch'), 0,
+          'batch: every delivery is gone');
+SELECT is(split_part(pg_temp.delta('deliveries'), '/', 1), '200', 'batch: deliveries inserted = 200');
+SELECT is(split_part(pg_temp.delta('deliveries'), '/', 2), '0', 'batch: deliveries updated = 0');
+SELECT is(split_part(pg_temp.delta('deliveries'), '/', 3), '200', 'batch: deliveries deleted = 200');
+SELECT ok(split_part(pg_temp.delta('lanes'), '/', 2)::int > 0, 'batch: claims updated lane rows');
+SELECT is(split_part(pg_temp.delta('lanes'), '/', 4), split_part(pg_temp.delta('lanes'), '/', 2),
+          'batch: every lane update is HOT');
+SELECT is((SELECT sum(delivery_writes)::int FROM batches), 0,
+          'batch: no claim wrote a delivery row');
+SELECT ok((SELECT bool_and(lane_upd = lane_hot AND lane_upd > 0) FROM batches),
+          'batch: within each claim every lane update is HOT');
+-- A claim writes each lane it picks from once, plus each lane it held before and hands
+-- back: never more than one row write per lane per claim.
+SELECT ok((SELECT bool_and(lane_upd >= picked_lanes AND lane_upd <= picked_lanes + held_before)
+             FROM batches),
+          'batch: lane row writes per claim are bounded by one per lane');
+SELECT ok((SELECT bool_and(lane_upd <= claimed + held_before) FROM batches),
+          'batch: lane row writes per claim do not exceed one per claimed delivery');
+SELECT diag('batch totals (ins/upd/del/hot): deliveries ' || pg_temp.delta('deliveries')
+            || ', lanes ' || pg_temp.delta('lanes'));
+SELECT diag('batch ' || n || ': claimed ' || claimed || ' from ' || picked_lanes || ' lanes, held before '
+            || held_before || ', lane updates ' || lane_upd || ' (hot ' || lane_hot || ')')
+  FROM batches ORDER BY n;
+
+SELECT dblink_disconnect('wp');
+
+SELECT * FROM finish();
