@@ -24,8 +24,16 @@ override BITCODE_CXXFLAGS += -std=c++17 -Wno-register
 SHLIB_LINK += -lstdc++
 
 PG_CONFIG ?= pg_config
-PGXS := $(shell $(PG_CONFIG) --pgxs)
+PGXS := $(wildcard $(shell $(PG_CONFIG) --pgxs 2>/dev/null))
+ifneq ($(PGXS),)
 include $(PGXS)
+else
+# No PostgreSQL server headers yet: only `make test` (which installs them first) works.
+.DEFAULT_GOAL := missing-pgxs
+.PHONY: missing-pgxs
+missing-pgxs all install installcheck:
+	@echo "PostgreSQL 15 server headers not found: run scripts/install-deps as root" >&2; exit 1
+endif
 
 # Header dependencies (PGXS tracks none without --enable-depend).
 -include $(OBJS:.o=.d)
