@@ -59,6 +59,17 @@ class Claim {
   std::vector<Claimed> claimed_;
 };
 
+// Every lane statement returns handler, lane and epoch first, then what it needs.
+LaneInClaim read_lane(std::uint64_t r, core::LaneOrigin origin, int in_flight_column) {
+  LaneInClaim lane;
+  lane.handler = row::text(r, 1);
+  lane.lane = row::int2(r, 2);
+  lane.epoch = row::int8(r, 3);
+  lane.origin = origin;
+  lane.in_flight = row::text_array(r, in_flight_column);
+  return lane;
+}
+
 void Claim::resolve_handlers(const std::optional<std::vector<std::string>>& requested) {
   // Without a list: every handler that external workers run (not in-database handlers).
   static Statement select_handlers(
@@ -105,12 +116,7 @@ void Claim::take_held_lanes() {
   std::vector<std::string> orphan_handlers;
   std::vector<std::int16_t> orphan_lanes;
   for (std::uint64_t r = 0; r < n; ++r) {
-    LaneInClaim lane;
-    lane.handler = row::text(r, 1);
-    lane.lane = row::int2(r, 2);
-    lane.epoch = row::int8(r, 3);
-    lane.origin = core::classify_held_lane(row::boolean(r, 4));
-    lane.in_flight = row::text_array(r, 5);
+    LaneInClaim lane = read_lane(r, core::classify_held_lane(row::boolean(r, 4)), 5);
     if (lane.origin == core::LaneOrigin::kHeld) {
       for (const auto& key : row::text_array(r, 6)) planner_.key_in_flight(lane.handler, key);
     }
@@ -128,14 +134,8 @@ void Claim::take_held_lanes() {
     const std::uint64_t m = lock_orphans.run(orphan_params);
     std::vector<std::size_t> taken;
     for (std::uint64_t r = 0; r < m; ++r) {
-      LaneInClaim lane;
-      lane.handler = row::text(r, 1);
-      lane.lane = row::int2(r, 2);
-      lane.epoch = row::int8(r, 3);
-      lane.origin = core::LaneOrigin::kOrphaned;
-      lane.in_flight = row::text_array(r, 4);
       taken.push_back(lanes_.size());
-      lanes_.push_back(std::move(lane));
+      lanes_.push_back(read_lane(r, core::LaneOrigin::kOrphaned, 4));
     }
     charge(taken);
   }
@@ -243,12 +243,8 @@ void Claim::acquire_free_lanes() {
     const std::size_t first = lanes_.size();
     std::vector<std::size_t> expired;
     for (std::uint64_t r = 0; r < n; ++r) {
-      LaneInClaim lane;
-      lane.handler = row::text(r, 1);
-      lane.lane = row::int2(r, 2);
-      lane.epoch = row::int8(r, 3);
-      lane.origin = row::boolean(r, 4) ? core::LaneOrigin::kExpired : core::LaneOrigin::kFree;
-      lane.in_flight = row::text_array(r, 5);
+      LaneInClaim lane = read_lane(
+          r, row::boolean(r, 4) ? core::LaneOrigin::kExpired : core::LaneOrigin::kFree, 5);
       if (lane.origin == core::LaneOrigin::kExpired) expired.push_back(lanes_.size());
       if (lane.origin == core::LaneOrigin::kFree) lane.in_flight.clear();
       lanes_.push_back(std::move(lane));
