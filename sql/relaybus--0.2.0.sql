@@ -26,7 +26,8 @@ $roles$;
 --------------------------------------------------------------------------------
 
 -- Handlers and what they receive. sql_function marks an in-database handler, run by the
--- background worker rather than by external workers.
+-- background worker rather than by external workers; sql_timeout bounds one call of it
+-- (NULL: relaybus.sql_handler_timeout).
 CREATE TABLE relaybus.subscriptions (
   handler      text PRIMARY KEY CHECK (handler <> ''),
   event_types  text[] NOT NULL CHECK (cardinality(event_types) > 0),
@@ -34,6 +35,7 @@ CREATE TABLE relaybus.subscriptions (
   backoff_base interval NOT NULL DEFAULT '1 second',
   backoff_max  interval NOT NULL DEFAULT '1 hour',
   sql_function regprocedure,
+  sql_timeout  interval CHECK (sql_timeout > '0'),
   created_at   timestamptz NOT NULL DEFAULT now(),
   updated_at   timestamptz NOT NULL DEFAULT now()
 );
@@ -130,12 +132,14 @@ CREATE FUNCTION relaybus.lane_of(key_or_event_id text) RETURNS smallint
   AS 'MODULE_PATHNAME', 'relaybus_lane_of' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 -- subscribe: registers or updates handler for event_types ('*' = every type) with its
--- retry policy; sql_function(jsonb) makes it an in-database handler. Creates the handler's
--- 256 lanes. Returns nothing. Writes subscriptions, lanes.
+-- retry policy; sql_function(jsonb) makes it an in-database handler, run by the background
+-- workers as the function's owner, each call bounded by sql_timeout (NULL:
+-- relaybus.sql_handler_timeout). Creates the handler's 256 lanes. Returns nothing.
+-- Writes subscriptions, lanes.
 CREATE FUNCTION relaybus.subscribe(
   handler text, event_types text[], max_attempts integer DEFAULT 25,
   backoff_base interval DEFAULT '1 second', backoff_max interval DEFAULT '1 hour',
-  sql_function regprocedure DEFAULT NULL) RETURNS void
+  sql_function regprocedure DEFAULT NULL, sql_timeout interval DEFAULT NULL) RETURNS void
   AS 'MODULE_PATHNAME', 'relaybus_subscribe' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
 
@@ -428,7 +432,7 @@ GRANT EXECUTE ON FUNCTION relaybus.lane_of(text)
   TO relaybus_publisher, relaybus_worker, relaybus_admin;
 
 GRANT EXECUTE ON FUNCTION
-  relaybus.subscribe(text, text[], integer, interval, interval, regprocedure),
+  relaybus.subscribe(text, text[], integer, interval, interval, regprocedure, interval),
   relaybus.unsubscribe(text),
   relaybus.requeue(text, text),
   relaybus.requeue_dead(text),

@@ -22,13 +22,15 @@ int sqlstate_code(const char* s) {
   return MAKE_SQLSTATE(s[0], s[1], s[2], s[3], s[4]);
 }
 
-}  // namespace
-
-Datum run_guarded(FunctionCallInfo fcinfo, SqlBody body) {
+// Runs body; any exception is caught and, once outside every catch block, raised as a
+// PostgreSQL ERROR (a caught PostgreSQL error is re-raised as it was). In a background
+// worker, which has no error handler of its own, PostgreSQL turns that ERROR into FATAL.
+template <typename Body>
+auto guard(Body&& body) -> decltype(body()) {
   ErrorData* pg_error = nullptr;
   const char* sqlstate = nullptr;
   try {
-    return body(fcinfo);
+    return body();
   } catch (const PgError& e) {
     pg_error = e.data;
   } catch (const core::Error& e) {
@@ -48,6 +50,16 @@ Datum run_guarded(FunctionCallInfo fcinfo, SqlBody body) {
   if (pg_error != nullptr) ReThrowError(pg_error);
   ereport(ERROR, (errcode(sqlstate_code(sqlstate)), errmsg("%s", message_buffer)));
   pg_unreachable();
+}
+
+}  // namespace
+
+Datum run_guarded(FunctionCallInfo fcinfo, SqlBody body) {
+  return guard([&] { return body(fcinfo); });
+}
+
+void run_guarded_worker(WorkerBody body, Datum arg) {
+  guard([&] { body(arg); });
 }
 
 }  // namespace relaybus::pg

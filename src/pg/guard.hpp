@@ -38,6 +38,11 @@ using SqlBody = Datum (*)(FunctionCallInfo);
 
 Datum run_guarded(FunctionCallInfo fcinfo, SqlBody body);
 
+// The same boundary for a background worker's main function: an error ends the worker
+// (FATAL), and the postmaster restarts it.
+using WorkerBody = void (*)(Datum);
+void run_guarded_worker(WorkerBody body, Datum arg);
+
 }  // namespace relaybus::pg
 
 #define RELAYBUS_SQL_FUNCTION(c_name, body)         \

@@ -1,12 +1,17 @@
 // The shared library's entry: PostgreSQL's magic block and _PG_init.
+#include "background.hpp"
 #include "postgres.hpp"
 #include "settings.hpp"
+#include "wakeup.hpp"
 
 extern "C" {
 PG_MODULE_MAGIC;
 
 void _PG_init(void);
 void _PG_init(void) {
+  const bool preloading = process_shared_preload_libraries_in_progress;
   relaybus::pg::settings::define();
+  relaybus::pg::wakeup::install(preloading);
+  if (preloading) relaybus::pg::background::register_workers();
 }
 }

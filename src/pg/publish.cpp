@@ -1,5 +1,6 @@
 // publish and publish_batch: the event and its deliveries, in the caller's transaction.
 #include "spi.hpp"
+#include "wakeup.hpp"
 
 #include "../core/claim_request.hpp"
 #include "../core/error.hpp"
@@ -66,12 +67,17 @@ void validate(const PublishInput& in, const std::string& where) {
   }
 }
 
+struct Targets {
+  std::vector<std::string> handlers;
+  std::vector<bool> in_database;  // per handler: has an sql_function
+};
+
 // The handlers an event goes to: the given ones (each must be subscribed), or every
 // subscriber of its type.
-std::vector<std::string> target_handlers(const std::string& type,
-                                         const std::optional<std::vector<std::string>>& given) {
+Targets target_handlers(const std::string& type,
+                        const std::optional<std::vector<std::string>>& given) {
   static Statement select_handlers(
-      "SELECT s.handler FROM relaybus.subscriptions s"
+      "SELECT s.handler, s.sql_function IS NOT NULL FROM relaybus.subscriptions s"
       " WHERE CASE WHEN $2::text[] IS NULL"
       "  THEN $1 = ANY (s.event_types) OR '*' = ANY (s.event_types)"
       "  ELSE s.handler = ANY ($2) END"
@@ -81,17 +87,30 @@ std::vector<std::string> target_handlers(const std::string& type,
   params.text(type);
   params.text_array(given);
   const std::uint64_t n = select_handlers.run(params);
-  std::vector<std::string> found;
-  found.reserve(n);
-  for (std::uint64_t r = 0; r < n; ++r) found.push_back(row::text(r, 1));
+  Targets found;
+  for (std::uint64_t r = 0; r < n; ++r) {
+    found.handlers.push_back(row::text(r, 1));
+    found.in_database.push_back(row::boolean(r, 2));
+  }
   if (given) {
     for (const auto& h : *given) {
-      if (!std::binary_search(found.begin(), found.end(), h))
+      if (!std::binary_search(found.handlers.begin(), found.handlers.end(), h))
         throw core::Error(core::sqlstate::kUndefinedObject,
                           "handler \"" + h + "\" is not subscribed");
     }
   }
   return found;
+}
+
+// Deliveries inserted for these handlers: wake their workers at commit.
+void wake(const std::vector<std::string>& handlers, const Targets& targets) {
+  if (handlers.empty()) return;
+  bool in_database = false;
+  for (std::size_t i = 0; i < targets.handlers.size(); ++i)
+    if (targets.in_database[i] &&
+        std::find(handlers.begin(), handlers.end(), targets.handlers[i]) != handlers.end())
+      in_database = true;
+  wakeup::published(handlers, in_database);
 }
 
 std::optional<std::int64_t> next_sequence(const std::optional<std::string>& key) {
@@ -146,8 +165,9 @@ void publish_repeat(const std::string& event_id, const PublishInput& in) {
   std::vector<std::string> had = row::text_array(0, 3);
   std::sort(had.begin(), had.end());
 
+  const Targets targets = target_handlers(stored_type, in.handlers);
   std::vector<std::string> added;
-  for (const auto& h : target_handlers(stored_type, in.handlers))
+  for (const auto& h : targets.handlers)
     if (!std::binary_search(had.begin(), had.end(), h)) added.push_back(h);
   if (added.empty()) return;
 
@@ -156,6 +176,7 @@ void publish_repeat(const std::string& event_id, const PublishInput& in) {
   update_params.text_array(added);
   add_handlers.run(update_params);
   insert_deliveries(event_id, stored_key, added, in.available_at);
+  wake(added, targets);
 }
 
 std::string publish_one(PublishInput& in, const std::string& where) {
@@ -165,7 +186,8 @@ std::string publish_one(PublishInput& in, const std::string& where) {
   }
   validate(in, where);
   const std::string event_id = in.event_id ? *in.event_id : new_event_id();
-  const std::vector<std::string> handlers = target_handlers(in.type, in.handlers);
+  const Targets targets = target_handlers(in.type, in.handlers);
+  const std::vector<std::string>& handlers = targets.handlers;
 
   static Statement insert_event(
       "INSERT INTO relaybus.events (id, type, key, payload, headers, handlers)"
@@ -180,6 +202,7 @@ std::string publish_one(PublishInput& in, const std::string& where) {
   params.text_array(handlers);
   if (insert_event.run(params) == 1) {
     insert_deliveries(event_id, in.key, handlers, in.available_at);
+    wake(handlers, targets);
   } else {
     publish_repeat(event_id, in);
   }

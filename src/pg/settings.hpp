@@ -13,4 +13,24 @@ int retention_completed_s();
 // relaybus.retention_dead, seconds: how long dead letters are kept.
 int retention_dead_s();
 
+// Background worker (issue 3). Settings of context postmaster exist only when the library is
+// preloaded; without it they read as their defaults and no worker runs.
+
+// relaybus.database: the database the background workers connect to.
+const char* database();
+// relaybus.maintenance_interval, ms: time between maintenance rounds.
+int maintenance_interval_ms();
+// relaybus.sql_handler_workers: how many workers run in-database handlers.
+int sql_handler_workers();
+// relaybus.sql_handler_timeout, ms: statement timeout of an in-database handler call, for
+// handlers subscribed without their own.
+int sql_handler_timeout_ms();
+// relaybus.sql_handler_batch: deliveries an in-database handler worker claims at once.
+int sql_handler_batch();
+// relaybus.sql_handler_poll_interval, ms: how long an idle in-database handler worker waits
+// when no wake-up comes.
+int sql_handler_poll_interval_ms();
+// relaybus.notify: a publish wakes idle workers at commit.
+bool notify();
+
 }  // namespace relaybus::pg::settings

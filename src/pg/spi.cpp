@@ -11,6 +11,10 @@ SpiConnection::SpiConnection() {
 }
 
 void SpiConnection::finish() {
+  finish_current();
+}
+
+void SpiConnection::finish_current() {
   pg_call([] { SPI_finish(); });
 }
 

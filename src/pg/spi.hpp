@@ -15,6 +15,9 @@ class SpiConnection {
  public:
   SpiConnection();
   void finish();
+  // Finishes the connection made by an earlier SpiConnection (used across a worker's
+  // begin/commit of a transaction).
+  static void finish_current();
 };
 
 class Params {

@@ -13,7 +13,8 @@ namespace {
 // An in-database handler takes the event as one jsonb argument.
 void validate_sql_function(Oid function) {
   static Statement signature(
-      "SELECT p.pronargs = 1 AND p.proargtypes[0] = 'jsonb'::regtype, p.prokind = 'f'"
+      "SELECT p.pronargs = 1 AND p.proargtypes[0] = 'jsonb'::regtype,"
+      " p.prokind = 'f' AND NOT p.proretset"
       " FROM pg_catalog.pg_proc p WHERE p.oid = $1",
       {OIDOID});
   Params params;
@@ -22,7 +23,8 @@ void validate_sql_function(Oid function) {
     throw core::Error(core::sqlstate::kUndefinedObject, "sql_function does not exist");
   if (!row::boolean(0, 1) || !row::boolean(0, 2))
     throw core::Error("42883",  // undefined_function
-                      "sql_function must be a function taking exactly one jsonb argument");
+                      "sql_function must be a function (not a procedure or set-returning) "
+                      "taking exactly one jsonb argument");
 }
 
 Datum subscribe_body(FunctionCallInfo fcinfo) {
@@ -42,16 +44,23 @@ Datum subscribe_body(FunctionCallInfo fcinfo) {
   policy.backoff_max_us = interval_us_of(PG_GETARG_DATUM(4));
   core::validate(policy);
   const bool in_database = !PG_ARGISNULL(5);
+  const bool has_timeout = !PG_ARGISNULL(6);
+  if (has_timeout && interval_us_of(PG_GETARG_DATUM(6)) <= 0)
+    throw core::Error(core::sqlstate::kInvalidParameter, "sql_timeout must be positive");
+  if (has_timeout && !in_database)
+    throw core::Error(core::sqlstate::kInvalidParameter,
+                      "sql_timeout applies to in-database handlers: give sql_function too");
 
   static Statement upsert(
       "INSERT INTO relaybus.subscriptions AS s"
-      " (handler, event_types, max_attempts, backoff_base, backoff_max, sql_function)"
-      " VALUES ($1, $2, $3, $4, $5, $6)"
+      " (handler, event_types, max_attempts, backoff_base, backoff_max, sql_function,"
+      "  sql_timeout) VALUES ($1, $2, $3, $4, $5, $6, $7)"
       " ON CONFLICT (handler) DO UPDATE SET event_types = excluded.event_types,"
       " max_attempts = excluded.max_attempts, backoff_base = excluded.backoff_base,"
       " backoff_max = excluded.backoff_max, sql_function = excluded.sql_function,"
+      " sql_timeout = excluded.sql_timeout,"
       " updated_at = now()",
-      {TEXTOID, TEXTARRAYOID, INT4OID, INTERVALOID, INTERVALOID, REGPROCEDUREOID});
+      {TEXTOID, TEXTARRAYOID, INT4OID, INTERVALOID, INTERVALOID, REGPROCEDUREOID, INTERVALOID});
   static Statement lanes(
       "INSERT INTO relaybus.lanes (handler, lane) SELECT $1, n FROM generate_series(0, $2) n"
       " ON CONFLICT DO NOTHING",
@@ -66,6 +75,7 @@ Datum subscribe_body(FunctionCallInfo fcinfo) {
   params.datum(PG_GETARG_DATUM(3), false);
   params.datum(PG_GETARG_DATUM(4), false);
   params.datum(in_database ? PG_GETARG_DATUM(5) : 0, !in_database);
+  params.datum(has_timeout ? PG_GETARG_DATUM(6) : 0, !has_timeout);
   upsert.run(params);
   Params lane_params;
   lane_params.text(handler);
