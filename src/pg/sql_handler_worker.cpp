@@ -1,7 +1,8 @@
 // The workers that run in-database handlers (subscriptions with sql_function).
 //
-// A round claims a batch for every in-database handler, then handles each delivery in a
-// transaction of its own: the handler function runs in a subtransaction, as the function's
+// A round claims a batch for one in-database handler (the next one, in turn, that has due
+// work), so a slow handler only holds up its own deliveries, then handles each delivery in
+// a transaction of its own: the handler function runs in a subtransaction, as the function's
 // owner, under the handler's statement timeout; if it returns, complete() deletes the
 // delivery in the same transaction, so the handler's writes and the completion commit
 // together (effectively-once); if it raises, its writes are rolled back and fail() charges
@@ -95,7 +96,8 @@ void call_handler(Oid function, Oid owner, int timeout_ms, Datum event, CallOutc
 
 class SqlHandlerWorker {
  public:
-  explicit SqlHandlerWorker(int slot) : name_("relaybus-sql-" + std::to_string(slot)) {}
+  explicit SqlHandlerWorker(int slot)
+      : name_("relaybus-sql-" + std::to_string(slot)), turn_(static_cast<std::size_t>(slot)) {}
 
   // Claims and handles one batch; returns how many deliveries it handled.
   std::size_t round();
@@ -110,13 +112,14 @@ class SqlHandlerWorker {
   // lanes its dead predecessor held at once (their holder backend is gone).
   std::string name_;
   std::chrono::steady_clock::time_point renewed_;
+  std::size_t turn_;  // which handler to try first; workers start at different ones
 };
 
 std::vector<Job> SqlHandlerWorker::claim(std::int64_t* lease_ms) {
   static Statement handlers(
-      "SELECT array_agg(s.handler ORDER BY s.handler),"
-      " max(coalesce((extract(epoch FROM s.sql_timeout) * 1000)::int8, $1))"
-      " FROM relaybus.subscriptions s WHERE s.sql_function IS NOT NULL",
+      "SELECT s.handler, coalesce((extract(epoch FROM s.sql_timeout) * 1000)::int8, $1)"
+      " FROM relaybus.subscriptions s WHERE s.sql_function IS NOT NULL"
+      " ORDER BY s.handler COLLATE \"C\"",
       {INT8OID});
   static Statement claim(
       "SELECT c.lease_token, c.handler, s.sql_function::oid, p.proowner,"
@@ -135,17 +138,22 @@ std::vector<Job> SqlHandlerWorker::claim(std::int64_t* lease_ms) {
     if (!worker::extension_installed()) return;
     Params handler_params;
     handler_params.int8(settings::sql_handler_timeout_ms());
-    handlers.run(handler_params);
-    if (row::is_null(0, 1)) return;  // no in-database handler
-    const std::vector<std::string> names = row::text_array(0, 1);
-    *lease_ms = row::int8(0, 2) + kLeaseMarginMs;
-    Params params;
-    params.text(name_);
-    params.int4(settings::sql_handler_batch());
-    params.interval_us(*lease_ms * 1000);
-    params.text_array(names);
-    params.int4(settings::sql_handler_timeout_ms());
-    const std::uint64_t n = claim.run(params);
+    const std::uint64_t count = handlers.run(handler_params);
+    std::vector<std::pair<std::string, std::int64_t>> in_database;
+    for (std::uint64_t r = 0; r < count; ++r)
+      in_database.emplace_back(row::text(r, 1), row::int8(r, 2));
+    std::uint64_t n = 0;
+    for (std::size_t tried = 0; tried < in_database.size() && n == 0; ++tried) {
+      const auto& [handler, timeout_ms] = in_database[turn_++ % in_database.size()];
+      *lease_ms = timeout_ms + kLeaseMarginMs;
+      Params params;
+      params.text(name_);
+      params.int4(settings::sql_handler_batch());
+      params.interval_us(*lease_ms * 1000);
+      params.text_array(std::vector<std::string>{handler});
+      params.int4(settings::sql_handler_timeout_ms());
+      n = claim.run(params);
+    }
     for (std::uint64_t r = 0; r < n; ++r) {
       Job job;
       job.token = row::text(r, 1);

@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# The background workers, on a throwaway cluster of their own (short intervals, restarts):
+# visible in pg_stat_activity, surviving a reload, taking over expired lanes and charging
+# attempts, dead-lettering a poison delivery after max_attempts takeovers, purging by
+# retention, running in-database handlers exactly once in key order with retries, dead
+# letters and timeouts, a slow handler not holding up another, wake-ups beating a long
+# poll interval, NOTIFY once per transaction and handler, restart after termination, and a
+# prompt fast shutdown.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+port=$(( ${PGPORT:-54329} + 1 ))
+dir=/tmp/relaybus-bgw-$port
+export RELAYBUS_CLUSTER_SETTINGS="relaybus.maintenance_interval = '100ms'
+relaybus.sql_handler_poll_interval = '100ms'
+relaybus.sql_handler_workers = 2"
+scripts/cluster start "$dir" "$port"
+trap 'scripts/cluster stop "$dir"' EXIT
+export PGHOST=$dir PGPORT=$port PGUSER=postgres PGDATABASE=postgres
+
+q() { psql -qXAt -v ON_ERROR_STOP=1 -c "$1"; }
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); echo "ok - $1"; }
+not_ok() { failed=$((failed + 1)); echo "not ok - $1"; }
+check() { if [ "$(q "$2")" = t ]; then ok "$1"; else not_ok "$1"; fi; }
+# wait_for DESCRIPTION SQL SECONDS: polls until SQL returns t.
+wait_for() {
+  local deadline=$(($(date +%s%N) + ${3%.*} * 1000000000))
+  while [ "$(date +%s%N)" -lt $deadline ]; do
+    if [ "$(q "$2")" = t ]; then ok "$1"; return; fi
+    sleep 0.05
+  done
+  not_ok "$1 (not within $3 s)"
+}
+workers() { q "SELECT string_agg(pid::text, ',' ORDER BY pid) FROM pg_stat_activity WHERE backend_type LIKE 'relaybus%'"; }
+
+check "one maintenance and two sql handler workers run" \
+  "SELECT count(*) FILTER (WHERE backend_type = 'relaybus maintenance') = 1
+      AND count(*) FILTER (WHERE backend_type = 'relaybus sql handler') = 2
+     FROM pg_stat_activity"
+
+q "CREATE EXTENSION relaybus" >/dev/null
+before=$(workers)
+q "ALTER SYSTEM SET relaybus.maintenance_interval = '50ms'" >/dev/null
+q "SELECT pg_reload_conf()" >/dev/null
+sleep 0.5
+[ "$(workers)" = "$before" ] && ok "the workers survive pg_reload_conf() with changed settings" \
+  || not_ok "the workers survive pg_reload_conf() with changed settings"
+
+# Takeover of an expired lane, with the attempt charged.
+q "SELECT relaybus.subscribe('ext', ARRAY['ext.t'])" >/dev/null
+q "SELECT relaybus.publish('ext.t', '{}', event_id => 'x1')" >/dev/null
+check "a worker claims x1 with a 200 ms lease" \
+  "SELECT count(*) = 1 FROM relaybus.claim('vanished', 1, '200 ms', ARRAY['ext'])"
+wait_for "the maintenance worker takes the expired lane over and charges one attempt" \
+  "SELECT NOT EXISTS (SELECT 1 FROM relaybus.lanes WHERE handler = 'ext' AND lease_owner IS NOT NULL)
+      AND (SELECT attempts = 1 AND status = 'pending' FROM relaybus.deliveries WHERE event_id = 'x1')" 3
+
+# A poison delivery whose worker dies every time ends dead after max_attempts takeovers.
+q "SELECT relaybus.subscribe('poison', ARRAY['poison.t'], max_attempts => 3)" >/dev/null
+q "SELECT relaybus.publish('poison.t', '{}', event_id => 'p1')" >/dev/null
+for i in 1 2 3; do
+  check "crash $i: a worker claims p1 and vanishes" \
+    "SELECT count(*) = 1 FROM relaybus.claim('crashy-$i', 1, '100 ms', ARRAY['poison'])"
+  wait_for "crash $i: the lane is taken over" \
+    "SELECT NOT EXISTS (SELECT 1 FROM relaybus.lanes WHERE handler = 'poison' AND lease_owner IS NOT NULL)" 3
+done
+check "after 3 takeovers p1 is dead with 3 attempts" \
+  "SELECT status = 'dead' AND attempts = 3 FROM relaybus.deliveries WHERE event_id = 'p1'"
+
+# In-database handlers.
+q "CREATE TABLE handled (id bigserial PRIMARY KEY, event_id text, handler text, key text, n int,
+                         at timestamptz DEFAULT clock_timestamp())" >/dev/null
+q "CREATE FUNCTION record(e jsonb) RETURNS void LANGUAGE plpgsql AS \$\$
+   BEGIN
+     IF e->'payload'->>'raise' = 'yes' THEN RAISE EXCEPTION 'refusing %', e->>'id'; END IF;
+     IF e->'payload' ? 'sleep' THEN PERFORM pg_sleep((e->'payload'->>'sleep')::float8); END IF;
+     INSERT INTO handled (event_id, handler, key, n)
+       VALUES (e->>'id', e->>'handler', e->>'key', (e->'payload'->>'n')::int);
+   END \$\$" >/dev/null
+q "SELECT relaybus.subscribe('recorder', ARRAY['rec.t'], max_attempts => 3, backoff_base => '50 ms',
+     backoff_max => '100 ms', sql_function => 'record(jsonb)', sql_timeout => '300 ms')" >/dev/null
+q "SELECT count(relaybus.publish('rec.t', jsonb_build_object('n', i), 'k' || (i % 7), 'r' || i))
+     FROM generate_series(1, 300) i" >/dev/null
+q "SELECT relaybus.publish('rec.t', '{\"raise\": \"yes\"}', event_id => 'raises')" >/dev/null
+q "SELECT relaybus.publish('rec.t', '{\"sleep\": 30}', event_id => 'loops')" >/dev/null
+wait_for "300 events to an in-database handler are all handled" \
+  "SELECT count(*) >= 300 FROM handled WHERE handler = 'recorder'" 20
+check "each exactly once" \
+  "SELECT count(*) = 300 AND count(DISTINCT event_id) = 300 FROM handled WHERE handler = 'recorder'"
+check "in per-key order" \
+  "SELECT NOT EXISTS (SELECT 1 FROM (SELECT n < lag(n) OVER (PARTITION BY key ORDER BY id) AS back
+                                       FROM handled WHERE handler = 'recorder') o WHERE back)"
+wait_for "a handler that raises is retried with backoff and dead-lettered" \
+  "SELECT status = 'dead' AND attempts = 3 AND last_error LIKE 'refusing raises%'
+     FROM relaybus.deliveries WHERE event_id = 'raises'" 10
+wait_for "a handler that exceeds its timeout is failed (57014), not hung" \
+  "SELECT status = 'dead' AND attempts = 3 AND last_error LIKE '%statement timeout%57014%'
+     FROM relaybus.deliveries WHERE event_id = 'loops'" 10
+check "neither left a side effect" \
+  "SELECT NOT EXISTS (SELECT 1 FROM handled WHERE event_id IN ('raises', 'loops'))"
+
+# A slow handler does not hold up another handler.
+q "SELECT relaybus.subscribe('slowpoke', ARRAY['slow.t'], sql_function => 'record(jsonb)',
+     sql_timeout => '10 s')" >/dev/null
+q "SELECT relaybus.subscribe('quick', ARRAY['quick.t'], sql_function => 'record(jsonb)')" >/dev/null
+q "SELECT relaybus.publish('slow.t', '{\"sleep\": 3}', event_id => 'snail')" >/dev/null
+sleep 0.3
+q "SELECT count(relaybus.publish('quick.t', jsonb_build_object('n', i), event_id => 'q' || i))
+     FROM generate_series(1, 20) i" >/dev/null
+wait_for "20 deliveries of another handler are handled while a 3 s handler runs" \
+  "SELECT count(*) = 20 FROM handled WHERE handler = 'quick'" 2
+wait_for "the slow one completes too" "SELECT count(*) = 1 FROM handled WHERE event_id = 'snail'" 6
+
+# Wake-ups: with a 60 s poll interval, only a wake-up can make this fast.
+q "ALTER SYSTEM SET relaybus.sql_handler_poll_interval = '60s'" >/dev/null
+q "SELECT pg_reload_conf()" >/dev/null
+sleep 1
+q "SELECT relaybus.publish('rec.t', '{\"n\": 0}', event_id => 'wake-1')" >/dev/null
+wait_for "an idle in-database handler is woken by the publish (well before the 60 s poll)" \
+  "SELECT EXISTS (SELECT 1 FROM handled WHERE event_id = 'wake-1')" 3
+echo "# publish to handled, wake-ups on: $(q "SELECT round(extract(epoch FROM h.at - e.published_at) * 1000)
+      FROM handled h JOIN relaybus.events e ON e.id = h.event_id WHERE h.event_id = 'wake-1'") ms"
+q "ALTER SYSTEM SET relaybus.notify = off" >/dev/null
+q "SELECT pg_reload_conf()" >/dev/null
+sleep 0.5
+q "SELECT relaybus.publish('rec.t', '{\"n\": 0}', event_id => 'wake-2')" >/dev/null
+sleep 1.5
+check "with relaybus.notify off, the same publish waits for the poll" \
+  "SELECT NOT EXISTS (SELECT 1 FROM handled WHERE event_id = 'wake-2')"
+q "ALTER SYSTEM SET relaybus.notify = on" >/dev/null
+q "ALTER SYSTEM SET relaybus.sql_handler_poll_interval = '100ms'" >/dev/null
+q "SELECT pg_reload_conf()" >/dev/null
+
+# NOTIFY for external workers: once per transaction and handler, none for a rollback.
+notes=$(psql -qX -c "LISTEN relaybus" -c "BEGIN" \
+  -c "SELECT relaybus.publish('ext.t', '{}') FROM generate_series(1, 3)" -c "COMMIT" \
+  -c "BEGIN" -c "SELECT relaybus.publish('ext.t', '{}')" -c "ROLLBACK" -c "SELECT 1" 2>&1 \
+  | grep -c 'Asynchronous notification "relaybus" with payload "ext"' || true)
+[ "$notes" = 1 ] && ok "three publishes in one transaction send one NOTIFY; a rollback sends none" \
+  || not_ok "three publishes in one transaction send one NOTIFY; a rollback sends none (got $notes)"
+
+# Retention.
+q "ALTER SYSTEM SET relaybus.retention_dead = 0" >/dev/null
+q "ALTER SYSTEM SET relaybus.retention_completed = 0" >/dev/null
+q "SELECT pg_reload_conf()" >/dev/null
+wait_for "the maintenance worker purges dead letters and events without deliveries" \
+  "SELECT NOT EXISTS (SELECT 1 FROM relaybus.deliveries WHERE status = 'dead')
+      AND NOT EXISTS (SELECT 1 FROM relaybus.events WHERE id IN ('p1', 'r1', 'snail'))" 3
+check "events that still have a pending delivery are kept" \
+  "SELECT EXISTS (SELECT 1 FROM relaybus.events WHERE id = 'x1')"
+
+# Termination and restart.
+pid=$(q "SELECT pid FROM pg_stat_activity WHERE backend_type = 'relaybus maintenance'")
+q "SELECT pg_terminate_backend($pid)" >/dev/null
+wait_for "the maintenance worker exits promptly on pg_terminate_backend" \
+  "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $pid)" 2
+wait_for "and is restarted" \
+  "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE backend_type = 'relaybus maintenance')" 10
+
+start=$(date +%s%N)
+runuser -u postgres -- "$(pg_config --bindir)/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null 2>&1 \
+  || "$(pg_config --bindir)/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null
+ms=$(( ($(date +%s%N) - start) / 1000000 ))
+[ $ms -lt 5000 ] && ok "pg_ctl stop -m fast returns promptly (${ms} ms)" \
+  || not_ok "pg_ctl stop -m fast returns promptly (${ms} ms)"
+
+echo "background worker: $passed passed, $failed failed"
+[ $failed = 0 ]
