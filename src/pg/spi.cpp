@@ -131,6 +131,18 @@ Statement::Statement(const char* sql, std::initializer_list<Oid> argument_types)
 std::uint64_t Statement::run(Params& params) {
   if (params.size() != types_.size())
     throw core::Error(core::sqlstate::kInternal, "relaybus: statement parameter count mismatch");
+  plan();
+  int rc = 0;
+  std::uint64_t processed = 0;
+  pg_call([&] {
+    rc = SPI_execute_plan(plan_, params.values(), params.nulls(), false, 0);
+    processed = SPI_processed;
+  });
+  if (rc < 0) throw core::Error(core::sqlstate::kInternal, "relaybus: SPI_execute_plan failed");
+  return processed;
+}
+
+SPIPlanPtr Statement::plan() {
   if (plan_ == nullptr) {
     SPIPlanPtr prepared = nullptr;
     pg_call([&] {
@@ -141,14 +153,7 @@ std::uint64_t Statement::run(Params& params) {
       throw core::Error(core::sqlstate::kInternal, "relaybus: could not prepare a statement");
     plan_ = prepared;
   }
-  int rc = 0;
-  std::uint64_t processed = 0;
-  pg_call([&] {
-    rc = SPI_execute_plan(plan_, params.values(), params.nulls(), false, 0);
-    processed = SPI_processed;
-  });
-  if (rc < 0) throw core::Error(core::sqlstate::kInternal, "relaybus: SPI_execute_plan failed");
-  return processed;
+  return plan_;
 }
 
 std::uint64_t Statement::run() {

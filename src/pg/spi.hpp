@@ -59,6 +59,8 @@ class Statement {
   // Runs the statement; returns the number of rows it returned or processed.
   std::uint64_t run(Params& params);
   std::uint64_t run();  // for statements without parameters
+  // The kept plan, prepared if needed: for code that must run it under its own PG_TRY.
+  SPIPlanPtr plan();
 
  private:
   const char* sql_;

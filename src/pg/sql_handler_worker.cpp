@@ -1,13 +1,13 @@
 // The workers that run in-database handlers (subscriptions with sql_function).
 //
 // A round claims a batch for one in-database handler (the next one, in turn, that has due
-// work), so a slow handler only holds up its own deliveries, then handles each delivery in
-// a transaction of its own: the handler function runs in a subtransaction, as the function's
-// owner, under the handler's statement timeout; if it returns, complete() deletes the
-// delivery in the same transaction, so the handler's writes and the completion commit
-// together (effectively-once); if it raises, its writes are rolled back and fail() charges
-// the attempt (backoff, then dead letter). A completion that finds the lease lost rolls the
-// whole transaction back: the delivery runs again elsewhere.
+// work), so a slow handler only holds up its own deliveries, then handles the batch in one
+// transaction (one commit per batch, not per delivery). Each delivery gets a subtransaction
+// of its own in which the handler function runs, as the function's owner, under the
+// handler's statement timeout, and then complete() deletes the delivery: the handler's
+// writes and its completion commit together or not at all (effectively-once). If the
+// function raises, or the completion finds the lease lost, only that subtransaction is
+// rolled back; a raise then goes through fail() (backoff, then dead letter).
 #include "settings.hpp"
 #include "spi.hpp"
 #include "wakeup.hpp"
@@ -40,14 +40,18 @@ struct Job {
   std::string event;  // the event as JSON text (claims and handling are separate transactions)
 };
 
+enum class Outcome { kCompleted, kFailed, kLeaseLost };
+
 struct CallOutcome {
-  bool ok = false;
+  Outcome outcome = Outcome::kFailed;
   char error[1024] = {0};
 };
 
-// Calls function(event) in a subtransaction as `owner` with a statement timeout. Holds no
-// C++ object with a destructor: PostgreSQL errors are caught here with PG_TRY.
-void call_handler(Oid function, Oid owner, int timeout_ms, Datum event, CallOutcome* out) {
+// In a subtransaction: function(event) as `owner` under a statement timeout, then
+// complete(token) with the kept plan `complete`. Holds no C++ object with a destructor:
+// PostgreSQL errors are caught here with PG_TRY.
+void call_handler(Oid function, Oid owner, int timeout_ms, Datum event, SPIPlanPtr complete,
+                  Datum token, CallOutcome* out) {
   MemoryContext outer_context = CurrentMemoryContext;
   ResourceOwner outer_owner = CurrentResourceOwner;
   Oid saved_user = InvalidOid;
@@ -68,10 +72,24 @@ void call_handler(Oid function, Oid owner, int timeout_ms, Datum event, CallOutc
     (void)FunctionCallInvoke(fcinfo);  // the result, NULL or not, is ignored
     disable_timeout(STATEMENT_TIMEOUT, false);
     SetUserIdAndSecContext(saved_user, saved_context);
-    ReleaseCurrentSubTransaction();
+    Datum values[1] = {token};
+    bool completed = false;
+    if (SPI_execute_plan(complete, values, nullptr, false, 1) == SPI_OK_SELECT &&
+        SPI_processed == 1) {
+      bool is_null = true;
+      Datum d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &is_null);
+      completed = !is_null && DatumGetBool(d);
+    }
+    if (completed) {
+      ReleaseCurrentSubTransaction();
+      out->outcome = Outcome::kCompleted;
+    } else {
+      // The lease was lost while the handler ran: its writes must not commit.
+      RollbackAndReleaseCurrentSubTransaction();
+      out->outcome = Outcome::kLeaseLost;
+    }
     MemoryContextSwitchTo(outer_context);
     CurrentResourceOwner = outer_owner;
-    out->ok = true;
   }
   PG_CATCH();
   {
@@ -87,7 +105,7 @@ void call_handler(Oid function, Oid owner, int timeout_ms, Datum event, CallOutc
              error->message != nullptr ? error->message : "error",
              unpack_sql_state(error->sqlerrcode));
     FreeErrorData(error);
-    out->ok = false;
+    out->outcome = Outcome::kFailed;
   }
   PG_END_TRY();
   // A timeout that fired just as the call returned must not cancel what follows.
@@ -104,7 +122,7 @@ class SqlHandlerWorker {
 
  private:
   std::vector<Job> claim(std::int64_t* lease_ms);
-  void handle(const Job& job, std::int64_t lease_ms);
+  void handle(const Job& job);
   void hand_back(const std::vector<Job>& jobs, std::size_t from);
   void renew_if_due(std::int64_t lease_ms);
 
@@ -181,38 +199,33 @@ void SqlHandlerWorker::renew_if_due(std::int64_t lease_ms) {
   renewed_ = now;
 }
 
-void SqlHandlerWorker::handle(const Job& job, std::int64_t lease_ms) {
+void SqlHandlerWorker::handle(const Job& job) {
   static Statement complete("SELECT relaybus.complete($1)", {TEXTOID});
   static Statement fail("SELECT relaybus.fail($1, $2)", {TEXTOID, TEXTOID});
-  worker::begin_transaction("relaybus: running an in-database handler");
-  renew_if_due(lease_ms);
+  Params token;
+  token.text(job.token);
+  const SPIPlanPtr complete_plan = complete.plan();
   Datum event = 0;
   const char* event_text = job.event.c_str();
   pg_call([&] { event = DirectFunctionCall1(jsonb_in, CStringGetDatum(event_text)); });
-  CallOutcome outcome;
-  pg_call([&] { call_handler(job.function, job.owner, job.timeout_ms, event, &outcome); });
-  if (outcome.ok) {
+  CallOutcome call;
+  pg_call([&] {
+    call_handler(job.function, job.owner, job.timeout_ms, event, complete_plan, token.values()[0],
+                 &call);
+  });
+  if (call.outcome == Outcome::kFailed) {
     Params params;
     params.text(job.token);
-    complete.run(params);
-    if (!row::boolean(0, 1)) {
-      // The lease was lost while the handler ran: its writes must not commit.
-      SpiConnection::finish_current();
-      pg_call([&] {
-        ereport(LOG, (errmsg("relaybus: lease lost while handler \"%s\" ran; rolled back",
-                             job.handler.c_str())));
-        PopActiveSnapshot();
-        AbortCurrentTransaction();
-      });
-      return;
-    }
-  } else {
-    Params params;
-    params.text(job.token);
-    params.text(std::string_view(outcome.error));
+    params.text(std::string_view(call.error));
     fail.run(params);
+  } else if (call.outcome == Outcome::kLeaseLost) {
+    const char* handler = job.handler.c_str();
+    pg_call([&] {
+      ereport(LOG, (errmsg("relaybus: lease lost while handler \"%s\" ran; its writes were "
+                           "rolled back and it will run again",
+                           handler)));
+    });
   }
-  worker::commit_transaction();
 }
 
 void SqlHandlerWorker::hand_back(const std::vector<Job>& jobs, std::size_t from) {
@@ -233,17 +246,19 @@ void SqlHandlerWorker::hand_back(const std::vector<Job>& jobs, std::size_t from)
 std::size_t SqlHandlerWorker::round() {
   std::int64_t lease_ms = 0;
   const std::vector<Job> jobs = claim(&lease_ms);
-  for (std::size_t i = 0; i < jobs.size(); ++i) {
+  if (jobs.empty()) return 0;
+  std::size_t done = 0;
+  worker::begin_transaction("relaybus: running in-database handlers");
+  while (done < jobs.size()) {
     worker::check_signals();
+    renew_if_due(lease_ms);
     const auto started = std::chrono::steady_clock::now();
-    handle(jobs[i], lease_ms);
-    const auto took = std::chrono::steady_clock::now() - started;
-    if (took > std::chrono::milliseconds(kSlowCallMs) && i + 1 < jobs.size()) {
-      hand_back(jobs, i + 1);
-      return i + 1;
-    }
+    handle(jobs[done++]);
+    if (std::chrono::steady_clock::now() - started > std::chrono::milliseconds(kSlowCallMs)) break;
   }
-  return jobs.size();
+  worker::commit_transaction();
+  if (done < jobs.size()) hand_back(jobs, done);
+  return done;
 }
 
 void sql_handler_main(Datum arg) {
