@@ -102,15 +102,21 @@ Targets target_handlers(const std::string& type,
   return found;
 }
 
-// Deliveries inserted for these handlers: wake their workers at commit.
+// Deliveries inserted for these handlers: wake their workers at commit. External workers
+// LISTEN; in-database handler workers are woken through their latches instead (a NOTIFY
+// would only cost every publishing commit the notification queue's lock).
 void wake(const std::vector<std::string>& handlers, const Targets& targets) {
-  if (handlers.empty()) return;
+  std::vector<std::string> external;
   bool in_database = false;
-  for (std::size_t i = 0; i < targets.handlers.size(); ++i)
-    if (targets.in_database[i] &&
-        std::find(handlers.begin(), handlers.end(), targets.handlers[i]) != handlers.end())
+  for (std::size_t i = 0; i < targets.handlers.size(); ++i) {
+    if (!std::binary_search(handlers.begin(), handlers.end(), targets.handlers[i])) continue;
+    if (targets.in_database[i]) {
       in_database = true;
-  wakeup::published(handlers, in_database);
+    } else {
+      external.push_back(targets.handlers[i]);
+    }
+  }
+  wakeup::published(external, in_database);
 }
 
 std::optional<std::int64_t> next_sequence(const std::optional<std::string>& key) {

@@ -43,8 +43,8 @@ void define() {
                           "Statement timeout of one in-database handler call.",
                           "For handlers subscribed without sql_timeout. A call that runs "
                           "longer is cancelled and counts as a failed attempt.",
-                          &sql_handler_timeout_value, 30000, 1, INT_MAX, PGC_SIGHUP, GUC_UNIT_MS,
-                          nullptr, nullptr, nullptr);
+                          &sql_handler_timeout_value, 30000, 1, 3600 * 1000, PGC_SIGHUP,
+                          GUC_UNIT_MS, nullptr, nullptr, nullptr);
   DefineCustomIntVariable(
       "relaybus.sql_handler_batch", "Deliveries an in-database handler worker claims at once.",
       nullptr, &sql_handler_batch_value, 10, 1, 1000, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);

@@ -139,18 +139,23 @@ std::vector<Job> SqlHandlerWorker::claim(std::int64_t* lease_ms) {
       " FROM relaybus.subscriptions s WHERE s.sql_function IS NOT NULL"
       " ORDER BY s.handler COLLATE \"C\"",
       {INT8OID});
+  // The handler list is re-read inside the claim statement: one that was unsubscribed or
+  // turned into an external handler meanwhile is simply not claimed (an empty list claims
+  // nothing). The function may still vanish before the call: see handle().
   static Statement claim(
       "SELECT c.lease_token, c.handler, s.sql_function::oid, p.proowner,"
       " coalesce((extract(epoch FROM s.sql_timeout) * 1000)::int4, $5),"
       " jsonb_build_object('id', c.event_id, 'handler', c.handler, 'type', c.type,"
       "  'key', c.key, 'payload', c.payload, 'headers', c.headers, 'attempts', c.attempts,"
       "  'published_at', c.published_at)::text"
-      " FROM relaybus.claim($1, $2, $3, $4) WITH ORDINALITY AS c(lease_token, event_id,"
-      "  handler, type, key, payload, headers, attempts, published_at, n)"
-      " JOIN relaybus.subscriptions s ON s.handler = c.handler"
-      " JOIN pg_catalog.pg_proc p ON p.oid = s.sql_function"
+      " FROM relaybus.claim($1, $2, $3, ARRAY(SELECT x.handler FROM relaybus.subscriptions x"
+      "  WHERE x.handler = $4 AND x.sql_function IS NOT NULL))"
+      " WITH ORDINALITY AS c(lease_token, event_id, handler, type, key, payload, headers,"
+      "  attempts, published_at, n)"
+      " LEFT JOIN relaybus.subscriptions s ON s.handler = c.handler"
+      " LEFT JOIN pg_catalog.pg_proc p ON p.oid = s.sql_function"
       " ORDER BY c.n",
-      {TEXTOID, INT4OID, INTERVALOID, TEXTARRAYOID, INT4OID});
+      {TEXTOID, INT4OID, INTERVALOID, TEXTOID, INT4OID});
   std::vector<Job> jobs;
   worker::in_transaction("relaybus: claim for in-database handlers", [&] {
     if (!worker::extension_installed()) return;
@@ -168,7 +173,7 @@ std::vector<Job> SqlHandlerWorker::claim(std::int64_t* lease_ms) {
       params.text(name_);
       params.int4(settings::sql_handler_batch());
       params.interval_us(*lease_ms * 1000);
-      params.text_array(std::vector<std::string>{handler});
+      params.text(handler);
       params.int4(settings::sql_handler_timeout_ms());
       n = claim.run(params);
     }
@@ -177,8 +182,10 @@ std::vector<Job> SqlHandlerWorker::claim(std::int64_t* lease_ms) {
       job.token = row::text(r, 1);
       job.handler = row::text(r, 2);
       bool null = false;
-      job.function = DatumGetObjectId(row::datum(r, 3, &null));
-      job.owner = DatumGetObjectId(row::datum(r, 4, &null));
+      const Datum function = row::datum(r, 3, &null);
+      job.function = null ? InvalidOid : DatumGetObjectId(function);
+      const Datum owner = row::datum(r, 4, &null);
+      job.owner = null ? InvalidOid : DatumGetObjectId(owner);
       job.timeout_ms = row::int4(r, 5);
       job.event = row::text(r, 6);
       jobs.push_back(std::move(job));
@@ -190,8 +197,10 @@ std::vector<Job> SqlHandlerWorker::claim(std::int64_t* lease_ms) {
 
 void SqlHandlerWorker::renew_if_due(std::int64_t lease_ms) {
   static Statement extend("SELECT relaybus.extend_lease($1, $2)", {TEXTOID, INTERVALOID});
+  // Renewed before a call once the margin is half used, so every call starts with at least
+  // its whole timeout of lease left.
   const auto now = std::chrono::steady_clock::now();
-  if (now - renewed_ < std::chrono::milliseconds(lease_ms / 3)) return;
+  if (now - renewed_ < std::chrono::milliseconds(kLeaseMarginMs / 2) && lease_ms > 0) return;
   Params params;
   params.text(name_);
   params.interval_us(lease_ms * 1000);
@@ -202,6 +211,15 @@ void SqlHandlerWorker::renew_if_due(std::int64_t lease_ms) {
 void SqlHandlerWorker::handle(const Job& job) {
   static Statement complete("SELECT relaybus.complete($1)", {TEXTOID});
   static Statement fail("SELECT relaybus.fail($1, $2)", {TEXTOID, TEXTOID});
+  if (job.function == InvalidOid || job.owner == InvalidOid) {
+    // Dropped (or unsubscribed) between the claim and now: a failed attempt, with a reason,
+    // rather than a delivery left in flight until its lease expires.
+    Params params;
+    params.text(job.token);
+    params.text("the handler's sql_function no longer exists");
+    fail.run(params);
+    return;
+  }
   Params token;
   token.text(job.token);
   const SPIPlanPtr complete_plan = complete.plan();
@@ -249,27 +267,33 @@ std::size_t SqlHandlerWorker::round() {
   if (jobs.empty()) return 0;
   std::size_t done = 0;
   worker::begin_transaction("relaybus: running in-database handlers");
-  while (done < jobs.size()) {
+  while (done < jobs.size() && !worker::shutdown_requested()) {
     worker::check_signals();
     renew_if_due(lease_ms);
     const auto started = std::chrono::steady_clock::now();
-    handle(jobs[done++]);
+    {
+      worker::InterruptibleCall call;  // SIGTERM during the call ends the worker at once
+      handle(jobs[done++]);
+    }
     if (std::chrono::steady_clock::now() - started > std::chrono::milliseconds(kSlowCallMs)) break;
   }
   worker::commit_transaction();
+  // After a slow call, or when asked to stop, the rest goes back at no attempt's cost.
   if (done < jobs.size()) hand_back(jobs, done);
   return done;
 }
 
 void sql_handler_main(Datum arg) {
   const int slot = DatumGetInt32(arg);
-  worker::start("relaybus sql handler");
+  worker::start("relaybus sql handler", worker::Shutdown::kBetweenCalls);
   wakeup::register_sql_worker(slot);
   SqlHandlerWorker worker(slot);
-  for (;;) {
+  while (!worker::shutdown_requested()) {
     worker::check_signals();
-    if (worker.round() == 0) worker::wait(settings::sql_handler_poll_interval_ms());
+    if (worker.round() == 0 && !worker::shutdown_requested())
+      worker::wait(settings::sql_handler_poll_interval_ms());
   }
+  worker::exit_for_restart();
 }
 
 }  // namespace

@@ -1,6 +1,10 @@
 // subscribe: a handler, its event types and its retry policy; creates its 256 lanes.
 #include "spi.hpp"
 
+extern "C" {
+#include "utils/acl.h"
+}
+
 #include "../core/claim_request.hpp"
 #include "../core/error.hpp"
 #include "../core/lane.hpp"
@@ -10,11 +14,17 @@ namespace relaybus::pg {
 
 namespace {
 
-// An in-database handler takes the event as one jsonb argument.
+// Longest statement timeout of an in-database handler call: the worker's lease is the
+// timeout plus a margin, and a lease is at most a day.
+constexpr std::int64_t kMaxSqlTimeoutUs = 3600LL * 1'000'000;
+
+// An in-database handler takes the event as one jsonb argument. The workers run it as its
+// owner, so whoever subscribes it must hold that owner's privileges already; otherwise an
+// admin could have any (say, a superuser's) function run with its owner's rights.
 void validate_sql_function(Oid function) {
   static Statement signature(
       "SELECT p.pronargs = 1 AND p.proargtypes[0] = 'jsonb'::regtype,"
-      " p.prokind = 'f' AND NOT p.proretset"
+      " p.prokind = 'f' AND NOT p.proretset, p.proowner"
       " FROM pg_catalog.pg_proc p WHERE p.oid = $1",
       {OIDOID});
   Params params;
@@ -25,6 +35,16 @@ void validate_sql_function(Oid function) {
     throw core::Error("42883",  // undefined_function
                       "sql_function must be a function (not a procedure or set-returning) "
                       "taking exactly one jsonb argument");
+  bool null = false;
+  const Oid owner = DatumGetObjectId(row::datum(0, 3, &null));
+  bool allowed = false;
+  // GetOuterUserId: the role calling subscribe, not the owner this SECURITY DEFINER
+  // function runs as.
+  pg_call([&] { allowed = has_privs_of_role(GetOuterUserId(), owner); });
+  if (!allowed)
+    throw core::Error("42501",  // insufficient_privilege
+                      "sql_function runs as its owner: only a role with the privileges of "
+                      "that owner may subscribe it");
 }
 
 Datum subscribe_body(FunctionCallInfo fcinfo) {
@@ -47,6 +67,8 @@ Datum subscribe_body(FunctionCallInfo fcinfo) {
   const bool has_timeout = !PG_ARGISNULL(6);
   if (has_timeout && interval_us_of(PG_GETARG_DATUM(6)) <= 0)
     throw core::Error(core::sqlstate::kInvalidParameter, "sql_timeout must be positive");
+  if (has_timeout && interval_us_of(PG_GETARG_DATUM(6)) > kMaxSqlTimeoutUs)
+    throw core::Error(core::sqlstate::kInvalidParameter, "sql_timeout must be at most 1 hour");
   if (has_timeout && !in_database)
     throw core::Error(core::sqlstate::kInvalidParameter,
                       "sql_timeout applies to in-database handlers: give sql_function too");

@@ -6,6 +6,7 @@ extern "C" {
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
+#include "storage/ipc.h"
 #include "storage/latch.h"
 #include "tcop/tcopprot.h"
 #include "utils/snapmgr.h"
@@ -13,10 +14,51 @@ extern "C" {
 
 namespace relaybus::pg::worker {
 
-void start(const char* application_name) {
+namespace {
+
+volatile sig_atomic_t shutdown_flag = 0;
+volatile sig_atomic_t in_call = 0;
+
+extern "C" void on_sigterm(SIGNAL_ARGS) {
+  const int saved_errno = errno;
+  shutdown_flag = 1;
+  if (in_call) {
+    die(postgres_signal_arg);  // sets the latch and the interrupt flags itself
+  } else {
+    SetLatch(MyLatch);
+  }
+  errno = saved_errno;
+}
+
+}  // namespace
+
+bool shutdown_requested() {
+  return shutdown_flag != 0;
+}
+
+InterruptibleCall::InterruptibleCall() {
+  in_call = 1;
+  if (shutdown_flag)
+    pg_call([] {
+      ProcDiePending = true;
+      InterruptPending = true;
+      CHECK_FOR_INTERRUPTS();
+    });
+}
+
+InterruptibleCall::~InterruptibleCall() {
+  in_call = 0;
+}
+
+void exit_for_restart() {
+  pg_call([] { proc_exit(1); });
+  pg_unreachable();
+}
+
+void start(const char* application_name, Shutdown shutdown) {
   pg_call([&] {
     pqsignal(SIGHUP, SignalHandlerForConfigReload);
-    pqsignal(SIGTERM, die);
+    pqsignal(SIGTERM, shutdown == Shutdown::kAtOnce ? die : on_sigterm);
     BackgroundWorkerUnblockSignals();
     BackgroundWorkerInitializeConnection(settings::database(), nullptr, 0);
     pgstat_report_appname(application_name);
@@ -55,8 +97,10 @@ void commit_transaction() {
 }
 
 bool extension_installed() {
-  static Statement installed("SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'relaybus'",
-                             {});
+  // Only a 0.2.0 schema: the row-lease 0.1.0 has no lanes and its own semantics.
+  static Statement installed(
+      "SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'relaybus' AND extversion = '0.2.0'",
+      {});
   return installed.run() == 1;
 }
 

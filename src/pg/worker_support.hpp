@@ -6,9 +6,32 @@
 
 namespace relaybus::pg::worker {
 
-// Signal handlers (SIGHUP reloads, SIGTERM ends the worker at the next interrupt check),
-// then the connection to relaybus.database.
-void start(const char* application_name);
+enum class Shutdown {
+  kAtOnce,        // SIGTERM ends the worker at the next interrupt check (PostgreSQL's die)
+  kBetweenCalls,  // SIGTERM during an InterruptibleCall ends it at once; otherwise it sets
+                  // shutdown_requested() and the worker finishes its unit of work first
+};
+
+// Signal handlers (SIGHUP reloads, SIGTERM as `shutdown` says), then the connection to
+// relaybus.database.
+void start(const char* application_name, Shutdown shutdown = Shutdown::kAtOnce);
+
+// kBetweenCalls: SIGTERM arrived.
+bool shutdown_requested();
+
+// kBetweenCalls: while one exists, SIGTERM ends the worker at once (a handler call can run
+// for its whole timeout; a shutdown does not wait for it).
+class InterruptibleCall {
+ public:
+  InterruptibleCall();
+  ~InterruptibleCall();
+  InterruptibleCall(const InterruptibleCall&) = delete;
+  InterruptibleCall& operator=(const InterruptibleCall&) = delete;
+};
+
+// Ends the worker with exit code 1, so the postmaster restarts it (unless it is shutting
+// down).
+[[noreturn]] void exit_for_restart();
 
 // Applies a pending configuration reload and ends the worker if it was asked to.
 void check_signals();
@@ -18,7 +41,8 @@ void check_signals();
 template <typename Body>
 void in_transaction(const char* activity, Body&& body);
 
-// True when relaybus is installed in this database (the workers wait until it is).
+// True when relaybus 0.2.0 is installed in this database (the workers wait until it is;
+// they leave a 0.1.0 installation alone).
 bool extension_installed();
 
 // Waits for the latch, the timeout or postmaster death.

@@ -113,6 +113,29 @@ wait_for "20 deliveries of another handler are handled while a 3 s handler runs"
   "SELECT count(*) = 20 FROM handled WHERE handler = 'quick'" 2
 wait_for "the slow one completes too" "SELECT count(*) = 1 FROM handled WHERE event_id = 'snail'" 6
 
+# A function dropped after subscribing: a failed attempt with a reason, not a delivery left
+# in flight until its lease expires.
+q "CREATE FUNCTION fragile(e jsonb) RETURNS void LANGUAGE sql AS 'SELECT'" >/dev/null
+q "SELECT relaybus.subscribe('fragile', ARRAY['fragile.t'], max_attempts => 1,
+     sql_function => 'fragile(jsonb)')" >/dev/null
+q "DROP FUNCTION fragile(jsonb)" >/dev/null
+q "SELECT relaybus.publish('fragile.t', '{}', event_id => 'orphaned')" >/dev/null
+wait_for "a delivery whose function was dropped fails, saying so" \
+  "SELECT status = 'dead' AND last_error LIKE '%sql_function no longer exists%'
+     FROM relaybus.deliveries WHERE event_id = 'orphaned'" 5
+
+# Terminating the handler workers in the middle of batches: each batch is one transaction,
+# so what was handled but not committed runs again, and still exactly once.
+q "SELECT relaybus.subscribe('napper', ARRAY['nap.t'], sql_function => 'record(jsonb)')" >/dev/null
+q "SELECT count(relaybus.publish('nap.t', jsonb_build_object('sleep', 0.05, 'n', i), event_id => 'nap' || i))
+     FROM generate_series(1, 40) i" >/dev/null
+sleep 0.4
+q "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE backend_type = 'relaybus sql handler'" >/dev/null
+wait_for "after the workers were terminated mid-batch, all 40 are handled (restart and takeover)" \
+  "SELECT count(*) >= 40 FROM handled WHERE handler = 'napper'" 20
+check "exactly once each" \
+  "SELECT count(*) = 40 AND count(DISTINCT event_id) = 40 FROM handled WHERE handler = 'napper'"
+
 # Wake-ups: with a 60 s poll interval, only a wake-up can make this fast.
 q "ALTER SYSTEM SET relaybus.sql_handler_poll_interval = '60s'" >/dev/null
 q "SELECT pg_reload_conf()" >/dev/null

@@ -1,0 +1,46 @@
+-- In-database handler subscriptions: the function contract, the timeout bounds, and the
+-- privilege rule. The workers run sql_function as its owner, so only a role with that
+-- owner's privileges may subscribe it; without the check a relaybus_admin could have a
+-- superuser's function run as superuser.
+SELECT rb_reset();
+SELECT plan(9);
+
+CREATE FUNCTION public.rb17_handler(e jsonb) RETURNS void LANGUAGE sql AS 'SELECT';
+CREATE FUNCTION public.rb17_two(a jsonb, b jsonb) RETURNS void LANGUAGE sql AS 'SELECT';
+
+SELECT lives_ok($$SELECT relaybus.subscribe('h17', ARRAY['t'], sql_function => 'public.rb17_handler(jsonb)', sql_timeout => '5 s')$$,
+                'a superuser subscribes its own jsonb function with a timeout');
+SELECT is((SELECT sql_timeout FROM relaybus.subscriptions WHERE handler = 'h17'), '5 s'::interval,
+          'the timeout is stored');
+SELECT throws_ok($$SELECT relaybus.subscribe('h17b', ARRAY['t'], sql_function => 'public.rb17_two(jsonb, jsonb)')$$,
+                 '42883', NULL, 'a function of two arguments is refused (42883)');
+SELECT throws_ok($$SELECT relaybus.subscribe('h17b', ARRAY['t'], sql_function => 'public.rb17_handler(jsonb)', sql_timeout => '0')$$,
+                 '22023', NULL, 'a zero timeout is refused (22023)');
+SELECT throws_ok($$SELECT relaybus.subscribe('h17b', ARRAY['t'], sql_function => 'public.rb17_handler(jsonb)', sql_timeout => '2 hours')$$,
+                 '22023', NULL, 'a timeout over an hour is refused (22023)');
+SELECT throws_ok($$SELECT relaybus.subscribe('h17b', ARRAY['t'], sql_timeout => '5 s')$$,
+                 '22023', NULL, 'a timeout without sql_function is refused (22023)');
+
+-- A relaybus_admin that does not hold the superuser's privileges.
+CREATE ROLE rbtest_p17_admin LOGIN;
+GRANT relaybus_admin TO rbtest_p17_admin;
+SET ROLE rbtest_p17_admin;
+SELECT throws_ok($$SELECT relaybus.subscribe('h17c', ARRAY['t'], sql_function => 'public.rb17_handler(jsonb)')$$,
+                 '42501', NULL, 'an admin may not subscribe a function owned by a role whose privileges it lacks (42501)');
+RESET ROLE;
+CREATE FUNCTION public.rb17_own(e jsonb) RETURNS void LANGUAGE sql AS 'SELECT';
+ALTER FUNCTION public.rb17_own(jsonb) OWNER TO rbtest_p17_admin;
+SET ROLE rbtest_p17_admin;
+SELECT lives_ok($$SELECT relaybus.subscribe('h17d', ARRAY['t'], sql_function => 'public.rb17_own(jsonb)')$$,
+                'the same admin may subscribe a function it owns');
+RESET ROLE;
+SELECT is((SELECT count(*)::int FROM relaybus.subscriptions WHERE handler IN ('h17b', 'h17c')), 0,
+          'nothing was written by the refused calls');
+
+SELECT rb_reset();
+DROP FUNCTION public.rb17_own(jsonb);
+DROP FUNCTION public.rb17_handler(jsonb);
+DROP FUNCTION public.rb17_two(jsonb, jsonb);
+DROP OWNED BY rbtest_p17_admin;
+DROP ROLE rbtest_p17_admin;
+SELECT * FROM finish();
