@@ -8,8 +8,9 @@ CORE_SRCS = $(sort $(wildcard src/core/*.cpp))
 PG_SRCS = $(sort $(wildcard src/pg/*.cpp))
 OBJS = $(CORE_SRCS:.cpp=.o) $(PG_SRCS:.cpp=.o)
 
-DATA = $(filter-out $(wildcard sql/*--*--*.sql),$(wildcard sql/relaybus--*.sql)) \
-       $(wildcard sql/relaybus--*--*.sql)
+# Extension scripts, built from sql/parts/ by scripts/build-sql (and committed).
+SQL_SCRIPTS = sql/relaybus--0.1.0.sql sql/relaybus--0.2.0.sql sql/relaybus--0.1.0--0.2.0.sql
+DATA = $(SQL_SCRIPTS)
 
 # pg_regress: one file per topic in sql/ and expected/
 REGRESS = $(sort $(basename $(notdir $(filter-out sql/relaybus--%,$(wildcard sql/*.sql)))))
@@ -34,6 +35,10 @@ else
 missing-pgxs all install installcheck:
 	@echo "PostgreSQL 15 server headers not found: run scripts/install-deps as root" >&2; exit 1
 endif
+
+all: $(SQL_SCRIPTS)
+$(SQL_SCRIPTS) &: $(wildcard sql/parts/*.sql) scripts/build-sql
+	scripts/build-sql
 
 # Header dependencies (PGXS tracks none without --enable-depend).
 -include $(OBJS:.o=.d)

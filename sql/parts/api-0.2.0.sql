@@ -1,0 +1,323 @@
+--------------------------------------------------------------------------------
+-- Functions implemented in C++ (src/pg). Each is a thin entry point guarded against
+-- C++ exceptions and PostgreSQL errors crossing each other.
+--------------------------------------------------------------------------------
+
+-- lane_of(key_or_event_id): the lane (0..255) a delivery with that ordering key, or with
+-- that event id when it has no key, lives in. Touches nothing.
+CREATE FUNCTION relaybus.lane_of(key_or_event_id text) RETURNS smallint
+  AS 'MODULE_PATHNAME', 'relaybus_lane_of' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+-- subscribe: registers or updates handler for event_types ('*' = every type) with its
+-- retry policy; sql_function(jsonb) makes it an in-database handler, run by the background
+-- workers as the function's owner, each call bounded by sql_timeout (NULL:
+-- relaybus.sql_handler_timeout). Creates the handler's 256 lanes. Returns nothing.
+-- Writes subscriptions, lanes.
+CREATE FUNCTION relaybus.subscribe(
+  handler text, event_types text[], max_attempts integer DEFAULT 25,
+  backoff_base interval DEFAULT '1 second', backoff_max interval DEFAULT '1 hour',
+  sql_function regprocedure DEFAULT NULL, sql_timeout interval DEFAULT NULL) RETURNS void
+  AS 'MODULE_PATHNAME', 'relaybus_subscribe' LANGUAGE C VOLATILE
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+
+-- unsubscribe: removes the handler's subscription; its deliveries and lanes stay (a
+-- re-subscribe resumes them; purge_expired removes its pending deliveries once older than
+-- relaybus.retention_dead). Returns nothing. Writes subscriptions.
+CREATE FUNCTION relaybus.unsubscribe(handler text) RETURNS void
+  LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+  IF handler IS NULL THEN
+    RAISE EXCEPTION 'handler must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+  END IF;
+  DELETE FROM relaybus.subscriptions s WHERE s.handler = unsubscribe.handler;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'handler "%" is not subscribed', handler USING ERRCODE = 'undefined_object';
+  END IF;
+END
+$fn$;
+
+-- publish: in the caller's transaction, inserts the event and one delivery per handler
+-- (the subscribers of type, or handlers). Idempotent by event_id: a repeat adds deliveries
+-- only for handlers the event never had. Returns the event id (a UUID when not given).
+-- Writes events, deliveries, key_counters (keyed events).
+CREATE FUNCTION relaybus.publish(
+  type text, payload jsonb DEFAULT '{}', key text DEFAULT NULL, event_id text DEFAULT NULL,
+  handlers text[] DEFAULT NULL, available_at timestamptz DEFAULT NULL,
+  headers jsonb DEFAULT NULL) RETURNS text
+  AS 'MODULE_PATHNAME', 'relaybus_publish' LANGUAGE C VOLATILE
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+
+-- publish_batch: publish for each element of a JSON array of
+-- {type, payload, key, id, handlers, available_at, headers}, in order. Returns the event
+-- ids in input order. Writes events, deliveries, key_counters.
+CREATE FUNCTION relaybus.publish_batch(events jsonb) RETURNS SETOF text
+  AS 'MODULE_PATHNAME', 'relaybus_publish_batch' LANGUAGE C VOLATILE
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+
+-- claim: leases lanes to worker and returns up to batch_size due deliveries of handlers
+-- (default: every handler without sql_function), respecting per-key order. Takes over
+-- lanes whose lease expired. Writes lanes only (plus, on a takeover, the charged
+-- deliveries). Locks: FOR NO KEY UPDATE on held lanes, FOR UPDATE SKIP LOCKED on free ones.
+CREATE FUNCTION relaybus.claim(
+  worker text, batch_size integer DEFAULT 10, lease interval DEFAULT '30 seconds',
+  handlers text[] DEFAULT NULL)
+  RETURNS TABLE(lease_token text, event_id text, handler text, type text, key text,
+                payload jsonb, headers jsonb, attempts integer, published_at timestamptz)
+  AS 'MODULE_PATHNAME', 'relaybus_claim' LANGUAGE C VOLATILE ROWS 10
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+
+-- extend_lease: renews every lane worker holds under a live incarnation. Returns how many.
+-- Writes lanes.
+CREATE FUNCTION relaybus.extend_lease(worker text, lease interval DEFAULT '30 seconds')
+  RETURNS integer
+  AS 'MODULE_PATHNAME', 'relaybus_extend_lease' LANGUAGE C VOLATILE
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+
+-- complete: deletes the delivery if its lane has not changed hands since the claim.
+-- Returns false (nothing changed) when the lease was lost. Inside the handler's own
+-- transaction this is effectively-once: FOR KEY SHARE on the lane conflicts with a
+-- takeover's FOR UPDATE. Writes deliveries (delete), completions (when history is on).
+CREATE FUNCTION relaybus.complete(lease_token text) RETURNS boolean
+  AS 'MODULE_PATHNAME', 'relaybus_complete' LANGUAGE C VOLATILE
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+
+-- complete_many: complete for a batch in one statement. Returns how many were completed.
+CREATE FUNCTION relaybus.complete_many(lease_tokens text[]) RETURNS integer
+  AS 'MODULE_PATHNAME', 'relaybus_complete_many' LANGUAGE C VOLATILE
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+
+-- fail: charges one attempt; returns 'retry' (rescheduled after backoff, or at retry_at),
+-- 'dead' (attempts exhausted) or 'lost' (lease lost, nothing changed).
+-- Writes deliveries, lanes (removes it from the in-flight list).
+CREATE FUNCTION relaybus.fail(lease_token text, error text DEFAULT NULL,
+                              retry_at timestamptz DEFAULT NULL) RETURNS text
+  AS 'MODULE_PATHNAME', 'relaybus_fail' LANGUAGE C VOLATILE
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+
+-- bury: dead-letters the delivery now, charging the attempt. false = lease lost.
+-- Writes deliveries, lanes.
+CREATE FUNCTION relaybus.bury(lease_token text, error text DEFAULT NULL) RETURNS boolean
+  AS 'MODULE_PATHNAME', 'relaybus_bury' LANGUAGE C VOLATILE
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+
+-- release: gives the delivery back without charging an attempt. false = lease lost.
+-- Writes deliveries (claims counter), lanes.
+CREATE FUNCTION relaybus.release(lease_token text) RETURNS boolean
+  AS 'MODULE_PATHNAME', 'relaybus_release' LANGUAGE C VOLATILE
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+
+-- relinquish: hands back every lane of worker that runs nothing. Returns how many.
+-- Writes lanes.
+CREATE FUNCTION relaybus.relinquish(worker text) RETURNS integer
+  AS 'MODULE_PATHNAME', 'relaybus_relinquish' LANGUAGE C VOLATILE
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+
+-- take_over_expired: takes over lanes whose lease expired (skipping lanes locked by a
+-- completion in progress), charging each in-flight delivery one attempt and dead-lettering
+-- those out of attempts. Returns how many lanes. Writes lanes, deliveries.
+CREATE FUNCTION relaybus.take_over_expired() RETURNS integer
+  AS 'MODULE_PATHNAME', 'relaybus_take_over_expired' LANGUAGE C VOLATILE
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+
+-- purge_expired: deletes events without deliveries older than relaybus.retention_completed,
+-- dead deliveries (and pending deliveries of unsubscribed handlers) older than
+-- relaybus.retention_dead, legacy completed deliveries and completion history older than
+-- relaybus.retention_completed. Each kind in slices of 10,000: call it until it returns 0.
+-- Returns rows deleted.
+-- Writes events, deliveries, completions.
+CREATE FUNCTION relaybus.purge_expired() RETURNS bigint
+  AS 'MODULE_PATHNAME', 'relaybus_purge_expired' LANGUAGE C VOLATILE
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+
+--------------------------------------------------------------------------------
+-- Admin functions in SQL: not on the delivery path.
+--------------------------------------------------------------------------------
+
+-- requeue: moves one dead delivery back to pending with a fresh attempt budget, due now.
+-- Returns false when (event_id, handler) is not a dead delivery. Writes deliveries.
+CREATE FUNCTION relaybus.requeue(event_id text, handler text) RETURNS boolean
+  LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+  IF event_id IS NULL OR handler IS NULL THEN
+    RAISE EXCEPTION 'event_id and handler must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+  END IF;
+  UPDATE relaybus.deliveries d
+     SET status = 'pending', attempts = 0, claims = d.claims + 1, available_at = now(),
+         updated_at = now()
+   WHERE d.event_id = requeue.event_id AND d.handler = requeue.handler AND d.status = 'dead';
+  RETURN FOUND;
+END
+$fn$;
+
+-- requeue_dead: requeue for every dead delivery of handler (NULL: of every handler).
+-- Returns how many. Writes deliveries.
+CREATE FUNCTION relaybus.requeue_dead(handler text DEFAULT NULL) RETURNS bigint
+  LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+  n bigint;
+BEGIN
+  IF handler IS NOT NULL
+     AND NOT EXISTS (SELECT 1 FROM relaybus.subscriptions s WHERE s.handler = requeue_dead.handler)
+     AND NOT EXISTS (SELECT 1 FROM relaybus.deliveries d WHERE d.handler = requeue_dead.handler) THEN
+    RAISE EXCEPTION 'handler "%" is not subscribed and has no deliveries', handler
+      USING ERRCODE = 'undefined_object';
+  END IF;
+  UPDATE relaybus.deliveries d
+     SET status = 'pending', attempts = 0, claims = d.claims + 1, available_at = now(),
+         updated_at = now()
+   WHERE d.status = 'dead' AND (requeue_dead.handler IS NULL OR d.handler = requeue_dead.handler);
+  GET DIAGNOSTICS n = ROW_COUNT;
+  RETURN n;
+END
+$fn$;
+
+-- statistics: per handler (subscribed, or with deliveries left): pending = waiting and not
+-- in any lane's in-flight list, processing = in flight, dead, completed = completion
+-- history (0 when it is off) plus legacy 0.1.0 completed rows, oldest_pending = creation
+-- time of the oldest waiting delivery. Reads subscriptions, deliveries, lanes, completions.
+CREATE FUNCTION relaybus.statistics()
+  RETURNS TABLE(handler text, pending bigint, processing bigint, dead bigint, completed bigint,
+                oldest_pending timestamptz)
+  LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$
+  WITH in_flight AS (
+    SELECT l.handler, f.event_id
+      FROM relaybus.lanes l CROSS JOIN LATERAL unnest(l.in_flight) AS f(event_id)
+     WHERE l.lease_owner IS NOT NULL
+  ), d AS (
+    SELECT d.handler, d.status, d.created_at, i.event_id IS NOT NULL AS in_flight
+      FROM relaybus.deliveries d
+      LEFT JOIN in_flight i ON i.handler = d.handler AND i.event_id = d.event_id
+  ), counts AS (
+    SELECT d.handler,
+           count(*) FILTER (WHERE d.status = 'pending' AND NOT d.in_flight) AS pending,
+           count(*) FILTER (WHERE d.status = 'pending' AND d.in_flight) AS processing,
+           count(*) FILTER (WHERE d.status = 'dead') AS dead,
+           count(*) FILTER (WHERE d.status = 'completed') AS legacy_completed,
+           min(d.created_at) FILTER (WHERE d.status = 'pending' AND NOT d.in_flight) AS oldest
+      FROM d GROUP BY d.handler
+  ), history AS (
+    SELECT c.handler, count(*) AS completed FROM relaybus.completions c GROUP BY c.handler
+  ), names AS (
+    SELECT s.handler FROM relaybus.subscriptions s
+    UNION SELECT c.handler FROM counts c
+  )
+  SELECT n.handler, coalesce(c.pending, 0), coalesce(c.processing, 0), coalesce(c.dead, 0),
+         coalesce(h.completed, 0) + coalesce(c.legacy_completed, 0), c.oldest
+    FROM names n
+    LEFT JOIN counts c ON c.handler = n.handler
+    LEFT JOIN history h ON h.handler = n.handler
+   ORDER BY n.handler
+$fn$;
+
+-- list_deliveries: admin listing, newest first. status: NULL (pending, processing and dead),
+-- 'pending', 'processing', 'dead' or 'completed' (completion history and legacy rows).
+-- A scan: filter by status or handler on a large table. Reads deliveries, events, lanes,
+-- completions. (PL/pgSQL rejects an argument named like an output column, so the body is
+-- list_deliveries_impl, called with the same arguments.)
+CREATE FUNCTION relaybus.list_deliveries_impl(want_status text, want_handler text,
+                                              row_limit integer)
+  RETURNS TABLE(event_id text, handler text, type text, key text, status text,
+                attempts integer, available_at timestamptz, last_error text,
+                lease_owner text, created_at timestamptz, updated_at timestamptz)
+  LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+  IF want_status IS NOT NULL
+     AND want_status NOT IN ('pending', 'processing', 'dead', 'completed') THEN
+    RAISE EXCEPTION 'unknown status "%"', want_status
+      USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'Use pending, processing, dead, completed or NULL.';
+  END IF;
+  IF row_limit IS NULL OR row_limit < 0 THEN
+    RAISE EXCEPTION 'max_rows must be zero or more' USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF want_status = 'completed' THEN
+    RETURN QUERY
+      SELECT c.event_id, c.handler, e.type, e.key, 'completed'::text, c.attempts,
+             NULL::timestamptz, NULL::text, NULL::text, c.completed_at, c.completed_at
+        FROM relaybus.completions c LEFT JOIN relaybus.events e ON e.id = c.event_id
+       WHERE want_handler IS NULL OR c.handler = want_handler
+      UNION ALL
+      SELECT d.event_id, d.handler, e.type, d.key, d.status, d.attempts, d.available_at,
+             d.last_error, NULL::text, d.created_at, d.updated_at
+        FROM relaybus.deliveries d LEFT JOIN relaybus.events e ON e.id = d.event_id
+       WHERE d.status = 'completed' AND (want_handler IS NULL OR d.handler = want_handler)
+       ORDER BY 10 DESC, 1 LIMIT row_limit;
+    RETURN;
+  END IF;
+  RETURN QUERY
+    WITH in_flight AS (
+      SELECT l.handler, f.event_id, l.lease_owner
+        FROM relaybus.lanes l CROSS JOIN LATERAL unnest(l.in_flight) AS f(event_id)
+       WHERE l.lease_owner IS NOT NULL
+    ), listed AS (
+      SELECT d.event_id, d.handler, e.type, d.key,
+             CASE WHEN d.status = 'pending' AND i.event_id IS NOT NULL THEN 'processing'
+                  ELSE d.status END AS status,
+             d.attempts, d.available_at, d.last_error, i.lease_owner, d.created_at, d.updated_at
+        FROM relaybus.deliveries d
+        LEFT JOIN relaybus.events e ON e.id = d.event_id
+        LEFT JOIN in_flight i ON i.handler = d.handler AND i.event_id = d.event_id
+       WHERE d.status <> 'completed' AND (want_handler IS NULL OR d.handler = want_handler)
+    )
+    SELECT x.* FROM listed x
+     WHERE want_status IS NULL OR x.status = want_status
+     ORDER BY x.created_at DESC, x.event_id, x.handler LIMIT row_limit;
+END
+$fn$;
+
+CREATE FUNCTION relaybus.list_deliveries(status text DEFAULT NULL, handler text DEFAULT NULL,
+                                         max_rows integer DEFAULT 100)
+  RETURNS TABLE(event_id text, handler text, type text, key text, status text,
+                attempts integer, available_at timestamptz, last_error text,
+                lease_owner text, created_at timestamptz, updated_at timestamptz)
+  LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$
+  SELECT * FROM relaybus.list_deliveries_impl($1, $2, $3)
+$fn$;
+
+--------------------------------------------------------------------------------
+-- Privileges: nothing for PUBLIC; each role gets EXECUTE on what its job needs.
+--------------------------------------------------------------------------------
+REVOKE ALL ON SCHEMA relaybus FROM PUBLIC;
+REVOKE ALL ON ALL TABLES IN SCHEMA relaybus FROM PUBLIC;
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA relaybus FROM PUBLIC;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA relaybus FROM PUBLIC;
+GRANT USAGE ON SCHEMA relaybus TO relaybus_publisher, relaybus_worker, relaybus_admin;
+
+GRANT EXECUTE ON FUNCTION
+  relaybus.publish(text, jsonb, text, text, text[], timestamptz, jsonb),
+  relaybus.publish_batch(jsonb)
+  TO relaybus_publisher;
+
+GRANT EXECUTE ON FUNCTION
+  relaybus.claim(text, integer, interval, text[]),
+  relaybus.extend_lease(text, interval),
+  relaybus.complete(text),
+  relaybus.complete_many(text[]),
+  relaybus.fail(text, text, timestamptz),
+  relaybus.bury(text, text),
+  relaybus.release(text),
+  relaybus.relinquish(text)
+  TO relaybus_worker;
+
+GRANT EXECUTE ON FUNCTION relaybus.lane_of(text)
+  TO relaybus_publisher, relaybus_worker, relaybus_admin;
+
+GRANT EXECUTE ON FUNCTION
+  relaybus.subscribe(text, text[], integer, interval, interval, regprocedure, interval),
+  relaybus.unsubscribe(text),
+  relaybus.requeue(text, text),
+  relaybus.requeue_dead(text),
+  relaybus.take_over_expired(),
+  relaybus.purge_expired(),
+  relaybus.statistics(),
+  relaybus.list_deliveries(text, text, integer)
+  TO relaybus_admin;
+-- An admin can also publish and work, and read the tables to investigate.
+GRANT relaybus_publisher, relaybus_worker TO relaybus_admin;
+GRANT SELECT ON ALL TABLES IN SCHEMA relaybus TO relaybus_admin;

@@ -1,0 +1,62 @@
+--------------------------------------------------------------------------------
+-- Tables
+--------------------------------------------------------------------------------
+
+-- Handlers and what they receive. sql_function marks an in-database handler, run by the
+-- background worker rather than by external workers; sql_timeout bounds one call of it
+-- (NULL: relaybus.sql_handler_timeout).
+CREATE TABLE relaybus.subscriptions (
+  handler      text PRIMARY KEY CHECK (handler <> ''),
+  event_types  text[] NOT NULL CHECK (cardinality(event_types) > 0),
+  max_attempts integer NOT NULL DEFAULT 25 CHECK (max_attempts >= 1),
+  backoff_base interval NOT NULL DEFAULT '1 second',
+  backoff_max  interval NOT NULL DEFAULT '1 hour',
+  sql_function regprocedure,
+  sql_timeout  interval CHECK (sql_timeout > '0'),
+  created_at   timestamptz NOT NULL DEFAULT now(),
+  updated_at   timestamptz NOT NULL DEFAULT now()
+);
+
+-- Events, insert-only. handlers lists every handler the event ever had a delivery for, so
+-- a repeated publish (a broker redelivery) never runs a completed handler again.
+CREATE TABLE relaybus.events (
+  id           text PRIMARY KEY CHECK (id <> ''),
+  type         text NOT NULL CHECK (type <> ''),
+  key          text,
+  payload      jsonb NOT NULL,
+  headers      jsonb,
+  handlers     text[] NOT NULL,
+  published_at timestamptz NOT NULL DEFAULT now()
+);
+-- Retention scans by age; a BRIN index costs next to nothing on an append-only table.
+CREATE INDEX events_published_at_brin ON relaybus.events USING brin (published_at);
+
+-- One row per (event, handler) from publish until the handler's completion commits.
+-- A claim never writes here; completion deletes; only failures, takeovers and requeues
+-- update. No index covers a column the happy path writes. No foreign key to events: it
+-- would take a row lock on the event for every delivery inserted, and only relaybus's own
+-- functions write both tables.
+CREATE TABLE relaybus.deliveries (
+  event_id     text NOT NULL,
+  handler      text NOT NULL,
+  lane         smallint NOT NULL CHECK (lane >= 0 AND lane < 256),
+  key          text,
+  sequence     bigint,
+  status       text NOT NULL DEFAULT 'pending', -- 'completed': rows kept from 0.1.0 only
+  attempts     integer NOT NULL DEFAULT 0,
+  claims       integer NOT NULL DEFAULT 0,
+  available_at timestamptz NOT NULL DEFAULT now(),
+  last_error   text,
+  created_at   timestamptz NOT NULL DEFAULT now(),
+  updated_at   timestamptz NOT NULL DEFAULT now(),
+  CONSTRAINT deliveries_pkey PRIMARY KEY (event_id, handler),
+  CONSTRAINT deliveries_status_check CHECK (status IN ('pending', 'dead', 'completed')),
+  CONSTRAINT deliveries_key_sequence_check CHECK ((key IS NULL) = (sequence IS NULL))
+) WITH (autovacuum_vacuum_scale_factor = 0.02);
+
+-- Per-key counters: a keyed publish increments its key's row and holds that row lock until
+-- commit, so a later publisher of the same key waits, and sequence order is commit order.
+CREATE TABLE relaybus.key_counters (
+  key           text PRIMARY KEY,
+  last_sequence bigint NOT NULL
+) WITH (fillfactor = 70);

@@ -1,0 +1,38 @@
+-- A canonical description of everything relaybus owns in schema relaybus, one line per
+-- fact and sorted, so that two databases can be compared with diff. Column order is left
+-- out on purpose (an upgrade appends columns); everything else counts.
+SELECT line FROM (
+  SELECT format('table %s options=%s', c.relname, c.reloptions) AS line
+    FROM pg_class c WHERE c.relnamespace = 'relaybus'::regnamespace AND c.relkind = 'r'
+  UNION ALL
+  SELECT format('column %s.%s %s notnull=%s default=%s', c.relname, a.attname,
+                format_type(a.atttypid, a.atttypmod), a.attnotnull,
+                pg_get_expr(d.adbin, d.adrelid))
+    FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+    LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+   WHERE c.relnamespace = 'relaybus'::regnamespace AND c.relkind = 'r'
+     AND a.attnum > 0 AND NOT a.attisdropped
+  UNION ALL
+  SELECT format('constraint %s.%s %s', c.relname, k.conname, pg_get_constraintdef(k.oid))
+    FROM pg_constraint k JOIN pg_class c ON c.oid = k.conrelid
+   WHERE c.relnamespace = 'relaybus'::regnamespace
+  UNION ALL
+  SELECT format('index %s options=%s', pg_get_indexdef(i.indexrelid), ic.reloptions)
+    FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid JOIN pg_class ic ON ic.oid = i.indexrelid
+   WHERE c.relnamespace = 'relaybus'::regnamespace
+  UNION ALL
+  SELECT format('function %s returns %s language %s volatility %s strict %s secdef %s config %s acl %s body %s %s',
+                p.oid::regprocedure, pg_get_function_result(p.oid), l.lanname, p.provolatile,
+                p.proisstrict, p.prosecdef, p.proconfig, p.proacl, md5(p.prosrc), p.probin)
+    FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+   WHERE p.pronamespace = 'relaybus'::regnamespace
+  UNION ALL
+  SELECT format('table-acl %s %s', c.relname, c.relacl)
+    FROM pg_class c WHERE c.relnamespace = 'relaybus'::regnamespace AND c.relkind IN ('r', 'S')
+  UNION ALL
+  SELECT format('schema-acl %s', n.nspacl) FROM pg_namespace n WHERE n.nspname = 'relaybus'
+  UNION ALL
+  SELECT format('member %s', pg_describe_object(d.classid, d.objid, d.objsubid))
+    FROM pg_depend d JOIN pg_extension e ON e.oid = d.refobjid
+   WHERE e.extname = 'relaybus' AND d.deptype = 'e'
+) facts ORDER BY line COLLATE "C";

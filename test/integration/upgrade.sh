@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# 0.1.0 -> 0.2.0, against the running test cluster ($PGHOST/$PGPORT):
+#  - a fresh 0.2.0 and an upgraded 0.1.0 have identical catalogs;
+#  - under data (pending, in flight, completed and dead deliveries; keyed and not; three
+#    handlers), the upgrade keeps every promise: every pending and in-flight delivery runs
+#    exactly once, in key order; nothing completed runs again; dead ones stay dead until
+#    requeued; two copies upgrade to the same state;
+#  - while a 0.1.0 lease is live, the upgrade refuses (55006) and changes nothing.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); echo "ok - $1"; }
+not_ok() { failed=$((failed + 1)); echo "not ok - $1"; }
+q() { local db=$1; shift; psql -qXAt -v ON_ERROR_STOP=1 -d "$db" -c "$*"; }
+check() { if [ "$(q "$1" "$3")" = t ]; then ok "$2"; else not_ok "$2"; fi; }
+fresh_db() { q postgres "DROP DATABASE IF EXISTS $1" >/dev/null; q postgres "CREATE DATABASE $1 $2" >/dev/null; }
+catalog() { psql -qXAt -v ON_ERROR_STOP=1 -d "$1" -f test/integration/catalog.sql; }
+
+# Catalogs.
+fresh_db relaybus_up_fresh ""
+q relaybus_up_fresh "CREATE EXTENSION relaybus" >/dev/null
+fresh_db relaybus_up_empty ""
+q relaybus_up_empty "CREATE EXTENSION relaybus VERSION '0.1.0'" >/dev/null
+q relaybus_up_empty "ALTER EXTENSION relaybus UPDATE" >/dev/null
+if diff <(catalog relaybus_up_fresh) <(catalog relaybus_up_empty); then
+  ok "CREATE EXTENSION and CREATE ... VERSION '0.1.0' + ALTER EXTENSION UPDATE give identical catalogs ($(catalog relaybus_up_fresh | wc -l) facts)"
+else
+  not_ok "identical catalogs after upgrade"
+fi
+
+# A 0.1.0 database with every kind of delivery, made through the 0.1.0 API.
+fresh_db relaybus_up_data ""
+q relaybus_up_data "CREATE EXTENSION relaybus VERSION '0.1.0'" >/dev/null
+psql -qX -v ON_ERROR_STOP=1 -d relaybus_up_data >/dev/null <<'SQL'
+SELECT relaybus.subscribe('billing', ARRAY['order']);
+SELECT relaybus.subscribe('mail', ARRAY['order']);
+SELECT relaybus.subscribe('audit', ARRAY['*'], max_attempts => 2);
+-- 30 keyed orders (3 keys, in order), 10 unkeyed notes
+SELECT relaybus.publish('order', jsonb_build_object('n', i), 'k' || (i % 3), 'o' || i)
+  FROM generate_series(1, 30) i ORDER BY i;
+SELECT relaybus.publish('note', jsonb_build_object('n', i), NULL, 'note' || i)
+  FROM generate_series(1, 10) i ORDER BY i;
+-- completed under 0.1.0: the first batch of each handler
+SELECT relaybus.complete(lease_token) FROM relaybus.claim('old-1', 12, '1 hour');
+-- dead under 0.1.0
+SELECT relaybus.bury(lease_token, 'poison') FROM relaybus.claim('old-2', 1, '1 hour', ARRAY['audit']);
+-- in flight under 0.1.0, leases expired by the time of the upgrade
+SELECT count(*) FROM relaybus.claim('old-3', 10, '1 millisecond');
+SELECT pg_sleep(0.05);
+CREATE TABLE before_upgrade AS
+  SELECT event_id, handler, key, sequence, status, attempts FROM relaybus.deliveries;
+SQL
+echo "# before: $(q relaybus_up_data "SELECT string_agg(status || '=' || n, ' ' ORDER BY status) FROM (SELECT status, count(*) n FROM relaybus.deliveries GROUP BY status) s")"
+check relaybus_up_data "the 0.1.0 database has pending, processing, completed and dead deliveries" \
+  "SELECT count(DISTINCT status) = 4 FROM relaybus.deliveries"
+fresh_db relaybus_up_copy "TEMPLATE relaybus_up_data"
+fresh_db relaybus_up_live "TEMPLATE relaybus_up_data"
+
+# A live 0.1.0 lease: the upgrade refuses and nothing changes.
+q relaybus_up_live "SELECT count(*) FROM relaybus.claim('still-running', 1, '1 hour')" >/dev/null
+live_before=$(q relaybus_up_live "SELECT md5(string_agg(d::text, ',' ORDER BY event_id, handler)) FROM relaybus.deliveries d")
+err=$(psql -qXAt -d relaybus_up_live -v VERBOSITY=verbose -c "ALTER EXTENSION relaybus UPDATE" 2>&1 || true)
+case "$err" in *55006*) ok "a live 0.1.0 lease makes the upgrade fail with 55006" ;;
+  *) not_ok "a live 0.1.0 lease makes the upgrade fail with 55006 (got: $err)" ;; esac
+check relaybus_up_live "and nothing changed (still 0.1.0, same rows)" \
+  "SELECT (SELECT extversion FROM pg_extension WHERE extname = 'relaybus') = '0.1.0'
+      AND (SELECT md5(string_agg(d::text, ',' ORDER BY event_id, handler)) FROM relaybus.deliveries d) = '$live_before'"
+
+# The upgrade, on two copies.
+for db in relaybus_up_data relaybus_up_copy; do q $db "ALTER EXTENSION relaybus UPDATE" >/dev/null; done
+check relaybus_up_data "the upgraded database is at 0.2.0" \
+  "SELECT extversion = '0.2.0' FROM pg_extension WHERE extname = 'relaybus'"
+state="SELECT md5(string_agg(format('%s %s %s %s %s %s %s', event_id, handler, lane, key, sequence, status, attempts), ',' ORDER BY event_id, handler)) FROM relaybus.deliveries"
+[ "$(q relaybus_up_data "$state")" = "$(q relaybus_up_copy "$state")" ] \
+  && ok "two copies upgrade to the same state" || not_ok "two copies upgrade to the same state"
+check relaybus_up_data "in-flight deliveries became pending with their attempt kept" \
+  "SELECT bool_and(d.status = 'pending' AND d.attempts = b.attempts AND d.attempts = 1)
+     FROM before_upgrade b JOIN relaybus.deliveries d USING (event_id, handler) WHERE b.status = 'processing'"
+check relaybus_up_data "every delivery has the lane a new one would get" \
+  "SELECT bool_and(lane = relaybus.lane_of(coalesce(key, event_id))) FROM relaybus.deliveries"
+check relaybus_up_data "events remember every handler, completed ones included" \
+  "SELECT bool_and(e.handlers = (SELECT array_agg(b.handler ORDER BY b.handler) FROM before_upgrade b WHERE b.event_id = e.id))
+     FROM relaybus.events e"
+check relaybus_up_data "every handler has its 256 lanes" \
+  "SELECT count(*) = 3 * 256 FROM relaybus.lanes"
+check relaybus_up_data "completed 0.1.0 deliveries stay listable" \
+  "SELECT (SELECT count(*) FROM relaybus.list_deliveries('completed', max_rows => 1000))
+        = (SELECT count(*) FROM before_upgrade WHERE status = 'completed')"
+
+# Drain with 0.2.0, recording each handling in the completion's own transaction.
+psql -qX -v ON_ERROR_STOP=1 -d relaybus_up_data >/dev/null <<'SQL'
+CREATE TABLE handled (id bigserial, event_id text, handler text, key text, n int);
+CREATE PROCEDURE drain() LANGUAGE plpgsql AS $$
+DECLARE
+  r record;
+  got int;
+BEGIN
+  LOOP
+    got := 0;
+    FOR r IN SELECT * FROM relaybus.claim('new', 50) LOOP
+      INSERT INTO handled (event_id, handler, key, n)
+        VALUES (r.event_id, r.handler, r.key, (r.payload->>'n')::int);
+      PERFORM relaybus.complete(r.lease_token);
+      got := got + 1;
+    END LOOP;
+    COMMIT;
+    EXIT WHEN got = 0;
+  END LOOP;
+END $$;
+CALL drain();
+SQL
+check relaybus_up_data "every pending and in-flight 0.1.0 delivery ran exactly once" \
+  "SELECT (SELECT count(*) FROM handled) = (SELECT count(*) FROM before_upgrade WHERE status IN ('pending', 'processing'))
+      AND NOT EXISTS (SELECT 1 FROM handled GROUP BY event_id, handler HAVING count(*) > 1)
+      AND NOT EXISTS (SELECT event_id, handler FROM before_upgrade WHERE status IN ('pending', 'processing')
+                      EXCEPT SELECT event_id, handler FROM handled)"
+check relaybus_up_data "nothing completed under 0.1.0 ran again" \
+  "SELECT NOT EXISTS (SELECT 1 FROM handled h JOIN before_upgrade b USING (event_id, handler) WHERE b.status <> 'pending' AND b.status <> 'processing')"
+check relaybus_up_data "in key order" \
+  "SELECT NOT EXISTS (SELECT 1 FROM (SELECT n < lag(n) OVER (PARTITION BY handler, key ORDER BY id) AS back
+                                       FROM handled WHERE key IS NOT NULL) o WHERE back)"
+q relaybus_up_data "SELECT relaybus.publish('order', '{}', 'k1', 'o1')" >/dev/null
+check relaybus_up_data "publishing a completed event again adds nothing" \
+  "SELECT count(*) = 0 FROM relaybus.deliveries WHERE event_id = 'o1' AND status = 'pending'"
+check relaybus_up_data "the dead letter stays dead" \
+  "SELECT status = 'dead' FROM relaybus.deliveries WHERE (event_id, handler) IN (SELECT event_id, handler FROM before_upgrade WHERE status = 'dead')"
+q relaybus_up_data "SELECT relaybus.requeue_dead()" >/dev/null
+check relaybus_up_data "and runs once requeued" \
+  "SELECT count(*) = 1 FROM relaybus.claim('new', 10)"
+
+for db in relaybus_up_fresh relaybus_up_empty relaybus_up_data relaybus_up_copy relaybus_up_live; do
+  q postgres "DROP DATABASE $db" >/dev/null
+done
+echo "upgrade: $passed passed, $failed failed"
+[ $failed = 0 ]
