@@ -24,7 +24,7 @@ int sqlstate_code(const char* s) {
 
 // Runs body; any exception is caught and, once outside every catch block, raised as a
 // PostgreSQL ERROR (a caught PostgreSQL error is re-raised as it was). In a background
-// worker, which has no error handler of its own, PostgreSQL turns that ERROR into FATAL.
+// worker that ERROR reaches the worker's top-level handler, which reports it and exits.
 template <typename Body>
 auto guard(Body&& body) -> decltype(body()) {
   ErrorData* pg_error = nullptr;

@@ -18,12 +18,19 @@ struct PgError {
   ErrorData* data;
 };
 
+// An exception thrown inside PG_TRY would leave PostgreSQL's exception stack pointing at
+// a dead frame; through this it ends the process at once instead.
+template <typename F>
+void call_noexcept(F& f) noexcept {
+  f();
+}
+
 template <typename F>
 void pg_call(F&& f) {
   MemoryContext volatile caller_context = CurrentMemoryContext;
   ErrorData* volatile error = nullptr;
   PG_TRY();
-  { f(); }
+  { call_noexcept(f); }
   PG_CATCH();
   {
     MemoryContextSwitchTo(caller_context);
@@ -39,7 +46,7 @@ using SqlBody = Datum (*)(FunctionCallInfo);
 Datum run_guarded(FunctionCallInfo fcinfo, SqlBody body);
 
 // The same boundary for a background worker's main function: an error ends the worker
-// (FATAL), and the postmaster restarts it.
+// (its own error handler reports it and exits with code 1), and the postmaster restarts it.
 using WorkerBody = void (*)(Datum);
 void run_guarded_worker(WorkerBody body, Datum arg);
 

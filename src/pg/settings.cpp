@@ -47,7 +47,7 @@ void define() {
                           GUC_UNIT_MS, nullptr, nullptr, nullptr);
   DefineCustomIntVariable(
       "relaybus.sql_handler_batch", "Deliveries an in-database handler worker claims at once.",
-      nullptr, &sql_handler_batch_value, 10, 1, 1000, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+      nullptr, &sql_handler_batch_value, 10, 1, 50, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
   DefineCustomIntVariable("relaybus.sql_handler_poll_interval",
                           "How long an idle in-database handler worker waits for work.",
                           "Wake-ups end the wait early; this is the fallback.",

@@ -17,6 +17,9 @@
 #include <cstdio>
 
 extern "C" {
+#include "commands/async.h"
+#include "mb/pg_wchar.h"
+#include "utils/guc.h"
 #include "utils/snapmgr.h"
 #include "utils/timeout.h"
 }
@@ -28,7 +31,8 @@ namespace {
 // After a call this slow, the rest of the batch is handed back (release, then relinquish),
 // so other workers can run it instead of waiting behind a slow handler.
 constexpr std::int64_t kSlowCallMs = 1000;
-// Lease of a batch beyond the longest handler timeout; renewed between deliveries.
+// Lease of a claim beyond the handler's timeout, covering the gap between the claim's commit
+// and the batch's first statement, which locks the lanes.
 constexpr std::int64_t kLeaseMarginMs = 10000;
 
 struct Job {
@@ -50,6 +54,15 @@ struct CallOutcome {
 // In a subtransaction: function(event) as `owner` under a statement timeout, then
 // complete(token) with the kept plan `complete`. Holds no C++ object with a destructor:
 // PostgreSQL errors are caught here with PG_TRY.
+//
+// The function runs as its owner in a GUC nest level that is unwound afterwards, so nothing
+// it sets (search_path, role, timeouts) outlives it in this superuser process, and any
+// LISTEN it did is undone. (Not as a security-restricted operation: PostgreSQL refuses
+// deferred triggers there, so a handler could not write to a table with a deferred foreign
+// key. Temporary objects it leaves cannot shadow what the worker runs: the worker's own
+// search_path is pinned to pg_catalog first and its relations are schema-qualified.)
+// Deferred constraints are checked before the completion, as the owner and inside the same
+// subtransaction, so they fail this delivery alone.
 void call_handler(Oid function, Oid owner, int timeout_ms, Datum event, SPIPlanPtr complete,
                   Datum token, CallOutcome* out) {
   MemoryContext outer_context = CurrentMemoryContext;
@@ -61,16 +74,26 @@ void call_handler(Oid function, Oid owner, int timeout_ms, Datum event, SPIPlanP
   MemoryContextSwitchTo(outer_context);
   PG_TRY();
   {
+    PushActiveSnapshot(GetTransactionSnapshot());
     SetUserIdAndSecContext(owner, saved_context | SECURITY_LOCAL_USERID_CHANGE);
-    enable_timeout_after(STATEMENT_TIMEOUT, timeout_ms);
+    const int guc_nest_level = NewGUCNestLevel();
+    (void)set_config_option("search_path", worker::handler_search_path(), PGC_SUSET, PGC_S_SESSION,
+                            GUC_ACTION_SAVE, true, 0, false);
     FmgrInfo flinfo;
     fmgr_info(function, &flinfo);
     LOCAL_FCINFO(fcinfo, 1);
     InitFunctionCallInfoData(*fcinfo, &flinfo, 1, InvalidOid, nullptr, nullptr);
     fcinfo->args[0].value = event;
     fcinfo->args[0].isnull = false;
+    worker::call_started();
+    enable_timeout_after(STATEMENT_TIMEOUT, timeout_ms);
     (void)FunctionCallInvoke(fcinfo);  // the result, NULL or not, is ignored
     disable_timeout(STATEMENT_TIMEOUT, false);
+    QueryCancelPending = false;  // a timeout that fired as the call returned cancels nothing
+    worker::call_ended();
+    SPI_execute("SET CONSTRAINTS ALL IMMEDIATE", false, 0);  // still as the owner
+    Async_UnlistenAll();
+    AtEOXact_GUC(false, guc_nest_level);
     SetUserIdAndSecContext(saved_user, saved_context);
     Datum values[1] = {token};
     bool completed = false;
@@ -80,6 +103,7 @@ void call_handler(Oid function, Oid owner, int timeout_ms, Datum event, SPIPlanP
       Datum d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &is_null);
       completed = !is_null && DatumGetBool(d);
     }
+    PopActiveSnapshot();
     if (completed) {
       ReleaseCurrentSubTransaction();
       out->outcome = Outcome::kCompleted;
@@ -94,22 +118,25 @@ void call_handler(Oid function, Oid owner, int timeout_ms, Datum event, SPIPlanP
   PG_CATCH();
   {
     disable_timeout(STATEMENT_TIMEOUT, false);
+    QueryCancelPending = false;
+    worker::call_ended();
     SetUserIdAndSecContext(saved_user, saved_context);
     MemoryContextSwitchTo(outer_context);
     ErrorData* error = CopyErrorData();
     FlushErrorState();
-    RollbackAndReleaseCurrentSubTransaction();
+    RollbackAndReleaseCurrentSubTransaction();  // also unwinds the GUC level and snapshot
     MemoryContextSwitchTo(outer_context);
     CurrentResourceOwner = outer_owner;
     snprintf(out->error, sizeof out->error, "%s (SQLSTATE %s)",
              error->message != nullptr ? error->message : "error",
              unpack_sql_state(error->sqlerrcode));
+    // snprintf may have cut a multibyte character in two.
+    out->error[pg_mbcliplen(out->error, static_cast<int>(strlen(out->error)),
+                            sizeof out->error - 1)] = '\0';
     FreeErrorData(error);
     out->outcome = Outcome::kFailed;
   }
   PG_END_TRY();
-  // A timeout that fired just as the call returned must not cancel what follows.
-  QueryCancelPending = false;
 }
 
 class SqlHandlerWorker {
@@ -123,13 +150,14 @@ class SqlHandlerWorker {
  private:
   std::vector<Job> claim(std::int64_t* lease_ms);
   void handle(const Job& job);
+  void lock_lanes(std::int64_t lease_ms);
   void hand_back(const std::vector<Job>& jobs, std::size_t from);
-  void renew_if_due(std::int64_t lease_ms);
+  std::size_t run_batch(const std::vector<Job>& jobs, std::int64_t lease_ms);
+  void run_one_by_one(const std::vector<Job>& jobs, std::int64_t lease_ms);
 
   // A stable name per slot: a restarted worker reuses it, and the claim takes over the
   // lanes its dead predecessor held at once (their holder backend is gone).
   std::string name_;
-  std::chrono::steady_clock::time_point renewed_;
   std::size_t turn_;  // which handler to try first; workers start at different ones
 };
 
@@ -191,21 +219,18 @@ std::vector<Job> SqlHandlerWorker::claim(std::int64_t* lease_ms) {
       jobs.push_back(std::move(job));
     }
   });
-  renewed_ = std::chrono::steady_clock::now();
   return jobs;
 }
 
-void SqlHandlerWorker::renew_if_due(std::int64_t lease_ms) {
+// First statement of a batch: renewing the lease also takes the lanes' row locks until the
+// batch commits, and a takeover skips locked lanes, so no lease can be lost under a running
+// handler however long the batch takes.
+void SqlHandlerWorker::lock_lanes(std::int64_t lease_ms) {
   static Statement extend("SELECT relaybus.extend_lease($1, $2)", {TEXTOID, INTERVALOID});
-  // Renewed before a call once the margin is half used, so every call starts with at least
-  // its whole timeout of lease left.
-  const auto now = std::chrono::steady_clock::now();
-  if (now - renewed_ < std::chrono::milliseconds(kLeaseMarginMs / 2) && lease_ms > 0) return;
   Params params;
   params.text(name_);
   params.interval_us(lease_ms * 1000);
   extend.run(params);
-  renewed_ = now;
 }
 
 void SqlHandlerWorker::handle(const Job& job) {
@@ -246,41 +271,82 @@ void SqlHandlerWorker::handle(const Job& job) {
   }
 }
 
+// Inside the batch transaction: what was not started goes back without costing an attempt,
+// and every lane that runs nothing is handed back for other workers.
 void SqlHandlerWorker::hand_back(const std::vector<Job>& jobs, std::size_t from) {
   static Statement release("SELECT relaybus.release($1)", {TEXTOID});
   static Statement relinquish("SELECT relaybus.relinquish($1)", {TEXTOID});
-  worker::in_transaction("relaybus: handing back after a slow handler", [&] {
-    for (std::size_t i = from; i < jobs.size(); ++i) {
-      Params params;
-      params.text(jobs[i].token);
-      release.run(params);
-    }
+  for (std::size_t i = from; i < jobs.size(); ++i) {
     Params params;
-    params.text(name_);
-    relinquish.run(params);
-  });
+    params.text(jobs[i].token);
+    release.run(params);
+  }
+  Params params;
+  params.text(name_);
+  relinquish.run(params);
+}
+
+// The batch in one transaction. Returns how many deliveries it ran; throws PgError when the
+// commit fails (the deliveries are still leased to this worker then).
+std::size_t SqlHandlerWorker::run_batch(const std::vector<Job>& jobs, std::int64_t lease_ms) {
+  std::size_t done = 0;
+  worker::begin_transaction("relaybus: running in-database handlers");
+  lock_lanes(lease_ms);
+  while (done < jobs.size() && !worker::shutdown_requested()) {
+    worker::check_signals();
+    const auto started = std::chrono::steady_clock::now();
+    handle(jobs[done++]);
+    // After a slow call the rest goes back, for other workers to run meanwhile.
+    if (std::chrono::steady_clock::now() - started > std::chrono::milliseconds(kSlowCallMs)) break;
+  }
+  hand_back(jobs, done);
+  worker::commit_transaction();
+  return done;
+}
+
+// After a failed batch commit: each delivery in a transaction of its own, and one whose
+// commit still fails is failed (with the reason) in a fresh transaction.
+void SqlHandlerWorker::run_one_by_one(const std::vector<Job>& jobs, std::int64_t lease_ms) {
+  static Statement fail("SELECT relaybus.fail($1, $2)", {TEXTOID, TEXTOID});
+  for (const Job& job : jobs) {
+    try {
+      worker::begin_transaction("relaybus: running an in-database handler alone");
+      lock_lanes(lease_ms);
+      handle(job);
+      worker::commit_transaction();
+    } catch (const PgError& e) {
+      const std::string reason = std::string("commit failed: ") +
+                                 (e.data != nullptr && e.data->message ? e.data->message : "error");
+      worker::abort_transaction();
+      worker::in_transaction("relaybus: failing a delivery whose commit failed", [&] {
+        Params params;
+        params.text(job.token);
+        params.text(reason);
+        fail.run(params);
+      });
+    }
+  }
 }
 
 std::size_t SqlHandlerWorker::round() {
   std::int64_t lease_ms = 0;
   const std::vector<Job> jobs = claim(&lease_ms);
   if (jobs.empty()) return 0;
-  std::size_t done = 0;
-  worker::begin_transaction("relaybus: running in-database handlers");
-  while (done < jobs.size() && !worker::shutdown_requested()) {
-    worker::check_signals();
-    renew_if_due(lease_ms);
-    const auto started = std::chrono::steady_clock::now();
-    {
-      worker::InterruptibleCall call;  // SIGTERM during the call ends the worker at once
-      handle(jobs[done++]);
-    }
-    if (std::chrono::steady_clock::now() - started > std::chrono::milliseconds(kSlowCallMs)) break;
+  try {
+    return run_batch(jobs, lease_ms);
+  } catch (const PgError& e) {
+    // Typically a handler's deferred work failing at commit: the whole batch was rolled
+    // back, so run it again one by one and let only the culprit fail.
+    const char* message = e.data != nullptr && e.data->message ? e.data->message : "error";
+    pg_call([&] {
+      ereport(LOG, (errmsg("relaybus: a batch of in-database handlers failed to commit (%s); "
+                           "running it one delivery at a time",
+                           message)));
+    });
+    worker::abort_transaction();
+    run_one_by_one(jobs, lease_ms);
+    return jobs.size();
   }
-  worker::commit_transaction();
-  // After a slow call, or when asked to stop, the rest goes back at no attempt's cost.
-  if (done < jobs.size()) hand_back(jobs, done);
-  return done;
 }
 
 void sql_handler_main(Datum arg) {

@@ -65,8 +65,8 @@ Datum subscribe_body(FunctionCallInfo fcinfo) {
   core::validate(policy);
   const bool in_database = !PG_ARGISNULL(5);
   const bool has_timeout = !PG_ARGISNULL(6);
-  if (has_timeout && interval_us_of(PG_GETARG_DATUM(6)) <= 0)
-    throw core::Error(core::sqlstate::kInvalidParameter, "sql_timeout must be positive");
+  if (has_timeout && interval_us_of(PG_GETARG_DATUM(6)) < 1000)
+    throw core::Error(core::sqlstate::kInvalidParameter, "sql_timeout must be at least 1 ms");
   if (has_timeout && interval_us_of(PG_GETARG_DATUM(6)) > kMaxSqlTimeoutUs)
     throw core::Error(core::sqlstate::kInvalidParameter, "sql_timeout must be at most 1 hour");
   if (has_timeout && !in_database)

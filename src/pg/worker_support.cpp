@@ -17,6 +17,7 @@ namespace relaybus::pg::worker {
 namespace {
 
 volatile sig_atomic_t shutdown_flag = 0;
+const char* handler_search_path_value = "\"$user\", public";
 volatile sig_atomic_t in_call = 0;
 
 extern "C" void on_sigterm(SIGNAL_ARGS) {
@@ -36,18 +37,18 @@ bool shutdown_requested() {
   return shutdown_flag != 0;
 }
 
-InterruptibleCall::InterruptibleCall() {
-  in_call = 1;
-  if (shutdown_flag)
-    pg_call([] {
-      ProcDiePending = true;
-      InterruptPending = true;
-      CHECK_FOR_INTERRUPTS();
-    });
+const char* handler_search_path() noexcept {
+  return handler_search_path_value;
 }
 
-InterruptibleCall::~InterruptibleCall() {
+void call_started() noexcept {
+  in_call = 1;
+}
+
+void call_ended() noexcept {
   in_call = 0;
+  // die() ran during the call but the call returned before noticing: finish gracefully.
+  if (shutdown_flag) ProcDiePending = false;
 }
 
 void exit_for_restart() {
@@ -62,6 +63,19 @@ void start(const char* application_name, Shutdown shutdown) {
     BackgroundWorkerUnblockSignals();
     BackgroundWorkerInitializeConnection(settings::database(), nullptr, 0);
     pgstat_report_appname(application_name);
+    // Handlers get the search_path the database would give a session (its defaults
+    // included); the workers' own statements run with the pinned one below.
+    handler_search_path_value = pstrdup(GetConfigOption("search_path", false, false));
+    // Database or role defaults (ALTER DATABASE/ROLE ... SET) must not change how the
+    // workers' own statements run.
+    const char* pinned[][2] = {{"search_path", "pg_catalog, pg_temp"},
+                               {"default_transaction_isolation", "read committed"},
+                               {"default_transaction_read_only", "off"},
+                               {"statement_timeout", "0"},
+                               {"lock_timeout", "0"},
+                               {"idle_in_transaction_session_timeout", "0"}};
+    for (const auto& setting : pinned)
+      SetConfigOption(setting[0], setting[1], PGC_SUSET, PGC_S_OVERRIDE);
   });
 }
 
@@ -92,6 +106,14 @@ void commit_transaction() {
     PopActiveSnapshot();
     CommitTransactionCommand();
     pgstat_report_stat(false);
+    pgstat_report_activity(STATE_IDLE, nullptr);
+  });
+}
+
+void abort_transaction() {
+  pg_call([] {
+    MemoryContextSwitchTo(TopMemoryContext);
+    AbortCurrentTransaction();
     pgstat_report_activity(STATE_IDLE, nullptr);
   });
 }

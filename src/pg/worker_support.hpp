@@ -8,8 +8,9 @@ namespace relaybus::pg::worker {
 
 enum class Shutdown {
   kAtOnce,        // SIGTERM ends the worker at the next interrupt check (PostgreSQL's die)
-  kBetweenCalls,  // SIGTERM during an InterruptibleCall ends it at once; otherwise it sets
-                  // shutdown_requested() and the worker finishes its unit of work first
+  kBetweenCalls,  // SIGTERM during a handler call (call_started..call_ended) ends it at
+                  // once; otherwise it sets shutdown_requested() and the worker finishes
+                  // its unit of work first
 };
 
 // Signal handlers (SIGHUP reloads, SIGTERM as `shutdown` says), then the connection to
@@ -19,15 +20,15 @@ void start(const char* application_name, Shutdown shutdown = Shutdown::kAtOnce);
 // kBetweenCalls: SIGTERM arrived.
 bool shutdown_requested();
 
-// kBetweenCalls: while one exists, SIGTERM ends the worker at once (a handler call can run
-// for its whole timeout; a shutdown does not wait for it).
-class InterruptibleCall {
- public:
-  InterruptibleCall();
-  ~InterruptibleCall();
-  InterruptibleCall(const InterruptibleCall&) = delete;
-  InterruptibleCall& operator=(const InterruptibleCall&) = delete;
-};
+// The search_path a handler function runs with: the database's default for a session,
+// captured before the worker pinned its own.
+const char* handler_search_path() noexcept;
+
+// kBetweenCalls: around a handler function call (which may run for its whole timeout),
+// SIGTERM ends the worker at once; elsewhere the worker finishes its unit of work first.
+// Signal-safe flags only: these may be called inside PG_TRY.
+void call_started() noexcept;
+void call_ended() noexcept;
 
 // Ends the worker with exit code 1, so the postmaster restarts it (unless it is shutting
 // down).
@@ -50,6 +51,9 @@ void wait(int timeout_ms);
 
 void begin_transaction(const char* activity);
 void commit_transaction();
+// After an error escaped a transaction (as a PgError): abort it and leave no SPI or
+// snapshot behind.
+void abort_transaction();
 
 template <typename Body>
 void in_transaction(const char* activity, Body&& body) {

@@ -124,6 +124,46 @@ wait_for "a delivery whose function was dropped fails, saying so" \
   "SELECT status = 'dead' AND last_error LIKE '%sql_function no longer exists%'
      FROM relaybus.deliveries WHERE event_id = 'orphaned'" 5
 
+# Handlers run as their owner in a settings level of their own: nothing they set outlives
+# them in the (superuser) worker.
+q "CREATE TABLE seen (path text)" >/dev/null
+q "CREATE FUNCTION meddle(e jsonb) RETURNS void LANGUAGE plpgsql AS \$\$
+   BEGIN
+     INSERT INTO seen VALUES (current_setting('search_path'));
+     PERFORM set_config('search_path', 'public, pg_catalog', false);
+     PERFORM set_config('lock_timeout', '1ms', false);
+   END \$\$" >/dev/null
+q "SELECT relaybus.subscribe('meddler', ARRAY['meddle.t'], sql_function => 'meddle(jsonb)')" >/dev/null
+q "SELECT count(relaybus.publish('meddle.t', '{}')) FROM generate_series(1, 12)" >/dev/null
+wait_for "12 handlers that change session settings are handled" "SELECT count(*) = 12 FROM seen" 5
+check "each saw the database's default search_path, none a previous handler's change" \
+  "SELECT bool_and(path = '\"\$user\", public') FROM seen"
+
+# A deferred constraint that fails fails its own delivery, not the batch it ran in.
+q "CREATE TABLE ledger (ref text CONSTRAINT ledger_ref_unique UNIQUE DEFERRABLE INITIALLY DEFERRED)" >/dev/null
+q "CREATE FUNCTION book(e jsonb) RETURNS void LANGUAGE sql AS
+   'INSERT INTO ledger VALUES (e->''payload''->>''ref'')'" >/dev/null
+q "SELECT relaybus.subscribe('booker', ARRAY['book.t'], max_attempts => 2, backoff_base => '10 ms',
+     sql_function => 'book(jsonb)')" >/dev/null
+q "SELECT count(relaybus.publish('book.t', jsonb_build_object('ref', CASE WHEN i = 5 THEN 'r1' ELSE 'r' || i END),
+     event_id => 'book' || i)) FROM generate_series(1, 10) i" >/dev/null
+wait_for "9 bookings commit and the one that violates a deferred constraint is dead-lettered" \
+  "SELECT (SELECT count(*) FROM ledger) = 9
+      AND (SELECT status = 'dead' AND last_error LIKE '%ledger_ref_unique%'
+             FROM relaybus.deliveries WHERE event_id IN ('book1', 'book5') AND status = 'dead')" 5
+q "CREATE TABLE accounts (id int PRIMARY KEY)" >/dev/null
+q "INSERT INTO accounts VALUES (1)" >/dev/null
+q "CREATE TABLE postings (account int REFERENCES accounts DEFERRABLE INITIALLY DEFERRED)" >/dev/null
+q "CREATE FUNCTION post(e jsonb) RETURNS void LANGUAGE sql AS
+   'INSERT INTO postings VALUES ((e->''payload''->>''account'')::int)'" >/dev/null
+q "SELECT relaybus.subscribe('poster', ARRAY['post.t'], max_attempts => 1, sql_function => 'post(jsonb)')" >/dev/null
+q "SELECT count(relaybus.publish('post.t', jsonb_build_object('account', CASE WHEN i = 3 THEN 2 ELSE 1 END),
+     event_id => 'post' || i)) FROM generate_series(1, 6) i" >/dev/null
+wait_for "with a deferred foreign key, 5 postings commit and the dangling one is dead-lettered" \
+  "SELECT (SELECT count(*) FROM postings) = 5
+      AND (SELECT status = 'dead' AND last_error LIKE '%foreign key%'
+             FROM relaybus.deliveries WHERE event_id = 'post3')" 5
+
 # Terminating the handler workers in the middle of batches: each batch is one transaction,
 # so what was handled but not committed runs again, and still exactly once.
 q "SELECT relaybus.subscribe('napper', ARRAY['nap.t'], sql_function => 'record(jsonb)')" >/dev/null
