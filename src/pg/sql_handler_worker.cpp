@@ -271,8 +271,10 @@ void SqlHandlerWorker::handle(const Job& job) {
   }
 }
 
-// Inside the batch transaction: what was not started goes back without costing an attempt,
-// and every lane that runs nothing is handed back for other workers.
+// Inside the batch transaction, when a batch is cut short (a slow call, or a shutdown):
+// what was not started goes back without costing an attempt, and every lane that runs
+// nothing is handed back for other workers. After a full batch the lanes stay held: the
+// next claim goes on with them (and hands back those that ran dry).
 void SqlHandlerWorker::hand_back(const std::vector<Job>& jobs, std::size_t from) {
   static Statement release("SELECT relaybus.release($1)", {TEXTOID});
   static Statement relinquish("SELECT relaybus.relinquish($1)", {TEXTOID});
@@ -299,7 +301,7 @@ std::size_t SqlHandlerWorker::run_batch(const std::vector<Job>& jobs, std::int64
     // After a slow call the rest goes back, for other workers to run meanwhile.
     if (std::chrono::steady_clock::now() - started > std::chrono::milliseconds(kSlowCallMs)) break;
   }
-  hand_back(jobs, done);
+  if (done < jobs.size()) hand_back(jobs, done);
   worker::commit_transaction();
   return done;
 }
