@@ -17,6 +17,7 @@
 #include <cstdio>
 
 extern "C" {
+#include "catalog/namespace.h"
 #include "commands/async.h"
 #include "mb/pg_wchar.h"
 #include "utils/guc.h"
@@ -56,13 +57,12 @@ struct CallOutcome {
 // PostgreSQL errors are caught here with PG_TRY.
 //
 // The function runs as its owner in a GUC nest level that is unwound afterwards, so nothing
-// it sets (search_path, role, timeouts) outlives it in this superuser process, and any
-// LISTEN it did is undone. (Not as a security-restricted operation: PostgreSQL refuses
-// deferred triggers there, so a handler could not write to a table with a deferred foreign
-// key. Temporary objects it leaves cannot shadow what the worker runs: the worker's own
-// search_path is pinned to pg_catalog first and its relations are schema-qualified.)
-// Deferred constraints are checked before the completion, as the owner and inside the same
-// subtransaction, so they fail this delivery alone.
+// it sets (search_path, role, timeouts) outlives it in this superuser process; its
+// temporary objects and LISTENs are dropped after the call. (Not as a security-restricted
+// operation: PostgreSQL refuses deferred triggers there, so a handler could not write to a
+// table with a deferred foreign key.) Deferred constraints are checked before the
+// completion, as the owner, under the timeout and inside the same subtransaction, so they
+// fail this delivery alone.
 void call_handler(Oid function, Oid owner, int timeout_ms, Datum event, SPIPlanPtr complete,
                   Datum token, CallOutcome* out) {
   MemoryContext outer_context = CurrentMemoryContext;
@@ -88,11 +88,15 @@ void call_handler(Oid function, Oid owner, int timeout_ms, Datum event, SPIPlanP
     worker::call_started();
     enable_timeout_after(STATEMENT_TIMEOUT, timeout_ms);
     (void)FunctionCallInvoke(fcinfo);  // the result, NULL or not, is ignored
+    // Still as the owner and under the timeout: deferred constraints are checked now, so a
+    // violation fails this delivery alone; temporary objects and LISTENs of the handler go,
+    // so none can shadow another handler's tables or pin the notification queue.
+    SPI_execute("SET CONSTRAINTS ALL IMMEDIATE", false, 0);
+    ResetTempTableNamespace();
+    Async_UnlistenAll();
     disable_timeout(STATEMENT_TIMEOUT, false);
     QueryCancelPending = false;  // a timeout that fired as the call returned cancels nothing
     worker::call_ended();
-    SPI_execute("SET CONSTRAINTS ALL IMMEDIATE", false, 0);  // still as the owner
-    Async_UnlistenAll();
     AtEOXact_GUC(false, guc_nest_level);
     SetUserIdAndSecContext(saved_user, saved_context);
     Datum values[1] = {token};
