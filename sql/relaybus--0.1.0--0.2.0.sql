@@ -96,6 +96,9 @@ CREATE TABLE relaybus.completions (
 );
 CREATE INDEX completions_completed_at_brin ON relaybus.completions USING brin (completed_at);
 
+SELECT pg_catalog.pg_extension_config_dump('relaybus.lanes', '');
+SELECT pg_catalog.pg_extension_config_dump('relaybus.completions', '');
+
 --------------------------------------------------------------------------------
 -- Functions implemented in C++ (src/pg). Each is a thin entry point guarded against
 -- C++ exceptions and PostgreSQL errors crossing each other.

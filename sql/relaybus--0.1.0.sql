@@ -92,6 +92,12 @@ CREATE TABLE relaybus.key_counters (
   last_sequence bigint NOT NULL
 ) WITH (fillfactor = 70);
 
+-- Extension tables hold user data: pg_dump must dump their rows, not only CREATE EXTENSION.
+SELECT pg_catalog.pg_extension_config_dump('relaybus.subscriptions', '');
+SELECT pg_catalog.pg_extension_config_dump('relaybus.events', '');
+SELECT pg_catalog.pg_extension_config_dump('relaybus.deliveries', '');
+SELECT pg_catalog.pg_extension_config_dump('relaybus.key_counters', '');
+
 --------------------------------------------------------------------------------
 -- 0.1.0 API: the row-lease baseline, in PL/pgSQL and SQL (no C). Same names and
 -- signatures as 0.2.0, except that subscribe has no sql_timeout and there is no lane_of.

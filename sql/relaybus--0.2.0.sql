@@ -84,6 +84,12 @@ CREATE TABLE relaybus.key_counters (
   last_sequence bigint NOT NULL
 ) WITH (fillfactor = 70);
 
+-- Extension tables hold user data: pg_dump must dump their rows, not only CREATE EXTENSION.
+SELECT pg_catalog.pg_extension_config_dump('relaybus.subscriptions', '');
+SELECT pg_catalog.pg_extension_config_dump('relaybus.events', '');
+SELECT pg_catalog.pg_extension_config_dump('relaybus.deliveries', '');
+SELECT pg_catalog.pg_extension_config_dump('relaybus.key_counters', '');
+
 -- With the primary key, the only four indexes on deliveries: none covers a column the
 -- happy path writes.
 -- claim: due pending deliveries of one (handler, lane) in due order
@@ -122,6 +128,9 @@ CREATE TABLE relaybus.completions (
   completed_at timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX completions_completed_at_brin ON relaybus.completions USING brin (completed_at);
+
+SELECT pg_catalog.pg_extension_config_dump('relaybus.lanes', '');
+SELECT pg_catalog.pg_extension_config_dump('relaybus.completions', '');
 
 --------------------------------------------------------------------------------
 -- Functions implemented in C++ (src/pg). Each is a thin entry point guarded against

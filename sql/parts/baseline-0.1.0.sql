@@ -68,3 +68,9 @@ CREATE TABLE relaybus.key_counters (
   key           text PRIMARY KEY,
   last_sequence bigint NOT NULL
 ) WITH (fillfactor = 70);
+
+-- Extension tables hold user data: pg_dump must dump their rows, not only CREATE EXTENSION.
+SELECT pg_catalog.pg_extension_config_dump('relaybus.subscriptions', '');
+SELECT pg_catalog.pg_extension_config_dump('relaybus.events', '');
+SELECT pg_catalog.pg_extension_config_dump('relaybus.deliveries', '');
+SELECT pg_catalog.pg_extension_config_dump('relaybus.key_counters', '');

@@ -24,3 +24,6 @@ CREATE TABLE relaybus.completions (
   completed_at timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX completions_completed_at_brin ON relaybus.completions USING brin (completed_at);
+
+SELECT pg_catalog.pg_extension_config_dump('relaybus.lanes', '');
+SELECT pg_catalog.pg_extension_config_dump('relaybus.completions', '');

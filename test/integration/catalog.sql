@@ -32,6 +32,11 @@ SELECT line FROM (
   UNION ALL
   SELECT format('schema-acl %s', n.nspacl) FROM pg_namespace n WHERE n.nspname = 'relaybus'
   UNION ALL
+  SELECT format('dumped-with-data %s filter=%s', c.oid::regclass, x.condition)
+    FROM pg_extension e, unnest(e.extconfig, e.extcondition) AS x(config, condition)
+    JOIN pg_class c ON c.oid = x.config
+   WHERE e.extname = 'relaybus'
+  UNION ALL
   SELECT format('member %s', pg_describe_object(d.classid, d.objid, d.objsubid))
     FROM pg_depend d JOIN pg_extension e ON e.oid = d.refobjid
    WHERE e.extname = 'relaybus' AND d.deptype = 'e'
