@@ -61,8 +61,30 @@ test/unit/core_tests: $(UNIT_SRCS) $(CORE_SRCS) $(wildcard src/core/*.hpp)
 unit: test/unit/core_tests
 	./test/unit/core_tests
 
+# The libpq worker runtime (dispatcher) and the `relaybus` command-line tool. Built apart
+# from the extension: the extension never links libpq.
+CLIENT_CXXFLAGS = -std=c++17 -O2 -g -Wall -Wextra -Isrc -I$(shell $(PG_CONFIG) --includedir 2>/dev/null)
+CLIENT_SRCS = $(sort $(wildcard src/client/*.cpp))
+CLIENT_CLI_SRCS = $(sort $(wildcard src/client/cli/*.cpp))
+CLIENT_HDRS = $(wildcard src/client/*.hpp src/client/cli/*.hpp)
+bin/relaybus: $(CLIENT_SRCS) $(CLIENT_CLI_SRCS) $(CLIENT_HDRS)
+	@mkdir -p bin
+	$(CXX) $(CLIENT_CXXFLAGS) -o $@ $(CLIENT_SRCS) $(CLIENT_CLI_SRCS) -lpq -pthread
+
+.PHONY: client client-tests
+client: bin/relaybus
+
+# Dispatcher unit tests against an in-memory store (no libpq, no server).
+CLIENT_TEST_SRCS = $(sort $(wildcard test/client/*.cpp))
+test/client/client_tests: $(CLIENT_TEST_SRCS) $(filter-out src/client/pg_store.cpp,$(CLIENT_SRCS)) \
+                          $(CLIENT_HDRS) $(wildcard test/client/*.hpp)
+	$(CXX) -std=c++17 -O1 -g -Wall -Wextra -Isrc -Itest -o $@ $(CLIENT_TEST_SRCS) \
+	  $(filter-out src/client/pg_store.cpp,$(CLIENT_SRCS)) -lgtest -lgtest_main -pthread
+client-tests: test/client/client_tests
+	./test/client/client_tests
+
 # Everything: build, install, throwaway cluster, unit + pg_regress + pgTAP + integration.
 test:
 	./scripts/run-tests
 
-EXTRA_CLEAN = $(OBJS:.o=.d) test/unit/core_tests results regression.diffs regression.out
+EXTRA_CLEAN = $(OBJS:.o=.d) test/unit/core_tests test/client/client_tests bin results regression.diffs regression.out
