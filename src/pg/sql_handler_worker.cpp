@@ -33,7 +33,7 @@ namespace {
 // so other workers can run it instead of waiting behind a slow handler.
 constexpr std::int64_t kSlowCallMs = 1000;
 // Lease of a claim beyond the handler's timeout, covering the gap between the claim's commit
-// and the batch's first statement, which locks the lanes.
+// and the batch's first statement, which locks the lanes for the rest of the batch.
 constexpr std::int64_t kLeaseMarginMs = 10000;
 
 struct Job {
@@ -152,12 +152,12 @@ class SqlHandlerWorker {
   std::size_t round();
 
  private:
-  std::vector<Job> claim(std::int64_t* lease_ms);
+  std::vector<Job> claim();
   void handle(const Job& job);
-  void lock_lanes(std::int64_t lease_ms);
+  void lock_lanes();
   void hand_back(const std::vector<Job>& jobs, std::size_t from);
-  std::size_t run_batch(const std::vector<Job>& jobs, std::int64_t lease_ms);
-  void run_one_by_one(const std::vector<Job>& jobs, std::int64_t lease_ms);
+  std::size_t run_batch(const std::vector<Job>& jobs);
+  void run_one_by_one(const std::vector<Job>& jobs);
 
   // A stable name per slot: a restarted worker reuses it, and the claim takes over the
   // lanes its dead predecessor held at once (their holder backend is gone).
@@ -165,7 +165,7 @@ class SqlHandlerWorker {
   std::size_t turn_;  // which handler to try first; workers start at different ones
 };
 
-std::vector<Job> SqlHandlerWorker::claim(std::int64_t* lease_ms) {
+std::vector<Job> SqlHandlerWorker::claim() {
   static Statement handlers(
       "SELECT s.handler, coalesce((extract(epoch FROM s.sql_timeout) * 1000)::int8, $1)"
       " FROM relaybus.subscriptions s WHERE s.sql_function IS NOT NULL"
@@ -200,11 +200,11 @@ std::vector<Job> SqlHandlerWorker::claim(std::int64_t* lease_ms) {
     std::uint64_t n = 0;
     for (std::size_t tried = 0; tried < in_database.size() && n == 0; ++tried) {
       const auto& [handler, timeout_ms] = in_database[turn_++ % in_database.size()];
-      *lease_ms = timeout_ms + kLeaseMarginMs;
+      const std::int64_t lease_ms = timeout_ms + kLeaseMarginMs;
       Params params;
       params.text(name_);
       params.int4(settings::sql_handler_batch());
-      params.interval_us(*lease_ms * 1000);
+      params.interval_us(lease_ms * 1000);
       params.text(handler);
       params.int4(settings::sql_handler_timeout_ms());
       n = claim.run(params);
@@ -226,15 +226,19 @@ std::vector<Job> SqlHandlerWorker::claim(std::int64_t* lease_ms) {
   return jobs;
 }
 
-// First statement of a batch: renewing the lease also takes the lanes' row locks until the
-// batch commits, and a takeover skips locked lanes, so no lease can be lost under a running
-// handler however long the batch takes.
-void SqlHandlerWorker::lock_lanes(std::int64_t lease_ms) {
-  static Statement extend("SELECT relaybus.extend_lease($1, $2)", {TEXTOID, INTERVALOID});
+// First statement of a batch: lock this worker's lanes until the batch commits. A takeover
+// skips locked lanes (FOR UPDATE SKIP LOCKED), so no lease can be lost under a running
+// handler however long the batch takes; a lock, unlike a renewal, writes no new row version.
+// If the lease has run out by the commit, the next takeover finds only completed
+// deliveries in the lanes and charges nothing.
+void SqlHandlerWorker::lock_lanes() {
+  static Statement lock(
+      "SELECT count(*) FROM (SELECT 1 FROM relaybus.lanes l WHERE l.lease_owner = $1"
+      " FOR NO KEY UPDATE) locked",
+      {TEXTOID});
   Params params;
   params.text(name_);
-  params.interval_us(lease_ms * 1000);
-  extend.run(params);
+  lock.run(params);
 }
 
 void SqlHandlerWorker::handle(const Job& job) {
@@ -294,10 +298,10 @@ void SqlHandlerWorker::hand_back(const std::vector<Job>& jobs, std::size_t from)
 
 // The batch in one transaction. Returns how many deliveries it ran; throws PgError when the
 // commit fails (the deliveries are still leased to this worker then).
-std::size_t SqlHandlerWorker::run_batch(const std::vector<Job>& jobs, std::int64_t lease_ms) {
+std::size_t SqlHandlerWorker::run_batch(const std::vector<Job>& jobs) {
   std::size_t done = 0;
   worker::begin_transaction("relaybus: running in-database handlers");
-  lock_lanes(lease_ms);
+  lock_lanes();
   while (done < jobs.size() && !worker::shutdown_requested()) {
     worker::check_signals();
     const auto started = std::chrono::steady_clock::now();
@@ -312,12 +316,12 @@ std::size_t SqlHandlerWorker::run_batch(const std::vector<Job>& jobs, std::int64
 
 // After a failed batch commit: each delivery in a transaction of its own, and one whose
 // commit still fails is failed (with the reason) in a fresh transaction.
-void SqlHandlerWorker::run_one_by_one(const std::vector<Job>& jobs, std::int64_t lease_ms) {
+void SqlHandlerWorker::run_one_by_one(const std::vector<Job>& jobs) {
   static Statement fail("SELECT relaybus.fail($1, $2)", {TEXTOID, TEXTOID});
   for (const Job& job : jobs) {
     try {
       worker::begin_transaction("relaybus: running an in-database handler alone");
-      lock_lanes(lease_ms);
+      lock_lanes();
       handle(job);
       worker::commit_transaction();
     } catch (const PgError& e) {
@@ -335,11 +339,10 @@ void SqlHandlerWorker::run_one_by_one(const std::vector<Job>& jobs, std::int64_t
 }
 
 std::size_t SqlHandlerWorker::round() {
-  std::int64_t lease_ms = 0;
-  const std::vector<Job> jobs = claim(&lease_ms);
+  const std::vector<Job> jobs = claim();
   if (jobs.empty()) return 0;
   try {
-    return run_batch(jobs, lease_ms);
+    return run_batch(jobs);
   } catch (const PgError& e) {
     // Typically a handler's deferred work failing at commit: the whole batch was rolled
     // back, so run it again one by one and let only the culprit fail.
@@ -350,7 +353,7 @@ std::size_t SqlHandlerWorker::round() {
                            message)));
     });
     worker::abort_transaction();
-    run_one_by_one(jobs, lease_ms);
+    run_one_by_one(jobs);
     return jobs.size();
   }
 }
