@@ -73,6 +73,10 @@ bin/relaybus: $(CLIENT_SRCS) $(CLIENT_CLI_SRCS) $(CLIENT_HDRS)
 
 .PHONY: client client-tests
 client: bin/relaybus
+# Part of `make` where libpq's headers are installed; the extension itself never needs them.
+ifneq ($(wildcard $(shell $(PG_CONFIG) --includedir 2>/dev/null)/libpq-fe.h),)
+all: client
+endif
 
 # Dispatcher unit tests against an in-memory store (no libpq, no server).
 CLIENT_TEST_SRCS = $(sort $(wildcard test/client/*.cpp))

@@ -1,0 +1,235 @@
+// relaybus bench drain|publish|mixed: the processes of one benchmark run, the measurement
+// window (wall time and WAL), and progress on stderr. Validation and the database
+// statistics are the harness's (bench/run): it reads the files these commands write.
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <thread>
+
+#include "bench_processes.hpp"
+#include "commands.hpp"
+#include "connection.hpp"
+
+namespace relaybus::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+client::DispatcherConfig dispatcher_config(const Args& args) {
+  client::DispatcherConfig c;
+  c.worker_prefix = args.str("worker-prefix", "bench");
+  c.concurrency = static_cast<int>(args.integer("concurrency", 10));
+  c.batch_size = static_cast<int>(args.integer("batch", 10));
+  c.poll_interval = std::chrono::milliseconds(args.integer("poll-ms", 1000));
+  c.lease = std::chrono::milliseconds(args.integer("lease-ms", 30000));
+  c.completion_window = std::chrono::microseconds(args.integer("window-us", 2000));
+  c.listen = args.str("listen", "true") != "false";
+  return c;
+}
+
+// Deliveries not finished yet (pending, in flight, waiting for a retry), in either version.
+const std::string kUnfinished = std::string("SELECT ") + kHarness +
+                                " count(*) FROM relaybus.deliveries "
+                                "WHERE status NOT IN ('dead', 'completed')";
+const std::string kLsn = std::string("SELECT ") + kHarness + " pg_current_wal_insert_lsn()::text";
+const std::string kLsnDiff =
+    std::string("SELECT ") + kHarness + " pg_wal_lsn_diff($1::pg_lsn, $2::pg_lsn)::bigint";
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+struct Window {
+  Connection& db;
+  std::string lsn_start;
+  Clock::time_point start = Clock::now();
+  explicit Window(Connection& c) : db(c), lsn_start(c.scalar(kLsn)) { start = Clock::now(); }
+  long long wal_bytes() { return std::stoll(db.scalar(kLsnDiff, {db.scalar(kLsn), lsn_start})); }
+};
+
+std::vector<pid_t> spawn_dispatchers(const Args& args, const std::string& conninfo,
+                                     const std::string& out,
+                                     std::vector<DispatcherProcess>& specs) {
+  const int n = static_cast<int>(args.integer("dispatchers", 1));
+  specs.resize(static_cast<std::size_t>(n));
+  std::vector<pid_t> pids;
+  for (int i = 0; i < n; ++i) {
+    auto& s = specs[static_cast<std::size_t>(i)];
+    s.conninfo = conninfo;
+    s.handler = args.str("handler", "bench");
+    s.config = dispatcher_config(args);
+    s.out_path = out + ".dispatcher-" + std::to_string(i) + ".tsv";
+    pids.push_back(spawn_process(
+        [](void* p) { return run_dispatcher_process(*static_cast<DispatcherProcess*>(p)); }, &s));
+  }
+  return pids;
+}
+
+}  // namespace
+
+int bench_drain_command(const Args& args) {
+  const std::string conninfo = args.required("db");
+  const std::string out = args.required("out");
+  const double limit = args.number("duration-s", 600);
+  Connection db(conninfo);
+  const long long total = std::stoll(db.scalar(kUnfinished));
+  Window window(db);
+  std::vector<DispatcherProcess> specs;
+  auto pids = spawn_dispatchers(args, conninfo, out, specs);
+  long long left = total;
+  bool drained = false;
+  auto next_report = Clock::now();
+  for (;;) {
+    left = std::stoll(db.scalar(kUnfinished));
+    if (left == 0) {
+      drained = true;
+      break;
+    }
+    if (seconds_since(window.start) > limit) break;
+    if (Clock::now() >= next_report) {
+      const double t = seconds_since(window.start);
+      std::fprintf(stderr, "drain: %6.1f s  %lld of %lld done  (%.0f/s)\n", t, total - left, total,
+                   (total - left) / std::max(t, 1e-3));
+      next_report += std::chrono::seconds(1);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const double elapsed = seconds_since(window.start);
+  const long long wal = window.wal_bytes();
+  const int failed = stop_and_wait(pids);
+  std::fprintf(stderr, "drain: %s after %.2f s, %lld left\n", drained ? "drained" : "TIMED OUT",
+               elapsed, left);
+  JsonObject()
+      .add("scenario", std::string("drain"))
+      .add("deliveries", total)
+      .add("elapsed_s", elapsed)
+      .add("wal_bytes", wal)
+      .add("drained", drained)
+      .add("left", left)
+      .add("processes_failed", static_cast<long long>(failed))
+      .write(out + ".summary.json");
+  return failed == 0 ? 0 : 1;
+}
+
+int bench_publish_command(const Args& args) {
+  const std::string conninfo = args.required("db");
+  const std::string out = args.required("out");
+  const int publishers = static_cast<int>(args.integer("publishers", 1));
+  const long long events = args.integer("events", 10000);
+  Connection db(conninfo);
+  Window window(db);
+  std::vector<PublisherProcess> specs(static_cast<std::size_t>(publishers));
+  std::vector<pid_t> pids;
+  for (int i = 0; i < publishers; ++i) {
+    auto& s = specs[static_cast<std::size_t>(i)];
+    s.conninfo = conninfo;
+    s.index = i;
+    s.events = events / publishers + (i < events % publishers ? 1 : 0);
+    s.batch = static_cast<int>(args.integer("batch", 1));
+    s.keys = static_cast<int>(args.integer("keys", 100));
+    s.type = args.str("type", "bench.event");
+    s.out_path = out + ".publisher-" + std::to_string(i) + ".tsv";
+    pids.push_back(spawn_process(
+        [](void* p) { return run_publisher_process(*static_cast<PublisherProcess*>(p)); }, &s));
+  }
+  std::atomic<bool> done{false};
+  std::thread progress([&] {
+    // Progress for long runs: the event count, once a second, until the publishers exit.
+    while (true) {
+      for (int i = 0; i < 10; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        if (done) return;
+      }
+      std::fprintf(stderr, "publish: %6.1f s\n", seconds_since(window.start));
+    }
+  });
+  const int failed = wait_all(pids);
+  const double elapsed = seconds_since(window.start);
+  const long long wal = window.wal_bytes();
+  done = true;
+  progress.join();
+  std::fprintf(stderr, "publish: %lld events in %.2f s (%.0f/s)\n", events, elapsed,
+               events / elapsed);
+  JsonObject()
+      .add("scenario", std::string("publish"))
+      .add("events", events)
+      .add("elapsed_s", elapsed)
+      .add("wal_bytes", wal)
+      .add("processes_failed", static_cast<long long>(failed))
+      .write(out + ".summary.json");
+  return failed == 0 ? 0 : 1;
+}
+
+int bench_mixed_command(const Args& args) {
+  const std::string conninfo = args.required("db");
+  const std::string out = args.required("out");
+  const double rate = args.number("rate", 1000);
+  const double duration = args.number("duration-s", 20);
+  const double drain_limit = args.number("drain-timeout-s", 120);
+  const int publishers = static_cast<int>(args.integer("publishers", 2));
+  Connection db(conninfo);
+  Window window(db);
+  std::vector<DispatcherProcess> dispatcher_specs;
+  auto dispatchers = spawn_dispatchers(args, conninfo, out, dispatcher_specs);
+  std::vector<PublisherProcess> specs(static_cast<std::size_t>(publishers));
+  std::vector<pid_t> pids;
+  for (int i = 0; i < publishers; ++i) {
+    auto& s = specs[static_cast<std::size_t>(i)];
+    s.conninfo = conninfo;
+    s.index = i;
+    s.rate = rate / publishers;
+    s.duration_s = duration;
+    s.batch = 1;
+    s.keys = static_cast<int>(args.integer("keys", 100));
+    s.out_path = out + ".publisher-" + std::to_string(i) + ".tsv";
+    pids.push_back(spawn_process(
+        [](void* p) { return run_publisher_process(*static_cast<PublisherProcess*>(p)); }, &s));
+  }
+  // The backlog (unfinished deliveries) sampled every 250 ms while publishing.
+  long long backlog_max = 0;
+  auto next_report = Clock::now() + std::chrono::seconds(1);
+  while (seconds_since(window.start) < duration) {
+    const long long backlog = std::stoll(db.scalar(kUnfinished));
+    backlog_max = std::max(backlog_max, backlog);
+    if (Clock::now() >= next_report) {
+      std::fprintf(stderr, "mixed: %5.1f s  backlog %lld\n", seconds_since(window.start), backlog);
+      next_report += std::chrono::seconds(1);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  int failed = wait_all(pids);
+  const double publish_elapsed = seconds_since(window.start);
+  bool drained = false;
+  const auto drain_start = Clock::now();
+  long long left = 0;
+  while (seconds_since(drain_start) < drain_limit) {
+    left = std::stoll(db.scalar(kUnfinished));
+    backlog_max = std::max(backlog_max, left);
+    if (left == 0) {
+      drained = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const double elapsed = seconds_since(window.start);
+  const long long wal = window.wal_bytes();
+  failed += stop_and_wait(dispatchers);
+  std::fprintf(stderr, "mixed: published for %.2f s, %s after %.2f s, backlog max %lld\n",
+               publish_elapsed, drained ? "drained" : "NOT DRAINED", elapsed, backlog_max);
+  JsonObject()
+      .add("scenario", std::string("mixed"))
+      .add("offered_rate", rate)
+      .add("publish_elapsed_s", publish_elapsed)
+      .add("elapsed_s", elapsed)
+      .add("wal_bytes", wal)
+      .add("backlog_max", backlog_max)
+      .add("drained", drained)
+      .add("left", left)
+      .add("processes_failed", static_cast<long long>(failed))
+      .write(out + ".summary.json");
+  return failed == 0 ? 0 : 1;
+}
+
+}  // namespace relaybus::cli

@@ -1,0 +1,86 @@
+#include "connection.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+
+#include <libpq-fe.h>
+
+#include "client/store.hpp"
+
+namespace relaybus::cli {
+
+namespace {
+client::StoreError error_of(PGconn* conn, PGresult* res) {
+  const char* state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : nullptr;
+  std::string message = res ? PQresultErrorMessage(res) : PQerrorMessage(conn);
+  while (!message.empty() && message.back() == '\n') message.pop_back();
+  return client::StoreError(state ? state : "", message);
+}
+}  // namespace
+
+Connection::Connection(const std::string& conninfo) : conn_(PQconnectdb(conninfo.c_str())) {
+  if (PQstatus(conn_) != CONNECTION_OK) {
+    auto error = error_of(conn_, nullptr);
+    PQfinish(conn_);
+    throw error;
+  }
+}
+
+Connection::~Connection() {
+  PQfinish(conn_);
+}
+
+Rows Connection::query(const std::string& sql,
+                       const std::vector<std::optional<std::string>>& params) {
+  std::vector<const char*> values;
+  for (const auto& p : params) values.push_back(p ? p->c_str() : nullptr);
+  std::unique_ptr<PGresult, void (*)(PGresult*)> res(
+      PQexecParams(conn_, sql.c_str(), static_cast<int>(values.size()), nullptr, values.data(),
+                   nullptr, nullptr, 0),
+      PQclear);
+  const auto status = PQresultStatus(res.get());
+  if (status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK) throw error_of(conn_, res.get());
+  Rows rows;
+  for (int c = 0; c < PQnfields(res.get()); ++c) rows.columns.push_back(PQfname(res.get(), c));
+  for (int r = 0; r < PQntuples(res.get()); ++r) {
+    std::vector<std::optional<std::string>> row;
+    for (int c = 0; c < PQnfields(res.get()); ++c) {
+      if (PQgetisnull(res.get(), r, c)) {
+        row.emplace_back(std::nullopt);
+      } else {
+        row.emplace_back(PQgetvalue(res.get(), r, c));
+      }
+    }
+    rows.values.push_back(std::move(row));
+  }
+  return rows;
+}
+
+std::string Connection::scalar(const std::string& sql,
+                               const std::vector<std::optional<std::string>>& params) {
+  Rows rows = query(sql, params);
+  if (rows.values.empty() || rows.values[0].empty() || !rows.values[0][0]) return "";
+  return *rows.values[0][0];
+}
+
+void print_table(const Rows& rows) {
+  std::vector<std::size_t> width;
+  for (const auto& c : rows.columns) width.push_back(c.size());
+  for (const auto& row : rows.values)
+    for (std::size_t c = 0; c < row.size(); ++c)
+      width[c] = std::max(width[c], row[c] ? row[c]->size() : 0);
+  auto line = [&](auto cell) {
+    for (std::size_t c = 0; c < width.size(); ++c) {
+      std::string text = cell(c);
+      std::printf("%s%-*s", c ? " | " : "", static_cast<int>(width[c]), text.c_str());
+    }
+    std::printf("\n");
+  };
+  line([&](std::size_t c) { return rows.columns[c]; });
+  line([&](std::size_t c) { return std::string(width[c], '-'); });
+  for (const auto& row : rows.values) line([&](std::size_t c) { return row[c].value_or(""); });
+  std::printf("(%zu rows)\n", rows.values.size());
+}
+
+}  // namespace relaybus::cli

@@ -1,0 +1,62 @@
+// Ends attempts on the dispatcher's settlement connection. Completions that arrive within
+// one window (2 ms by default) go out as a single complete_many: a no-op handler finishes
+// in microseconds, and one statement per delivery would cost more than the claim saved.
+// Failures go through the same thread because they use the same connection; they are
+// rare, so each is its own fail call.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "store.hpp"
+
+namespace relaybus::client {
+
+class CompletionBatcher {
+ public:
+  // Called on the batcher's thread after each statement, with the number of tokens whose
+  // attempt has ended (successfully sent or given up on): the dispatcher's in-flight count.
+  using SettledFn = std::function<void(std::size_t settled)>;
+  using LogFn = std::function<void(const std::string&)>;
+
+  CompletionBatcher(std::chrono::microseconds window, std::size_t max_batch, SettledFn settled,
+                    LogFn log);
+
+  void complete(std::string token);
+  void fail(std::string token, std::string error);
+
+  // The thread body: settles until stop() and then flushes everything queued.
+  void run(Store& store);
+  // Asks run() to flush what is queued and return.
+  void stop();
+
+  // Counters, for tests and progress output.
+  std::size_t statements() const;
+  std::size_t completed() const;
+
+ private:
+  void flush(Store& store, std::unique_lock<std::mutex>& lock);
+
+  const std::chrono::microseconds window_;
+  const std::size_t max_batch_;
+  SettledFn settled_;
+  LogFn log_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::vector<std::string> completions_;
+  std::chrono::steady_clock::time_point first_at_;  // arrival of the oldest queued completion
+  std::deque<std::pair<std::string, std::string>> failures_;
+  bool stopping_ = false;
+  std::size_t statements_ = 0;
+  std::size_t completed_ = 0;
+};
+
+}  // namespace relaybus::client

@@ -1,0 +1,11 @@
+// Worker names identify one process incarnation: a fixed prefix (the service) plus a random
+// suffix, so a restarted process never renews leases its dead predecessor still holds.
+#pragma once
+
+#include <string>
+
+namespace relaybus::client {
+
+std::string make_worker_name(const std::string& prefix);
+
+}  // namespace relaybus::client

@@ -1,0 +1,196 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <thread>
+
+#include "client/dispatcher.hpp"
+#include "fake_store.hpp"
+
+using namespace std::chrono_literals;
+using relaybus::client::Delivery;
+using relaybus::client::Dispatcher;
+using relaybus::client::DispatcherConfig;
+using relaybus::client::Handler;
+using relaybus::client::testing::fake_factory;
+using relaybus::client::testing::FakeBackend;
+
+namespace {
+
+DispatcherConfig quick_config() {
+  DispatcherConfig c;
+  c.worker_prefix = "test";
+  c.poll_interval = 20ms;
+  c.lease = 3000ms;
+  c.log = [](const std::string&) {};
+  return c;
+}
+
+bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds within = 3s) {
+  const auto deadline = std::chrono::steady_clock::now() + within;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return condition();
+}
+
+// A gate handlers wait on until the test opens it.
+struct Gate {
+  std::mutex m;
+  std::condition_variable cv;
+  bool open = false;
+  std::atomic<int> waiting{0};
+  void pass() {
+    std::unique_lock<std::mutex> lock(m);
+    ++waiting;
+    cv.wait(lock, [this] { return open; });
+  }
+  void release() {
+    std::lock_guard<std::mutex> lock(m);
+    open = true;
+    cv.notify_all();
+  }
+};
+
+}  // namespace
+
+TEST(Dispatcher, WorkerNameIsPrefixPlusRandomSuffix) {
+  FakeBackend backend;
+  Dispatcher a(fake_factory(backend), quick_config(), {});
+  Dispatcher b(fake_factory(backend), quick_config(), {});
+  EXPECT_EQ(a.worker().rfind("test-", 0), 0u);
+  EXPECT_NE(a.worker(), b.worker());
+}
+
+TEST(Dispatcher, HandlersThatReturnAreCompletedAndThrowersFail) {
+  FakeBackend backend;
+  backend.add(30, "ok");
+  backend.add(3, "bad");
+  std::map<std::string, Handler> handlers{
+      {"ok", [](const Delivery&) {}},
+      {"bad", [](const Delivery&) { throw std::runtime_error("card declined"); }}};
+  Dispatcher d(fake_factory(backend), quick_config(), handlers);
+  d.start();
+  ASSERT_TRUE(eventually([&] {
+    std::lock_guard<std::mutex> lock(backend.mutex);
+    return backend.failures.size() == 3;
+  }));
+  ASSERT_TRUE(eventually([&] { return backend.completed_count() == 30; }));
+  d.stop();
+  EXPECT_EQ(backend.failures[0].second, "card declined");
+  EXPECT_EQ(backend.relinquished, 1);
+  // Completions were grouped: far fewer statements than deliveries.
+  EXPECT_LT(backend.complete_batches.size(), 30u);
+}
+
+TEST(Dispatcher, NeverRunsMoreThanConcurrencyHandlers) {
+  FakeBackend backend;
+  backend.add(200);
+  std::atomic<int> now{0}, peak{0};
+  auto config = quick_config();
+  config.concurrency = 4;
+  config.batch_size = 10;
+  Dispatcher d(fake_factory(backend), config,
+               {{"h", [&](const Delivery&) {
+                   int n = ++now;
+                   int p = peak.load();
+                   while (n > p && !peak.compare_exchange_weak(p, n)) {
+                   }
+                   std::this_thread::sleep_for(1ms);
+                   --now;
+                 }}});
+  d.start();
+  ASSERT_TRUE(eventually([&] { return backend.completed_count() == 200; }));
+  d.stop();
+  EXPECT_LE(peak.load(), 4);
+  std::lock_guard<std::mutex> lock(backend.mutex);
+  for (int size : backend.claim_sizes) EXPECT_LE(size, 4);
+}
+
+TEST(Dispatcher, StopLetsRunningHandlersFinishThenRelinquishes) {
+  FakeBackend backend;
+  backend.add(10);
+  Gate gate;
+  auto config = quick_config();
+  config.concurrency = 10;
+  config.batch_size = 10;
+  // All ten are claimed at once and held running by the gate until after stop() began.
+  Dispatcher d(fake_factory(backend), config, {{"h", [&](const Delivery&) { gate.pass(); }}});
+  d.start();
+  ASSERT_TRUE(eventually([&] { return gate.waiting.load() == 10; }));
+  std::thread opener([&] {
+    std::this_thread::sleep_for(100ms);
+    gate.release();
+  });
+  d.stop();  // waits for the gated handlers (within the grace period)
+  opener.join();
+  std::lock_guard<std::mutex> lock(backend.mutex);
+  std::size_t completed = 0;
+  for (const auto& b : backend.complete_batches) completed += b.size();
+  EXPECT_EQ(completed, 10u);
+  EXPECT_TRUE(backend.released.empty());
+  ASSERT_FALSE(backend.calls.empty());
+  EXPECT_EQ(backend.calls.back(), "relinquish");
+  // Every completion went out before the relinquish.
+  auto relinquish = std::find(backend.calls.begin(), backend.calls.end(), "relinquish");
+  EXPECT_EQ(std::find(relinquish, backend.calls.end(), "complete_many"), backend.calls.end());
+}
+
+TEST(Dispatcher, HandlersPastTheGraceAreReleasedAndTheirOutcomeIgnored) {
+  FakeBackend backend;
+  backend.add(3);
+  Gate gate;
+  auto config = quick_config();
+  config.concurrency = 3;
+  config.batch_size = 3;
+  config.shutdown_grace = 100ms;
+  {
+    Dispatcher d(fake_factory(backend), config, {{"h", [&](const Delivery&) { gate.pass(); }}});
+    d.start();
+    ASSERT_TRUE(eventually([&] { return gate.waiting.load() == 3; }));
+    d.stop();
+    {
+      std::lock_guard<std::mutex> lock(backend.mutex);
+      EXPECT_EQ(backend.released.size(), 3u);
+      EXPECT_EQ(backend.relinquished, 1);
+      EXPECT_EQ(backend.calls.back(), "relinquish");
+    }
+    gate.release();  // the handlers return now; the destructor joins them
+  }
+  EXPECT_EQ(backend.completed_count(), 0u);
+}
+
+TEST(Dispatcher, ClaimedButNotStartedAreReleasedAtStop) {
+  // One handler thread for five in flight: one delivery runs (held by the gate), four
+  // wait in line. stop() releases those four at once and lets the running one finish.
+  FakeBackend backend;
+  backend.add(5);
+  Gate gate;
+  auto config = quick_config();
+  config.concurrency = 5;
+  config.batch_size = 5;
+  config.handler_threads = 1;
+  config.shutdown_grace = 2s;
+  Dispatcher d(fake_factory(backend), config, {{"h", [&](const Delivery&) { gate.pass(); }}});
+  d.start();
+  ASSERT_TRUE(eventually([&] { return gate.waiting.load() == 1; }));
+  std::thread opener([&] {
+    std::this_thread::sleep_for(100ms);
+    gate.release();
+  });
+  d.stop();
+  opener.join();
+  std::lock_guard<std::mutex> lock(backend.mutex);
+  EXPECT_EQ(backend.released.size(), 4u);
+  std::size_t completed = 0;
+  for (const auto& b : backend.complete_batches) completed += b.size();
+  EXPECT_EQ(completed, 1u);
+  EXPECT_EQ(backend.calls.back(), "relinquish");
+  // The releases come before the running handler's completion and the relinquish.
+  auto first_release = std::find(backend.calls.begin(), backend.calls.end(), "release");
+  auto complete = std::find(backend.calls.begin(), backend.calls.end(), "complete_many");
+  EXPECT_LT(first_release, complete);
+  EXPECT_EQ(d.counters().released, 4u);
+}

@@ -1,0 +1,108 @@
+// An in-memory Store for the dispatcher's unit tests: every instance shares one backend,
+// which records each call in order.
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/store.hpp"
+
+namespace relaybus::client::testing {
+
+struct FakeBackend {
+  std::mutex mutex;
+  std::deque<Delivery> pending;
+  std::vector<std::string> calls;  // "claim", "complete_many", "fail", "release", ...
+  std::vector<std::vector<std::string>> complete_batches;
+  std::vector<std::pair<std::string, std::string>> failures;
+  std::vector<std::string> released;
+  std::vector<int> claim_sizes;  // batch sizes asked for
+  int relinquished = 0;
+  int renewals = 0;
+  int opened = 0;
+
+  void add(int n, const std::string& handler = "h") {
+    std::lock_guard<std::mutex> lock(mutex);
+    for (int i = 0; i < n; ++i) {
+      Delivery d;
+      d.event_id = "e" + std::to_string(pending.size() + calls.size()) + "-" + std::to_string(i);
+      d.token = "t-" + d.event_id;
+      d.handler = handler;
+      d.type = "test";
+      d.payload = "{}";
+      pending.push_back(d);
+    }
+  }
+  std::size_t completed_count() {
+    std::lock_guard<std::mutex> lock(mutex);
+    std::size_t n = 0;
+    for (const auto& b : complete_batches) n += b.size();
+    return n;
+  }
+};
+
+class FakeStore final : public Store {
+ public:
+  explicit FakeStore(FakeBackend& backend) : b_(backend) {
+    std::lock_guard<std::mutex> lock(b_.mutex);
+    ++b_.opened;
+  }
+  std::vector<Delivery> claim(const std::string&, int batch, std::chrono::milliseconds,
+                              const std::vector<std::string>&) override {
+    std::lock_guard<std::mutex> lock(b_.mutex);
+    b_.calls.push_back("claim");
+    b_.claim_sizes.push_back(batch);
+    std::vector<Delivery> out;
+    while (!b_.pending.empty() && static_cast<int>(out.size()) < batch) {
+      out.push_back(b_.pending.front());
+      b_.pending.pop_front();
+    }
+    return out;
+  }
+  int complete_many(const std::vector<std::string>& tokens) override {
+    std::lock_guard<std::mutex> lock(b_.mutex);
+    b_.calls.push_back("complete_many");
+    b_.complete_batches.push_back(tokens);
+    return static_cast<int>(tokens.size());
+  }
+  std::string fail(const std::string& token, const std::string& error) override {
+    std::lock_guard<std::mutex> lock(b_.mutex);
+    b_.calls.push_back("fail");
+    b_.failures.emplace_back(token, error);
+    return "retry";
+  }
+  bool release(const std::string& token) override {
+    std::lock_guard<std::mutex> lock(b_.mutex);
+    b_.calls.push_back("release");
+    b_.released.push_back(token);
+    return true;
+  }
+  int relinquish(const std::string&) override {
+    std::lock_guard<std::mutex> lock(b_.mutex);
+    b_.calls.push_back("relinquish");
+    return ++b_.relinquished;
+  }
+  int extend_lease(const std::string&, std::chrono::milliseconds) override {
+    std::lock_guard<std::mutex> lock(b_.mutex);
+    b_.calls.push_back("extend_lease");
+    return ++b_.renewals;
+  }
+  void listen() override {}
+  bool wait_for_wakeup(std::chrono::milliseconds timeout) override {
+    std::this_thread::sleep_for(timeout);
+    return false;
+  }
+
+ private:
+  FakeBackend& b_;
+};
+
+inline StoreFactory fake_factory(FakeBackend& backend) {
+  return [&backend] { return std::unique_ptr<Store>(new FakeStore(backend)); };
+}
+
+}  // namespace relaybus::client::testing
