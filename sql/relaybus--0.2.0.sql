@@ -135,6 +135,17 @@ SELECT pg_catalog.pg_extension_config_dump('relaybus.completions', '');
 --------------------------------------------------------------------------------
 -- Functions implemented in C++ (src/pg). Each is a thin entry point guarded against
 -- C++ exceptions and PostgreSQL errors crossing each other.
+--
+-- The delivery path (publish, claim, completion, failure, lease and takeover functions)
+-- runs with sequential, bitmap, hash and merge plans disabled. Its statements keep their
+-- plans for the life of the connection, and relaybus's tables swing from empty to deep and
+-- back: a plan made while a table looked empty (a fresh install, a drained queue just
+-- analyzed) scans the whole table on every call once it is deep again, exactly when the
+-- queue can least afford it. Every statement on the path is a lookup along an index, so
+-- an index plan is right at every size; the settings make it the only one on offer.
+-- jit is off with them: the penalty cost of a disabled plan (a table with no usable index,
+-- such as the handful of subscriptions) would otherwise cross jit_above_cost and compile
+-- every call.
 --------------------------------------------------------------------------------
 
 -- lane_of(key_or_event_id): the lane (0..255) a delivery with that ordering key, or with
@@ -180,14 +191,18 @@ CREATE FUNCTION relaybus.publish(
   handlers text[] DEFAULT NULL, available_at timestamptz DEFAULT NULL,
   headers jsonb DEFAULT NULL) RETURNS text
   AS 'MODULE_PATHNAME', 'relaybus_publish' LANGUAGE C VOLATILE
-  SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  SET enable_seqscan = off SET enable_bitmapscan = off
+  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
 -- publish_batch: publish for each element of a JSON array of
 -- {type, payload, key, id, handlers, available_at, headers}, in order. Returns the event
 -- ids in input order. Writes events, deliveries, key_counters.
 CREATE FUNCTION relaybus.publish_batch(events jsonb) RETURNS SETOF text
   AS 'MODULE_PATHNAME', 'relaybus_publish_batch' LANGUAGE C VOLATILE
-  SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  SET enable_seqscan = off SET enable_bitmapscan = off
+  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
 -- claim: leases lanes to worker and returns up to batch_size due deliveries of handlers
 -- (default: every handler without sql_function), respecting per-key order. Takes over
@@ -199,14 +214,18 @@ CREATE FUNCTION relaybus.claim(
   RETURNS TABLE(lease_token text, event_id text, handler text, type text, key text,
                 payload jsonb, headers jsonb, attempts integer, published_at timestamptz)
   AS 'MODULE_PATHNAME', 'relaybus_claim' LANGUAGE C VOLATILE ROWS 10
-  SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  SET enable_seqscan = off SET enable_bitmapscan = off
+  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
 -- extend_lease: renews every lane worker holds under a live incarnation. Returns how many.
 -- Writes lanes.
 CREATE FUNCTION relaybus.extend_lease(worker text, lease interval DEFAULT '30 seconds')
   RETURNS integer
   AS 'MODULE_PATHNAME', 'relaybus_extend_lease' LANGUAGE C VOLATILE
-  SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  SET enable_seqscan = off SET enable_bitmapscan = off
+  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
 -- complete: deletes the delivery if its lane has not changed hands since the claim.
 -- Returns false (nothing changed) when the lease was lost. Inside the handler's own
@@ -214,12 +233,16 @@ CREATE FUNCTION relaybus.extend_lease(worker text, lease interval DEFAULT '30 se
 -- takeover's FOR UPDATE. Writes deliveries (delete), completions (when history is on).
 CREATE FUNCTION relaybus.complete(lease_token text) RETURNS boolean
   AS 'MODULE_PATHNAME', 'relaybus_complete' LANGUAGE C VOLATILE
-  SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  SET enable_seqscan = off SET enable_bitmapscan = off
+  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
 -- complete_many: complete for a batch in one statement. Returns how many were completed.
 CREATE FUNCTION relaybus.complete_many(lease_tokens text[]) RETURNS integer
   AS 'MODULE_PATHNAME', 'relaybus_complete_many' LANGUAGE C VOLATILE
-  SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  SET enable_seqscan = off SET enable_bitmapscan = off
+  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
 -- fail: charges one attempt; returns 'retry' (rescheduled after backoff, or at retry_at),
 -- 'dead' (attempts exhausted) or 'lost' (lease lost, nothing changed).
@@ -227,32 +250,42 @@ CREATE FUNCTION relaybus.complete_many(lease_tokens text[]) RETURNS integer
 CREATE FUNCTION relaybus.fail(lease_token text, error text DEFAULT NULL,
                               retry_at timestamptz DEFAULT NULL) RETURNS text
   AS 'MODULE_PATHNAME', 'relaybus_fail' LANGUAGE C VOLATILE
-  SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  SET enable_seqscan = off SET enable_bitmapscan = off
+  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
 -- bury: dead-letters the delivery now, charging the attempt. false = lease lost.
 -- Writes deliveries, lanes.
 CREATE FUNCTION relaybus.bury(lease_token text, error text DEFAULT NULL) RETURNS boolean
   AS 'MODULE_PATHNAME', 'relaybus_bury' LANGUAGE C VOLATILE
-  SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  SET enable_seqscan = off SET enable_bitmapscan = off
+  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
 -- release: gives the delivery back without charging an attempt. false = lease lost.
 -- Writes deliveries (claims counter), lanes.
 CREATE FUNCTION relaybus.release(lease_token text) RETURNS boolean
   AS 'MODULE_PATHNAME', 'relaybus_release' LANGUAGE C VOLATILE
-  SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  SET enable_seqscan = off SET enable_bitmapscan = off
+  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
 -- relinquish: hands back every lane of worker that runs nothing. Returns how many.
 -- Writes lanes.
 CREATE FUNCTION relaybus.relinquish(worker text) RETURNS integer
   AS 'MODULE_PATHNAME', 'relaybus_relinquish' LANGUAGE C VOLATILE
-  SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  SET enable_seqscan = off SET enable_bitmapscan = off
+  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
 -- take_over_expired: takes over lanes whose lease expired (skipping lanes locked by a
 -- completion in progress), charging each in-flight delivery one attempt and dead-lettering
 -- those out of attempts. Returns how many lanes. Writes lanes, deliveries.
 CREATE FUNCTION relaybus.take_over_expired() RETURNS integer
   AS 'MODULE_PATHNAME', 'relaybus_take_over_expired' LANGUAGE C VOLATILE
-  SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  SET enable_seqscan = off SET enable_bitmapscan = off
+  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
 -- purge_expired: deletes events without deliveries older than relaybus.retention_completed,
 -- dead deliveries (and pending deliveries of unsubscribed handlers) older than
