@@ -14,6 +14,12 @@
 
 #include <algorithm>
 
+// SQL: lane row `l` may be acquired by worker $<worker>: nobody holds it, or another
+// worker's lease expired (a worker's own lanes, expired or not, come from its held lanes).
+#define RELAYBUS_ACQUIRABLE_SQL(worker)                    \
+  "(l.lease_owner IS NULL OR (l.lease_expires_at <= now()" \
+  " AND l.lease_owner <> " worker "))"
+
 namespace relaybus::pg {
 
 namespace {
@@ -94,12 +100,13 @@ void Claim::resolve_handlers(const std::optional<std::vector<std::string>>& requ
 void Claim::take_held_lanes() {
   // FOR NO KEY UPDATE: the owner's claims must not wait for its completions in progress
   // (those hold FOR KEY SHARE). The in-flight list is pruned of deliveries that completed.
-  static Statement held("SELECT l.handler, l.lane, l.epoch, " RELAYBUS_HOLDER_ALIVE_SQL
-                        ","
-                        " " RELAYBUS_LIVE_IN_FLIGHT_SQL ", " RELAYBUS_IN_FLIGHT_KEYS_SQL
-                        " FROM relaybus.lanes l WHERE l.lease_owner = $1 AND l.handler = ANY ($2)"
-                        " ORDER BY l.handler, l.lane FOR NO KEY UPDATE OF l",
-                        {TEXTOID, TEXTARRAYOID});
+  static Statement held(
+      "SELECT l.handler, l.lane, l.epoch, " RELAYBUS_HOLDER_ALIVE_SQL("$3", "$4")
+      ", f.ids, f.keys FROM relaybus.lanes l"
+      " CROSS JOIN LATERAL " RELAYBUS_LIVE_IN_FLIGHT_WITH_KEYS_SQL " f"
+      " WHERE l.lease_owner = $1 AND l.handler = ANY ($2)"
+      " ORDER BY l.handler, l.lane FOR NO KEY UPDATE OF l",
+      {TEXTOID, TEXTARRAYOID, INT4OID, TIMESTAMPTZOID});
   // An orphan (its incarnation is gone) is taken over. FOR UPDATE conflicts with the
   // FOR KEY SHARE of a completion still in progress, so this waits for it, then re-reads.
   static Statement lock_orphans(
@@ -112,6 +119,8 @@ void Claim::take_held_lanes() {
   Params params;
   params.text(worker_);
   params.text_array(handlers_);
+  params.int4(current_holder_pid());
+  params.timestamptz(current_holder_started());
   const std::uint64_t n = held.run(params);
   std::vector<std::string> orphan_handlers;
   std::vector<std::int16_t> orphan_lanes;
@@ -209,37 +218,62 @@ void Claim::fetch_candidates(std::size_t first_lane) {
 }
 
 void Claim::acquire_free_lanes() {
-  // Free lanes, and lanes whose lease expired, that have due work, oldest work first.
+  // Free lanes, and lanes whose lease expired, that have due work, oldest work first. The
+  // lanes with work are found by skipping through the pending-delivery index one lane at a
+  // time (the first entry of a lane is its earliest delivery), so a shallow queue costs one
+  // index probe per lane with work, not one per lane of the handler. Read once per claim,
+  // without locks; the rounds below lock from this list.
+  static Statement with_work(
+      "WITH RECURSIVE work(handler, lane, available_at) AS ("
+      "  SELECT h.handler, f.lane, f.available_at FROM unnest($1::text[]) AS h(handler)"
+      "  CROSS JOIN LATERAL (SELECT d.lane, d.available_at FROM relaybus.deliveries d"
+      "   WHERE d.handler = h.handler AND d.status = 'pending'"
+      "   ORDER BY d.lane, d.available_at LIMIT 1) f"
+      " UNION ALL"
+      "  SELECT w.handler, n.lane, n.available_at FROM work w"
+      "  CROSS JOIN LATERAL (SELECT d.lane, d.available_at FROM relaybus.deliveries d"
+      "   WHERE d.handler = w.handler AND d.lane > w.lane AND d.status = 'pending'"
+      "   ORDER BY d.lane, d.available_at LIMIT 1) n)"
+      " SELECT l.handler, l.lane"
+      " FROM work w JOIN relaybus.lanes l ON l.handler = w.handler AND l.lane = w.lane"
+      " WHERE w.available_at <= now() AND " RELAYBUS_ACQUIRABLE_SQL(
+          "$2") " ORDER BY w.available_at, l.handler, l.lane",
+      {TEXTARRAYOID, TEXTOID});
   // SKIP LOCKED: two claimers never take the same lane, and a lane whose completion is in
-  // progress in another transaction (FOR KEY SHARE) is not taken over under it.
-  static Statement acquire(
+  // progress in another transaction (FOR KEY SHARE) is not taken over under it. A lane
+  // that changed hands since the list was read fails the re-checked condition.
+  static Statement lock(
       "SELECT l.handler, l.lane, l.epoch, l.lease_owner IS NOT NULL, l.in_flight"
-      " FROM relaybus.lanes l"
-      " CROSS JOIN LATERAL (SELECT d.available_at FROM relaybus.deliveries d"
-      "  WHERE d.handler = l.handler AND d.lane = l.lane AND d.status = 'pending'"
-      "  AND d.available_at <= now() ORDER BY d.available_at LIMIT 1) due"
-      " WHERE l.handler = ANY ($1)"
-      "  AND (l.lease_owner IS NULL OR (l.lease_expires_at <= now() AND l.lease_owner <> $2))"
-      "  AND NOT EXISTS (SELECT 1 FROM unnest($3::text[], $4::int2[]) AS s(handler, lane)"
-      "   WHERE s.handler = l.handler AND s.lane = l.lane)"
-      " ORDER BY due.available_at LIMIT $5 FOR UPDATE OF l SKIP LOCKED",
-      {TEXTARRAYOID, TEXTOID, TEXTARRAYOID, INT2ARRAYOID, INT4OID});
-  if (handlers_.empty()) return;
-  for (int round = 0; !planner_.full(); ++round) {
-    const int wanted = core::lanes_to_acquire(round, planner_.remaining());
-    std::vector<std::string> seen_handlers;
-    std::vector<std::int16_t> seen_lanes;
-    for (const auto& l : lanes_) {
-      seen_handlers.push_back(l.handler);
-      seen_lanes.push_back(l.lane);
-    }
+      " FROM unnest($1::text[], $2::int2[]) WITH ORDINALITY AS u(handler, lane, n)"
+      " JOIN relaybus.lanes l ON l.handler = u.handler AND l.lane = u.lane"
+      " WHERE " RELAYBUS_ACQUIRABLE_SQL("$3") " ORDER BY u.n FOR UPDATE OF l SKIP LOCKED",
+      {TEXTARRAYOID, INT2ARRAYOID, TEXTOID});
+  if (handlers_.empty() || planner_.full()) return;
+  std::vector<std::string> work_handlers;
+  std::vector<std::int16_t> work_lanes;
+  {
     Params params;
     params.text_array(handlers_);
     params.text(worker_);
-    params.text_array(seen_handlers);
-    params.int2_array(seen_lanes);
-    params.int4(wanted);
-    const std::uint64_t n = acquire.run(params);
+    const std::uint64_t n = with_work.run(params);
+    for (std::uint64_t r = 0; r < n; ++r) {
+      work_handlers.push_back(row::text(r, 1));
+      work_lanes.push_back(row::int2(r, 2));
+    }
+  }
+  std::size_t next = 0;
+  for (int round = 0; !planner_.full() && next < work_lanes.size(); ++round) {
+    const std::size_t wanted =
+        static_cast<std::size_t>(core::lanes_to_acquire(round, planner_.remaining()));
+    const std::size_t end = std::min(work_lanes.size(), next + wanted);
+    Params params;
+    params.text_array(
+        std::vector<std::string>(work_handlers.begin() + next, work_handlers.begin() + end));
+    params.int2_array(
+        std::vector<std::int16_t>(work_lanes.begin() + next, work_lanes.begin() + end));
+    params.text(worker_);
+    next = end;
+    const std::uint64_t n = lock.run(params);
     const std::size_t first = lanes_.size();
     std::vector<std::size_t> expired;
     for (std::uint64_t r = 0; r < n; ++r) {
@@ -251,7 +285,6 @@ void Claim::acquire_free_lanes() {
     }
     charge(expired);
     fetch_candidates(first);
-    if (n < static_cast<std::uint64_t>(wanted)) break;  // no more lanes with due work
   }
 }
 

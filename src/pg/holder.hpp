@@ -7,10 +7,16 @@
 
 #include "postgres.hpp"
 
-// SQL: true while the backend recorded on lane row `l` is alive.
-#define RELAYBUS_HOLDER_ALIVE_SQL                        \
-  "(l.holder_pid IS NOT NULL AND EXISTS (SELECT 1 FROM " \
-  "pg_catalog.pg_stat_get_activity(l.holder_pid) a WHERE a.backend_start = l.holder_started))"
+// SQL: true while the backend recorded on lane row `l` is alive. `pid` and `started` are
+// the placeholders of the calling backend's own pid and start time: the common case, a
+// worker's lanes held by its own connection, is answered without reading the activity of
+// every backend once per lane.
+#define RELAYBUS_HOLDER_ALIVE_SQL(pid, started)              \
+  "((l.holder_pid = " pid " AND l.holder_started = " started \
+  ") OR"                                                     \
+  " (l.holder_pid IS NOT NULL AND EXISTS (SELECT 1 FROM"     \
+  " pg_catalog.pg_stat_get_activity(l.holder_pid) a"         \
+  " WHERE a.backend_start = l.holder_started)))"
 
 namespace relaybus::pg {
 

@@ -11,8 +11,12 @@
   " WHERE d.event_id = ANY (l.in_flight) AND d.handler = l.handler OFFSET 0) x"          \
   " WHERE x.status = 'pending')"
 
-// SQL: the distinct ordering keys of the live in-flight deliveries of lane row `l`.
-#define RELAYBUS_IN_FLIGHT_KEYS_SQL                                                     \
-  "ARRAY(SELECT DISTINCT x.key FROM (SELECT d.key, d.status FROM relaybus.deliveries d" \
+// SQL, for a LATERAL join to lane row `l`: one row with the live in-flight event ids of
+// the lane (`ids`, text[]) and their distinct ordering keys (`keys`, text[]), from one
+// lookup of each in-flight delivery.
+#define RELAYBUS_LIVE_IN_FLIGHT_WITH_KEYS_SQL                                           \
+  "(SELECT coalesce(array_agg(x.event_id), '{}') AS ids,"                               \
+  " coalesce(array_agg(DISTINCT x.key) FILTER (WHERE x.key IS NOT NULL), '{}') AS keys" \
+  " FROM (SELECT d.event_id, d.key, d.status FROM relaybus.deliveries d"                \
   " WHERE d.event_id = ANY (l.in_flight) AND d.handler = l.handler OFFSET 0) x"         \
-  " WHERE x.status = 'pending' AND x.key IS NOT NULL)"
+  " WHERE x.status = 'pending')"

@@ -30,12 +30,14 @@ Datum extend_lease_body(FunctionCallInfo fcinfo) {
   // keep its dead predecessor's in-flight deliveries hidden behind renewed leases.
   static Statement extend(
       "UPDATE relaybus.lanes l SET lease_expires_at = now() + $2"
-      " WHERE l.lease_owner = $1 AND " RELAYBUS_HOLDER_ALIVE_SQL,
-      {TEXTOID, INTERVALOID});
+      " WHERE l.lease_owner = $1 AND " RELAYBUS_HOLDER_ALIVE_SQL("$3", "$4"),
+      {TEXTOID, INTERVALOID, INT4OID, TIMESTAMPTZOID});
   SpiConnection spi;
   Params params;
   params.text(worker);
   params.interval_us(lease_us);
+  params.int4(current_holder_pid());
+  params.timestamptz(current_holder_started());
   const std::uint64_t n = extend.run(params);
   spi.finish();
   return Int32GetDatum(static_cast<std::int32_t>(n));
