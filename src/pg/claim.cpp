@@ -100,12 +100,16 @@ void Claim::resolve_handlers(const std::optional<std::vector<std::string>>& requ
 void Claim::take_held_lanes() {
   // FOR NO KEY UPDATE: the owner's claims must not wait for its completions in progress
   // (those hold FOR KEY SHARE). The in-flight list is pruned of deliveries that completed.
+  // Lock first, then read the in-flight deliveries: a lane row this waits for (another
+  // connection of the worker failing or claiming in it) is re-read after the wait, and
+  // its in-flight list must be read from that new version, not from the one before.
   static Statement held(
-      "SELECT l.handler, l.lane, l.epoch, " RELAYBUS_HOLDER_ALIVE_SQL("$3", "$4")
-      ", f.ids, f.keys FROM relaybus.lanes l"
+      "WITH l AS MATERIALIZED (SELECT l.handler, l.lane, l.epoch, l.in_flight, "
+      RELAYBUS_HOLDER_ALIVE_SQL("$3", "$4") " AS alive FROM relaybus.lanes l"
+      " WHERE l.lease_owner = $1 AND l.handler = ANY ($2) FOR NO KEY UPDATE OF l)"
+      " SELECT l.handler, l.lane, l.epoch, l.alive, f.ids, f.keys FROM l"
       " CROSS JOIN LATERAL " RELAYBUS_LIVE_IN_FLIGHT_WITH_KEYS_SQL " f"
-      " WHERE l.lease_owner = $1 AND l.handler = ANY ($2)"
-      " ORDER BY l.handler, l.lane FOR NO KEY UPDATE OF l",
+      " ORDER BY l.handler, l.lane",
       {TEXTOID, TEXTARRAYOID, INT4OID, TIMESTAMPTZOID});
   // An orphan (its incarnation is gone) is taken over. FOR UPDATE conflicts with the
   // FOR KEY SHARE of a completion still in progress, so this waits for it, then re-reads.
@@ -243,11 +247,11 @@ void Claim::acquire_free_lanes() {
   // progress in another transaction (FOR KEY SHARE) is not taken over under it. A lane
   // that changed hands since the list was read fails the re-checked condition.
   static Statement lock(
-      "SELECT l.handler, l.lane, l.epoch, l.lease_owner IS NOT NULL, l.in_flight"
+      "SELECT l.handler, l.lane, l.epoch, l.lease_owner IS NOT NULL, l.in_flight, u.n"
       " FROM unnest($1::text[], $2::int2[]) WITH ORDINALITY AS u(handler, lane, n)"
       " JOIN relaybus.lanes l ON l.handler = u.handler AND l.lane = u.lane"
-      " WHERE " RELAYBUS_ACQUIRABLE_SQL("$3") " ORDER BY u.n FOR UPDATE OF l SKIP LOCKED",
-      {TEXTARRAYOID, INT2ARRAYOID, TEXTOID});
+      " WHERE " RELAYBUS_ACQUIRABLE_SQL("$3") " ORDER BY u.n LIMIT $4 FOR UPDATE OF l SKIP LOCKED",
+      {TEXTARRAYOID, INT2ARRAYOID, TEXTOID, INT4OID});
   if (handlers_.empty() || planner_.full()) return;
   std::vector<std::string> work_handlers;
   std::vector<std::int16_t> work_lanes;
@@ -265,15 +269,19 @@ void Claim::acquire_free_lanes() {
   for (int round = 0; !planner_.full() && next < work_lanes.size(); ++round) {
     const std::size_t wanted =
         static_cast<std::size_t>(core::lanes_to_acquire(round, planner_.remaining()));
-    const std::size_t end = std::min(work_lanes.size(), next + wanted);
+    // Each round looks at a window of the list four times the lanes it wants, so lanes
+    // that others took or locked meanwhile are passed over in the same statement, and
+    // continues after the last lane it took (or after the window, if it fell short).
+    const std::size_t end = std::min(work_lanes.size(), next + 4 * wanted);
     Params params;
     params.text_array(
         std::vector<std::string>(work_handlers.begin() + next, work_handlers.begin() + end));
     params.int2_array(
         std::vector<std::int16_t>(work_lanes.begin() + next, work_lanes.begin() + end));
     params.text(worker_);
-    next = end;
+    params.int4(static_cast<std::int32_t>(wanted));
     const std::uint64_t n = lock.run(params);
+    next = n < wanted ? end : next + static_cast<std::size_t>(row::int8(n - 1, 6));
     const std::size_t first = lanes_.size();
     std::vector<std::size_t> expired;
     for (std::uint64_t r = 0; r < n; ++r) {

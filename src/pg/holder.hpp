@@ -11,11 +11,11 @@
 // the placeholders of the calling backend's own pid and start time: the common case, a
 // worker's lanes held by its own connection, is answered without reading the activity of
 // every backend once per lane.
-#define RELAYBUS_HOLDER_ALIVE_SQL(pid, started)              \
-  "((l.holder_pid = " pid " AND l.holder_started = " started \
-  ") OR"                                                     \
-  " (l.holder_pid IS NOT NULL AND EXISTS (SELECT 1 FROM"     \
-  " pg_catalog.pg_stat_get_activity(l.holder_pid) a"         \
+#define RELAYBUS_HOLDER_ALIVE_SQL(pid, started)                      \
+  "(coalesce(l.holder_pid = " pid " AND l.holder_started = " started \
+  ", false) OR"                                                      \
+  " (l.holder_pid IS NOT NULL AND EXISTS (SELECT 1 FROM"             \
+  " pg_catalog.pg_stat_get_activity(l.holder_pid) a"                 \
   " WHERE a.backend_start = l.holder_started)))"
 
 namespace relaybus::pg {

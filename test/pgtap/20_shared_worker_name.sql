@@ -1,0 +1,65 @@
+-- Guarantee: connections that share a worker name (the dispatcher claims on one and fails
+-- or completes on another) keep each lane's in-flight list exact. A claim that waits for
+-- such a connection's change to a held lane must read the in-flight list of the lane as
+-- that change left it: if it used the list from before the wait, a delivery that `fail`
+-- had just taken out of the lane would be written back as in flight. From then on no
+-- claim would offer it, the lane would never be handed back, and the delivery would sit
+-- there until a takeover charged it an attempt it never ran.
+--
+-- Connection A claims D; connection B fails D in an open transaction (which locks the
+-- lane); a new delivery E arrives in the same lane; A claims again and waits for B's lock;
+-- B commits. A's claim must return E and leave exactly E in flight.
+SELECT rb_reset();
+SELECT plan(7);
+
+SELECT relaybus.subscribe('sw', ARRAY['sw.event'], backoff_base => '1 hour');
+SELECT rb_connect('sw_a');
+SELECT rb_connect('sw_b');
+SELECT p AS a_pid FROM dblink('sw_a', 'SELECT pg_backend_pid()') AS t(p int) \gset
+
+-- true once backend pid waits for a lock (polls up to about 5 s)
+CREATE FUNCTION pg_temp.waits_for_lock(pid int) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+  FOR i IN 1..250 LOOP
+    PERFORM pg_stat_clear_snapshot();
+    IF EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = waits_for_lock.pid
+                AND a.wait_event_type = 'Lock') THEN
+      RETURN true;
+    END IF;
+    PERFORM pg_sleep(0.02);
+  END LOOP;
+  RETURN false;
+END
+$$;
+
+-- D, and an event id E whose delivery lands in D's lane.
+SELECT relaybus.publish('sw.event', '{}', event_id => 'sw-d');
+SELECT relaybus.lane_of('sw-d') AS lane \gset
+SELECT min(id) AS e_id FROM (SELECT 'sw-e-' || i AS id FROM generate_series(1, 20000) i) c
+ WHERE relaybus.lane_of(c.id) = :lane \gset
+
+SELECT t AS d_token FROM dblink('sw_a', $$SELECT lease_token FROM relaybus.claim('shared', 1,
+  '30 seconds', ARRAY['sw'])$$) AS r(t text) \gset
+SELECT is(split_part(:'d_token', '.', 2)::int, :lane, 'A claims D in its lane');
+
+SELECT dblink_exec('sw_b', 'BEGIN');
+SELECT is((SELECT r FROM dblink('sw_b', format('SELECT relaybus.fail(%L, %L)', :'d_token', 'boom'))
+             AS t(r text)), 'retry', 'B fails D (not yet committed): retry in an hour');
+SELECT relaybus.publish('sw.event', '{}', event_id => :'e_id');
+
+SELECT dblink_send_query('sw_a', $$SELECT event_id FROM relaybus.claim('shared', 10,
+  '30 seconds', ARRAY['sw'])$$);
+SELECT ok(pg_temp.waits_for_lock(:a_pid), 'A''s claim waits for B''s lock on the lane');
+SELECT dblink_exec('sw_b', 'COMMIT');
+SELECT is((SELECT array_agg(e) FROM dblink_get_result('sw_a') AS r(e text)), ARRAY[:'e_id'],
+          'once B commits, A''s claim returns E');
+SELECT is((SELECT count(*)::int FROM dblink_get_result('sw_a') AS r(e text)), 0,
+          '(no further result)');
+
+SELECT is((SELECT in_flight FROM relaybus.lanes WHERE handler = 'sw' AND lane = :lane),
+          ARRAY[:'e_id'], 'the lane lists E in flight, and not the failed D');
+SELECT is((SELECT attempts || '/' || (available_at > now() + interval '30 minutes')
+             FROM relaybus.deliveries WHERE event_id = 'sw-d'), '1/true',
+          'D waits for its retry, charged once');
+
+SELECT * FROM finish();
