@@ -155,8 +155,8 @@ CREATE FUNCTION relaybus.take_over_expired() RETURNS integer
 
 -- purge_expired: deletes events without deliveries older than relaybus.retention_completed,
 -- dead deliveries (and pending deliveries of unsubscribed handlers) older than
--- relaybus.retention_dead, legacy completed deliveries and completion history older than
--- relaybus.retention_completed. Each kind in slices of 10,000: call it until it returns 0.
+-- relaybus.retention_dead, and completion history (0.1.0's completed deliveries included)
+-- older than relaybus.retention_completed. Each kind in slices of 10,000: call it until it returns 0.
 -- Returns rows deleted.
 -- Writes events, deliveries, completions.
 CREATE FUNCTION relaybus.purge_expired() RETURNS bigint
@@ -209,7 +209,7 @@ $fn$;
 
 -- statistics: per handler (subscribed, or with deliveries left): pending = waiting and not
 -- in any lane's in-flight list, processing = in flight, dead, completed = completion
--- history (0 when it is off) plus legacy 0.1.0 completed rows, oldest_pending = creation
+-- history (0.1.0's completed deliveries included; 0 when it is off), oldest_pending = creation
 -- time of the oldest waiting delivery. Reads subscriptions, deliveries, lanes, completions.
 CREATE FUNCTION relaybus.statistics()
   RETURNS TABLE(handler text, pending bigint, processing bigint, dead bigint, completed bigint,
@@ -229,7 +229,6 @@ AS $fn$
            count(*) FILTER (WHERE d.status = 'pending' AND NOT d.in_flight) AS pending,
            count(*) FILTER (WHERE d.status = 'pending' AND d.in_flight) AS processing,
            count(*) FILTER (WHERE d.status = 'dead') AS dead,
-           count(*) FILTER (WHERE d.status = 'completed') AS legacy_completed,
            min(d.created_at) FILTER (WHERE d.status = 'pending' AND NOT d.in_flight) AS oldest
       FROM d GROUP BY d.handler
   ), history AS (
@@ -237,9 +236,10 @@ AS $fn$
   ), names AS (
     SELECT s.handler FROM relaybus.subscriptions s
     UNION SELECT c.handler FROM counts c
+    UNION SELECT h.handler FROM history h
   )
   SELECT n.handler, coalesce(c.pending, 0), coalesce(c.processing, 0), coalesce(c.dead, 0),
-         coalesce(h.completed, 0) + coalesce(c.legacy_completed, 0), c.oldest
+         coalesce(h.completed, 0), c.oldest
     FROM names n
     LEFT JOIN counts c ON c.handler = n.handler
     LEFT JOIN history h ON h.handler = n.handler
@@ -247,7 +247,7 @@ AS $fn$
 $fn$;
 
 -- list_deliveries: admin listing, newest first. status: NULL (pending, processing and dead),
--- 'pending', 'processing', 'dead' or 'completed' (completion history and legacy rows).
+-- 'pending', 'processing', 'dead' or 'completed' (the completion history).
 -- A scan: filter by status or handler on a large table. Reads deliveries, events, lanes,
 -- completions. (PL/pgSQL rejects an argument named like an output column, so the body is
 -- list_deliveries_impl, called with the same arguments.)
@@ -274,11 +274,6 @@ BEGIN
              NULL::timestamptz, NULL::text, NULL::text, c.completed_at, c.completed_at
         FROM relaybus.completions c LEFT JOIN relaybus.events e ON e.id = c.event_id
        WHERE want_handler IS NULL OR c.handler = want_handler
-      UNION ALL
-      SELECT d.event_id, d.handler, e.type, d.key, d.status, d.attempts, d.available_at,
-             d.last_error, NULL::text, d.created_at, d.updated_at
-        FROM relaybus.deliveries d LEFT JOIN relaybus.events e ON e.id = d.event_id
-       WHERE d.status = 'completed' AND (want_handler IS NULL OR d.handler = want_handler)
        ORDER BY 10 DESC, 1 LIMIT row_limit;
     RETURN;
   END IF;
@@ -295,7 +290,7 @@ BEGIN
         FROM relaybus.deliveries d
         LEFT JOIN relaybus.events e ON e.id = d.event_id
         LEFT JOIN in_flight i ON i.handler = d.handler AND i.event_id = d.event_id
-       WHERE d.status <> 'completed' AND (want_handler IS NULL OR d.handler = want_handler)
+       WHERE want_handler IS NULL OR d.handler = want_handler
     )
     SELECT x.* FROM listed x
      WHERE want_status IS NULL OR x.status = want_status

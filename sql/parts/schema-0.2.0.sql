@@ -42,7 +42,7 @@ CREATE TABLE relaybus.deliveries (
   lane         smallint NOT NULL CHECK (lane >= 0 AND lane < 256),
   key          text,
   sequence     bigint,
-  status       text NOT NULL DEFAULT 'pending', -- 'completed': rows kept from 0.1.0 only
+  status       text NOT NULL DEFAULT 'pending',
   attempts     integer NOT NULL DEFAULT 0,
   claims       integer NOT NULL DEFAULT 0,
   available_at timestamptz NOT NULL DEFAULT now(),
@@ -50,7 +50,7 @@ CREATE TABLE relaybus.deliveries (
   created_at   timestamptz NOT NULL DEFAULT now(),
   updated_at   timestamptz NOT NULL DEFAULT now(),
   CONSTRAINT deliveries_pkey PRIMARY KEY (event_id, handler),
-  CONSTRAINT deliveries_status_check CHECK (status IN ('pending', 'dead', 'completed')),
+  CONSTRAINT deliveries_status_check CHECK (status IN ('pending', 'dead')),
   CONSTRAINT deliveries_key_sequence_check CHECK ((key IS NULL) = (sequence IS NULL))
 ) WITH (autovacuum_vacuum_scale_factor = 0.02);
 

@@ -1,5 +1,7 @@
 // purge_expired: retention. Each kind is deleted in bounded slices so one call never holds
 // many row locks or writes a huge transaction; the background worker calls it every round.
+// Planned per call: the best plan depends on the cutoff (usually nothing is old enough,
+// and an index or BRIN range says so at once) and on the statistics of the moment.
 #include "settings.hpp"
 #include "spi.hpp"
 
@@ -14,16 +16,11 @@ Datum purge_expired_body(FunctionCallInfo) {
       "DELETE FROM relaybus.deliveries d WHERE (d.event_id, d.handler) IN ("
       " SELECT x.event_id, x.handler FROM relaybus.deliveries x WHERE x.status = 'dead'"
       " AND x.updated_at < now() - $1 ORDER BY x.updated_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
-      {INTERVALOID, INT4OID});
-  static Statement legacy_completed(
-      "DELETE FROM relaybus.deliveries d WHERE (d.event_id, d.handler) IN ("
-      " SELECT x.event_id, x.handler FROM relaybus.deliveries x WHERE x.status = 'completed'"
-      " AND x.updated_at < now() - $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
-      {INTERVALOID, INT4OID});
+      {INTERVALOID, INT4OID}, Planning::kPerCall);
   static Statement history(
       "DELETE FROM relaybus.completions c WHERE c.ctid IN (SELECT x.ctid FROM"
       " relaybus.completions x WHERE x.completed_at < now() - $1 LIMIT $2)",
-      {INTERVALOID, INT4OID});
+      {INTERVALOID, INT4OID}, Planning::kPerCall);
   // Pending deliveries of a handler that was unsubscribed (its lanes remain, so they name
   // it cheaply) go after the dead-letter retention; a re-subscribe before then resumes them.
   static Statement unsubscribed(
@@ -32,14 +29,14 @@ Datum purge_expired_body(FunctionCallInfo) {
       "  WHERE NOT EXISTS (SELECT 1 FROM relaybus.subscriptions s WHERE s.handler = l.handler)) u"
       " JOIN relaybus.deliveries x ON x.handler = u.handler AND x.status = 'pending'"
       " WHERE x.created_at < now() - $1 LIMIT $2 FOR UPDATE OF x SKIP LOCKED)",
-      {INTERVALOID, INT4OID});
+      {INTERVALOID, INT4OID}, Planning::kPerCall);
   // An event goes once no delivery of it is left. A delivery inserted for it concurrently
   // (a republish adding a handler) locks the event first, so it is skipped here.
   static Statement events(
       "DELETE FROM relaybus.events e WHERE e.id IN (SELECT x.id FROM relaybus.events x"
       " WHERE x.published_at < now() - $1 AND NOT EXISTS (SELECT 1 FROM relaybus.deliveries d"
       " WHERE d.event_id = x.id) LIMIT $2 FOR UPDATE SKIP LOCKED)",
-      {INTERVALOID, INT4OID});
+      {INTERVALOID, INT4OID}, Planning::kPerCall);
 
   SpiConnection spi;
   std::uint64_t deleted = 0;
@@ -51,7 +48,6 @@ Datum purge_expired_body(FunctionCallInfo) {
   };
   run(dead, settings::retention_dead_s());
   run(unsubscribed, settings::retention_dead_s());
-  run(legacy_completed, settings::retention_completed_s());
   run(history, settings::retention_completed_s());
   run(events, settings::retention_completed_s());
   spi.finish();

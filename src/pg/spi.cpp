@@ -125,8 +125,8 @@ void Params::bool_array(const std::vector<bool>& values) {
   push(scalar_array(values, BOOLOID, [](bool v) { return BoolGetDatum(v); }), false);
 }
 
-Statement::Statement(const char* sql, std::initializer_list<Oid> argument_types)
-    : sql_(sql), types_(argument_types) {}
+Statement::Statement(const char* sql, std::initializer_list<Oid> argument_types, Planning planning)
+    : sql_(sql), types_(argument_types), planning_(planning) {}
 
 std::uint64_t Statement::run(Params& params) {
   if (params.size() != types_.size())
@@ -145,14 +145,14 @@ std::uint64_t Statement::run(Params& params) {
 SPIPlanPtr Statement::plan() {
   if (plan_ == nullptr) {
     SPIPlanPtr prepared = nullptr;
-    // One generic plan, made once and kept: under the default plan_cache_mode the plan
-    // cache keeps re-planning a statement whose custom plans look cheaper than its generic
-    // one, and planning was half of an empty claim's time. The delivery path's functions
-    // allow only index plans (see sql/parts/api-0.2.0.sql), so the generic plan is the
-    // right one at any table size.
+    // Generic: under the default plan_cache_mode the plan cache keeps re-planning a
+    // statement whose custom plans look cheaper than its generic one, and planning was
+    // half of an empty claim's time. The delivery path's functions allow only index plans
+    // (see sql/parts/api-0.2.0.sql), so its generic plans are right at any table size.
+    const int options =
+        planning_ == Planning::kGeneric ? CURSOR_OPT_GENERIC_PLAN : CURSOR_OPT_CUSTOM_PLAN;
     pg_call([&] {
-      prepared = SPI_prepare_cursor(sql_, static_cast<int>(types_.size()), types_.data(),
-                                    CURSOR_OPT_GENERIC_PLAN);
+      prepared = SPI_prepare_cursor(sql_, static_cast<int>(types_.size()), types_.data(), options);
       if (prepared != nullptr) SPI_keepplan(prepared);
     });
     if (prepared == nullptr)

@@ -51,11 +51,22 @@ class Params {
   std::string nulls_;
 };
 
+// How a kept statement is planned.
+enum class Planning {
+  // One generic plan, made on first use and kept until an invalidation (ANALYZE, DDL).
+  // For the delivery path, whose functions allow only index plans: no planning per call.
+  kGeneric,
+  // A plan per call, for the values of that call: for statements outside the delivery
+  // path (retention), whose best plan depends on the cutoff and on the statistics.
+  kPerCall,
+};
+
 // One SQL statement, prepared on first use in a backend and kept for its lifetime.
 // Declare as a function-local static next to the code that runs it.
 class Statement {
  public:
-  Statement(const char* sql, std::initializer_list<Oid> argument_types);
+  Statement(const char* sql, std::initializer_list<Oid> argument_types,
+            Planning planning = Planning::kGeneric);
   // Runs the statement; returns the number of rows it returned or processed.
   std::uint64_t run(Params& params);
   std::uint64_t run();  // for statements without parameters
@@ -65,6 +76,7 @@ class Statement {
  private:
   const char* sql_;
   std::vector<Oid> types_;
+  Planning planning_;
   SPIPlanPtr plan_ = nullptr;
 };
 

@@ -87,6 +87,13 @@ check relaybus_up_data "every handler has its 256 lanes" \
 check relaybus_up_data "completed 0.1.0 deliveries stay listable" \
   "SELECT (SELECT count(*) FROM relaybus.list_deliveries('completed', max_rows => 1000))
         = (SELECT count(*) FROM before_upgrade WHERE status = 'completed')"
+check relaybus_up_data "completed 0.1.0 deliveries moved to the completion history, each once" \
+  "SELECT NOT EXISTS (SELECT 1 FROM relaybus.deliveries d JOIN before_upgrade b USING (event_id, handler)
+                      WHERE b.status = 'completed')
+      AND (SELECT array_agg(c.event_id || '/' || c.handler || '/' || c.attempts ORDER BY 1)
+             FROM relaybus.completions c)
+        = (SELECT array_agg(b.event_id || '/' || b.handler || '/' || b.attempts ORDER BY 1)
+             FROM before_upgrade b WHERE b.status = 'completed')"
 
 # Drain with 0.2.0, recording each handling in the completion's own transaction.
 psql -qX -v ON_ERROR_STOP=1 -d relaybus_up_data >/dev/null <<'SQL'
