@@ -5,7 +5,8 @@
   bench/run --full         longer runs, more configurations
   bench/run --validity     a tiny validity-only run (the test suite's bench_validity.sh)
 
-Starts a throwaway cluster (scripts/cluster, port 54360 unless --port), creates db_010
+Run it through bench/run, which installs the packages, the extension and the relaybus
+tool first. Starts a throwaway cluster (scripts/cluster, port 54360 unless --port), creates db_010
 (relaybus 0.1.0) and db_020 (relaybus 0.2.0), and runs every configuration A B A B. Each
 run starts from an emptied database with reset statistics. Publishers and dispatchers are
 separate processes of bin/relaybus; this script only prepares, measures and checks.
