@@ -12,6 +12,7 @@
 
 #include <boost/container/flat_set.hpp>
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -24,6 +25,9 @@ struct Candidate {
   const std::optional<std::string>* key = nullptr;  // nullopt: unordered delivery
   bool in_flight = false;
   bool has_pending_predecessor = false;
+  // Deliveries of the candidate's lane in flight, this batch's picks from it included;
+  // a lane at kMaxInFlightPerLane takes no more (see lane_lease.hpp).
+  std::size_t lane_in_flight = 0;
 };
 
 class BatchPlanner {

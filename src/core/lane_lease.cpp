@@ -50,6 +50,11 @@ LaneWrite plan_lane_write(LaneOrigin origin, std::int64_t epoch, bool has_live_i
   return w;
 }
 
+int lane_room(std::size_t in_flight) noexcept {
+  const auto cap = static_cast<std::size_t>(kMaxInFlightPerLane);
+  return in_flight >= cap ? 0 : static_cast<int>(cap - in_flight);
+}
+
 int lanes_to_acquire(int round, int remaining) noexcept {
   if (remaining <= 0) return 0;
   const int step = 4 << std::clamp(round, 0, 4);  // 4, 8, 16, 32, 64

@@ -2,6 +2,7 @@
 // claim writes one lane row per lane whose state changes and nothing else.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace relaybus::core {
@@ -33,6 +34,19 @@ struct LaneWrite {
 // changes hands, which is what fences the previous holder's tokens.
 LaneWrite plan_lane_write(LaneOrigin origin, std::int64_t epoch, bool has_live_in_flight,
                           bool got_picks) noexcept;
+
+// At most this many deliveries of one lane are in flight at once (a worker's running ones
+// plus a claim's new picks). The in-flight list lives in the lane row, and every claim that
+// picks from the lane rewrites that row: bounded, the row stays small enough that its new
+// versions fit on the lane's page and the update stays heap-only (HOT). Unbounded, a
+// claim of 200 from four lanes wrote rows of 50 event ids and a few percent of lane
+// updates moved to other pages (and into the lanes index). A batch larger than this
+// simply spreads over more lanes; a lane's ordering keys are unaffected.
+inline constexpr int kMaxInFlightPerLane = 32;
+
+// How many more deliveries a lane with `in_flight` deliveries in flight (picks included)
+// may take: kMaxInFlightPerLane - in_flight, never below 0.
+int lane_room(std::size_t in_flight) noexcept;
 
 // How many free lanes to try to acquire in acquisition round `round` (0-based) when the
 // batch still has `remaining` places: 4, 8, 16, ... so a worker only holds as many lanes as

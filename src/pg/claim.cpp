@@ -168,8 +168,9 @@ void Claim::charge(const std::vector<std::size_t>& lane_indexes) {
 void Claim::fetch_candidates(std::size_t first_lane) {
   if (first_lane >= lanes_.size() || planner_.full()) return;
   // Per lane, in due order: pending, due, not in flight, and (per-key order) no earlier
-  // pending delivery of the same handler and key. The inner LIMIT keeps each lane's scan
-  // short; the outer one merges the lanes in due order.
+  // pending delivery of the same handler and key. The inner LIMIT (the batch's places, or
+  // the lane's room if less) keeps each lane's scan short; the outer one merges the lanes
+  // in due order.
   static Statement candidates(
       "SELECT c.lane_index, c.event_id, c.key, c.attempts, c.claims,"
       " c.key IS NOT NULL AND EXISTS (SELECT 1 FROM relaybus.deliveries p"
@@ -177,7 +178,8 @@ void Claim::fetch_candidates(std::size_t first_lane) {
       "  AND p.status = 'pending' AND p.sequence < c.sequence)"
       " FROM (SELECT hl.lane_index, d.handler, d.lane, d.event_id, d.key, d.sequence,"
       "   d.attempts, d.claims, d.available_at"
-      "  FROM unnest($1::text[], $2::int2[]) WITH ORDINALITY AS hl(handler, lane, lane_index)"
+      "  FROM unnest($1::text[], $2::int2[], $6::int4[])"
+      "   WITH ORDINALITY AS hl(handler, lane, room, lane_index)"
       "  CROSS JOIN LATERAL (SELECT d.* FROM relaybus.deliveries d"
       "   WHERE d.handler = hl.handler AND d.lane = hl.lane AND d.status = 'pending'"
       "   AND d.available_at <= now()"
@@ -186,15 +188,17 @@ void Claim::fetch_candidates(std::size_t first_lane) {
       "   AND (d.key IS NULL OR NOT EXISTS (SELECT 1 FROM relaybus.deliveries p"
       "    WHERE p.handler = d.handler AND p.lane = d.lane AND p.key = d.key"
       "    AND p.status = 'pending' AND p.sequence < d.sequence))"
-      "   ORDER BY d.available_at, d.event_id LIMIT $5) d"
+      "   ORDER BY d.available_at, d.event_id LIMIT least($5, hl.room)) d"
       "  ORDER BY d.available_at, d.event_id LIMIT $5) c"
       " ORDER BY c.available_at, c.event_id",
-      {TEXTARRAYOID, INT2ARRAYOID, TEXTARRAYOID, TEXTARRAYOID, INT4OID});
+      {TEXTARRAYOID, INT2ARRAYOID, TEXTARRAYOID, TEXTARRAYOID, INT4OID, INT4ARRAYOID});
   std::vector<std::string> handlers, flight_handlers, flight_ids;
   std::vector<std::int16_t> lane_numbers;
+  std::vector<std::int32_t> rooms;
   for (std::size_t i = first_lane; i < lanes_.size(); ++i) {
     handlers.push_back(lanes_[i].handler);
     lane_numbers.push_back(lanes_[i].lane);
+    rooms.push_back(core::lane_room(lanes_[i].in_flight.size() + lanes_[i].picks.size()));
     for (const auto& id : lanes_[i].in_flight) {
       flight_handlers.push_back(lanes_[i].handler);
       flight_ids.push_back(id);
@@ -206,6 +210,7 @@ void Claim::fetch_candidates(std::size_t first_lane) {
   params.text_array(flight_handlers);
   params.text_array(flight_ids);
   params.int4(planner_.remaining());
+  params.int4_array(rooms);
   const std::uint64_t n = candidates.run(params);
   for (std::uint64_t r = 0; r < n && !planner_.full(); ++r) {
     const std::size_t lane_index = first_lane + static_cast<std::size_t>(row::int8(r, 1)) - 1;
@@ -215,6 +220,8 @@ void Claim::fetch_candidates(std::size_t first_lane) {
     candidate.handler = &lanes_[lane_index].handler;
     candidate.key = &c.key;
     candidate.has_pending_predecessor = row::boolean(r, 6);
+    candidate.lane_in_flight =
+        lanes_[lane_index].in_flight.size() + lanes_[lane_index].picks.size();
     if (!planner_.offer(candidate)) continue;
     lanes_[lane_index].picks.push_back(c.event_id);
     claimed_.push_back(std::move(c));

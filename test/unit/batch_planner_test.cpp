@@ -1,6 +1,8 @@
 // The per-key ordering rule within one batch.
 #include "core/batch_planner.hpp"
 
+#include "core/lane_lease.hpp"
+
 #include <gtest/gtest.h>
 
 #include <deque>
@@ -212,6 +214,31 @@ TEST(BatchPlannerTest, KeyWithEmbeddedNulIsDistinct) {
   const std::vector<Delivery> ds = {Keyed("h", std::string("k\0a", 3)),
                                     Keyed("h", std::string("k\0b", 3)), Keyed("h", "k")};
   EXPECT_EQ(Offer(planner, ds), (std::vector<bool>{true, true, true}));
+}
+
+TEST(BatchPlannerTest, RefusesALaneWithNoRoomLeft) {
+  BatchPlanner planner(100);
+  Delivery d = Unkeyed("h");
+  Candidate c = d.candidate();
+  c.lane_in_flight = kMaxInFlightPerLane - 1;
+  EXPECT_TRUE(planner.offer(c)) << "the last place in the lane";
+  c.lane_in_flight = kMaxInFlightPerLane;
+  EXPECT_FALSE(planner.offer(c)) << "the lane is full";
+  c.lane_in_flight = kMaxInFlightPerLane + 5;
+  EXPECT_FALSE(planner.offer(c)) << "over full (a lane written before the limit)";
+  EXPECT_EQ(planner.remaining(), 99) << "a refused candidate takes no place";
+}
+
+TEST(BatchPlannerTest, AFullLaneDoesNotBlockAKeyElsewhere) {
+  // Refused for lack of room, the key is not marked taken: its delivery in another claim
+  // (or its next offer once there is room) is still allowed.
+  BatchPlanner planner(10);
+  Delivery d = Keyed("h", "k");
+  Candidate c = d.candidate();
+  c.lane_in_flight = kMaxInFlightPerLane;
+  EXPECT_FALSE(planner.offer(c));
+  c.lane_in_flight = 0;
+  EXPECT_TRUE(planner.offer(c));
 }
 
 }  // namespace

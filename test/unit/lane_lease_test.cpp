@@ -226,5 +226,14 @@ TEST(LaneLeaseTest, AcquisitionRoundsCoverABatchOfTen) {
   EXPECT_EQ(acquired, 10);
 }
 
+TEST(LaneRoomTest, CountsDownToZeroAndStaysThere) {
+  EXPECT_EQ(lane_room(0), kMaxInFlightPerLane);
+  EXPECT_EQ(lane_room(1), kMaxInFlightPerLane - 1);
+  EXPECT_EQ(lane_room(kMaxInFlightPerLane - 1), 1);
+  EXPECT_EQ(lane_room(kMaxInFlightPerLane), 0);
+  EXPECT_EQ(lane_room(kMaxInFlightPerLane + 1), 0);
+  EXPECT_EQ(lane_room(static_cast<std::size_t>(-1)), 0);
+}
+
 }  // namespace
 }  // namespace relaybus::core
