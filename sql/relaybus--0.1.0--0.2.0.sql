@@ -71,9 +71,12 @@ ALTER TABLE relaybus.deliveries
 
 -- Lane leases: 256 per handler. No secondary index, so an update can always be heap-only
 -- (HOT) when the new version fits on its page. A lane row is ~100 bytes when created but
--- carries its in-flight event ids (40 uuids are ~1.5 kB), so pages are filled to 10% only:
--- measured on 10,000 deliveries, fillfactor 50 left 2.8% of lane updates non-HOT, 10 left
--- 0.3%, for 264 kB per handler. epoch moves whenever the lane changes hands;
+-- carries its in-flight event ids (at most 32: ~1.3 kB of uuids), and every claim that
+-- picks from a lane writes a new version. create_lanes gives each lane a page of its own:
+-- at fillfactor 10 alone (eight lanes to a page), four dispatcher processes draining a
+-- deep queue left 5-7% of lane updates non-HOT, the versions of busy neighbours filling
+-- pages faster than pruning (which needs the page unpinned) emptied them; one lane to a
+-- page left none. 2 MB per handler. epoch moves whenever the lane changes hands;
 -- holder_pid/holder_started name the backend (the incarnation) that acquired it.
 CREATE TABLE relaybus.lanes (
   handler          text NOT NULL,
@@ -119,6 +122,22 @@ SELECT pg_catalog.pg_extension_config_dump('relaybus.completions', '');
 -- that event id when it has no key, lives in. Touches nothing.
 CREATE FUNCTION relaybus.lane_of(key_or_event_id text) RETURNS smallint
   AS 'MODULE_PATHNAME', 'relaybus_lane_of' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+-- create_lanes: the 256 lanes of handler that do not exist yet, each alone on a heap page
+-- (see the lanes table). Internal: run by subscribe and by the upgrade from 0.1.0; no role
+-- is granted it. Writes lanes.
+CREATE FUNCTION relaybus.create_lanes(handler text) RETURNS void
+  LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $fn$
+  -- A row longer than the 10% of a page that fillfactor leaves for inserts never shares a
+  -- page: each lane is inserted that long (a placeholder in in_flight), then emptied in
+  -- place, and pruning reclaims the placeholder once this transaction is over.
+  INSERT INTO relaybus.lanes (handler, lane, in_flight)
+  SELECT create_lanes.handler, n, ARRAY[repeat('-', 900)] FROM generate_series(0, 255) n
+  ON CONFLICT DO NOTHING;
+  UPDATE relaybus.lanes l SET in_flight = '{}'
+   WHERE l.handler = create_lanes.handler AND l.in_flight = ARRAY[repeat('-', 900)];
+$fn$;
 
 -- subscribe: registers or updates handler for event_types ('*' = every type) with its
 -- retry policy; sql_function(jsonb) makes it an in-database handler, run by the background
@@ -483,8 +502,6 @@ CREATE INDEX deliveries_dead_idx ON relaybus.deliveries (updated_at, event_id)
   WHERE status = 'dead';
 
 -- Upgrade 0.1.0 -> 0.2.0, last: 256 lanes for every handler that is subscribed or still has deliveries.
-INSERT INTO relaybus.lanes (handler, lane)
-SELECT h.handler, n
+SELECT relaybus.create_lanes(h.handler)
   FROM (SELECT handler FROM relaybus.subscriptions
-        UNION SELECT DISTINCT handler FROM relaybus.deliveries) h
- CROSS JOIN generate_series(0, 255) n;
+        UNION SELECT DISTINCT handler FROM relaybus.deliveries) h;

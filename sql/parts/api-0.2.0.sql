@@ -19,6 +19,22 @@
 CREATE FUNCTION relaybus.lane_of(key_or_event_id text) RETURNS smallint
   AS 'MODULE_PATHNAME', 'relaybus_lane_of' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
+-- create_lanes: the 256 lanes of handler that do not exist yet, each alone on a heap page
+-- (see the lanes table). Internal: run by subscribe and by the upgrade from 0.1.0; no role
+-- is granted it. Writes lanes.
+CREATE FUNCTION relaybus.create_lanes(handler text) RETURNS void
+  LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $fn$
+  -- A row longer than the 10% of a page that fillfactor leaves for inserts never shares a
+  -- page: each lane is inserted that long (a placeholder in in_flight), then emptied in
+  -- place, and pruning reclaims the placeholder once this transaction is over.
+  INSERT INTO relaybus.lanes (handler, lane, in_flight)
+  SELECT create_lanes.handler, n, ARRAY[repeat('-', 900)] FROM generate_series(0, 255) n
+  ON CONFLICT DO NOTHING;
+  UPDATE relaybus.lanes l SET in_flight = '{}'
+   WHERE l.handler = create_lanes.handler AND l.in_flight = ARRAY[repeat('-', 900)];
+$fn$;
+
 -- subscribe: registers or updates handler for event_types ('*' = every type) with its
 -- retry policy; sql_function(jsonb) makes it an in-database handler, run by the background
 -- workers as the function's owner, each call bounded by sql_timeout (NULL:

@@ -83,10 +83,7 @@ Datum subscribe_body(FunctionCallInfo fcinfo) {
       " sql_timeout = excluded.sql_timeout,"
       " updated_at = now()",
       {TEXTOID, TEXTARRAYOID, INT4OID, INTERVALOID, INTERVALOID, REGPROCEDUREOID, INTERVALOID});
-  static Statement lanes(
-      "INSERT INTO relaybus.lanes (handler, lane) SELECT $1, n FROM generate_series(0, $2) n"
-      " ON CONFLICT DO NOTHING",
-      {TEXTOID, INT4OID});
+  static Statement lanes("SELECT relaybus.create_lanes($1)", {TEXTOID});
 
   SpiConnection spi;
   if (in_database) validate_sql_function(PG_GETARG_OID(5));
@@ -101,7 +98,6 @@ Datum subscribe_body(FunctionCallInfo fcinfo) {
   upsert.run(params);
   Params lane_params;
   lane_params.text(handler);
-  lane_params.int4(core::kLaneCount - 1);
   lanes.run(lane_params);
   spi.finish();
   PG_RETURN_VOID();
