@@ -99,33 +99,54 @@ void Claim::resolve_handlers(const std::optional<std::vector<std::string>>& requ
 
 void Claim::take_held_lanes() {
   // FOR NO KEY UPDATE: the owner's claims must not wait for its completions in progress
-  // (those hold FOR KEY SHARE). The in-flight list is pruned of deliveries that completed.
-  // Lock first, then read the in-flight deliveries: a lane row this waits for (another
-  // connection of the worker failing or claiming in it) is re-read after the wait, and
-  // its in-flight list must be read from that new version, not from the one before.
-  static Statement held(
-      "WITH l AS MATERIALIZED (SELECT l.handler, l.lane, l.epoch, l.in_flight, "
-      RELAYBUS_HOLDER_ALIVE_SQL("$3", "$4") " AS alive FROM relaybus.lanes l"
-      " WHERE l.lease_owner = $1 AND l.handler = ANY ($2) FOR NO KEY UPDATE OF l)"
-      " SELECT l.handler, l.lane, l.epoch, l.alive, f.ids, f.keys FROM l"
+  // (those hold FOR KEY SHARE). Lock first, read in a second statement: a lane this waits
+  // for (another connection of the worker failing or claiming in it) is re-read after the
+  // wait, but the rest of that statement would still see deliveries as of before the wait:
+  // a delivery published and claimed meanwhile would look absent from the lane's
+  // in-flight list and be claimed again. The second statement sees them; the lanes cannot
+  // change under its feet any more.
+  static Statement lock_held(
+      "SELECT l.handler, l.lane FROM relaybus.lanes l"
+      " WHERE l.lease_owner = $1 AND l.handler = ANY ($2)"
+      " ORDER BY l.handler, l.lane FOR NO KEY UPDATE OF l",
+      {TEXTOID, TEXTARRAYOID});
+  // The in-flight list is pruned of deliveries that completed.
+  static Statement read_held(
+      "SELECT l.handler, l.lane, l.epoch, " RELAYBUS_HOLDER_ALIVE_SQL("$3", "$4")
+      ", f.ids, f.keys FROM unnest($1::text[], $2::int2[]) AS u(handler, lane)"
+      " JOIN relaybus.lanes l ON l.handler = u.handler AND l.lane = u.lane"
       " CROSS JOIN LATERAL " RELAYBUS_LIVE_IN_FLIGHT_WITH_KEYS_SQL " f"
       " ORDER BY l.handler, l.lane",
-      {TEXTOID, TEXTARRAYOID, INT4OID, TIMESTAMPTZOID});
+      {TEXTARRAYOID, INT2ARRAYOID, INT4OID, TIMESTAMPTZOID});
   // An orphan (its incarnation is gone) is taken over. FOR UPDATE conflicts with the
-  // FOR KEY SHARE of a completion still in progress, so this waits for it, then re-reads.
+  // FOR KEY SHARE of a completion still in progress, so this waits for it, then re-reads
+  // the in-flight list (charge() finds which of it is still pending).
   static Statement lock_orphans(
-      "SELECT l.handler, l.lane, l.epoch, " RELAYBUS_LIVE_IN_FLIGHT_SQL
+      "SELECT l.handler, l.lane, l.epoch, l.in_flight"
       " FROM relaybus.lanes l JOIN unnest($1::text[], $2::int2[]) AS o(handler, lane)"
       "  ON l.handler = o.handler AND l.lane = o.lane"
       " ORDER BY l.handler, l.lane FOR UPDATE OF l",
       {TEXTARRAYOID, INT2ARRAYOID});
   if (handlers_.empty()) return;
+  std::vector<std::string> held_handlers;
+  std::vector<std::int16_t> held_lanes;
+  {
+    Params params;
+    params.text(worker_);
+    params.text_array(handlers_);
+    const std::uint64_t n = lock_held.run(params);
+    for (std::uint64_t r = 0; r < n; ++r) {
+      held_handlers.push_back(row::text(r, 1));
+      held_lanes.push_back(row::int2(r, 2));
+    }
+  }
+  if (held_lanes.empty()) return;
   Params params;
-  params.text(worker_);
-  params.text_array(handlers_);
+  params.text_array(held_handlers);
+  params.int2_array(held_lanes);
   params.int4(current_holder_pid());
   params.timestamptz(current_holder_started());
-  const std::uint64_t n = held.run(params);
+  const std::uint64_t n = read_held.run(params);
   std::vector<std::string> orphan_handlers;
   std::vector<std::int16_t> orphan_lanes;
   for (std::uint64_t r = 0; r < n; ++r) {

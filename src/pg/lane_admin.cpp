@@ -45,16 +45,38 @@ Datum extend_lease_body(FunctionCallInfo fcinfo) {
 
 Datum relinquish_body(FunctionCallInfo fcinfo) {
   const std::string worker = worker_arg(fcinfo);
+  // Lock first, then look at the in-flight deliveries in a second statement, which sees
+  // what committed while this waited for a lane (a delivery another connection of the
+  // worker claimed into it meanwhile must keep the lane held).
+  static Statement lock(
+      "SELECT l.handler, l.lane FROM relaybus.lanes l WHERE l.lease_owner = $1"
+      " ORDER BY l.handler, l.lane FOR NO KEY UPDATE OF l",
+      {TEXTOID});
   // A lane runs nothing when no delivery of its in-flight list is still pending.
   static Statement relinquish(
       "UPDATE relaybus.lanes l SET lease_owner = NULL, lease_expires_at = NULL,"
       " holder_pid = NULL, holder_started = NULL, in_flight = '{}'"
-      " WHERE l.lease_owner = $1 AND cardinality(" RELAYBUS_LIVE_IN_FLIGHT_SQL ") = 0",
-      {TEXTOID});
+      " FROM unnest($1::text[], $2::int2[]) AS u(handler, lane)"
+      " WHERE l.handler = u.handler AND l.lane = u.lane"
+      " AND cardinality(" RELAYBUS_LIVE_IN_FLIGHT_SQL ") = 0",
+      {TEXTARRAYOID, INT2ARRAYOID});
   SpiConnection spi;
   Params params;
   params.text(worker);
-  const std::uint64_t n = relinquish.run(params);
+  const std::uint64_t locked = lock.run(params);
+  std::vector<std::string> handlers;
+  std::vector<std::int16_t> lanes;
+  for (std::uint64_t r = 0; r < locked; ++r) {
+    handlers.push_back(row::text(r, 1));
+    lanes.push_back(row::int2(r, 2));
+  }
+  std::uint64_t n = 0;
+  if (!lanes.empty()) {
+    Params lane_params;
+    lane_params.text_array(handlers);
+    lane_params.int2_array(lanes);
+    n = relinquish.run(lane_params);
+  }
   spi.finish();
   return Int32GetDatum(static_cast<std::int32_t>(n));
 }

@@ -6,11 +6,16 @@
 -- claim would offer it, the lane would never be handed back, and the delivery would sit
 -- there until a takeover charged it an attempt it never ran.
 --
--- Connection A claims D; connection B fails D in an open transaction (which locks the
--- lane); a new delivery E arrives in the same lane; A claims again and waits for B's lock;
--- B commits. A's claim must return E and leave exactly E in flight.
+-- 1. Connection A claims D; connection B fails D in an open transaction (which locks the
+--    lane); a new delivery E arrives in the same lane; A claims again and waits for B's
+--    lock; B commits. A's claim must return E and leave exactly E in flight.
+-- 2. The other way round: what committed while a claim waited must count as in flight
+--    too. A holds a lane and, in an open transaction, claims again (locking it); B's
+--    claim waits; F is published into the lane and A claims it, then commits. B must not
+--    get F: its look at the lane's deliveries must see F, though F did not exist when
+--    B's claim began.
 SELECT rb_reset();
-SELECT plan(7);
+SELECT plan(14);
 
 SELECT relaybus.subscribe('sw', ARRAY['sw.event'], backoff_base => '1 hour');
 SELECT rb_connect('sw_a');
@@ -61,5 +66,34 @@ SELECT is((SELECT in_flight FROM relaybus.lanes WHERE handler = 'sw' AND lane = 
 SELECT is((SELECT attempts || '/' || (available_at > now() + interval '30 minutes')
              FROM relaybus.deliveries WHERE event_id = 'sw-d'), '1/true',
           'D waits for its retry, charged once');
+
+--------------------------------------------------------------------------------
+-- 2. A claim that waited sees the deliveries claimed while it waited.
+--------------------------------------------------------------------------------
+SELECT relaybus.subscribe('sw2', ARRAY['sw2.event']);
+SELECT p AS b_pid FROM dblink('sw_b', 'SELECT pg_backend_pid()') AS t(p int) \gset
+SELECT relaybus.publish('sw2.event', '{}', event_id => 'sw2-g');
+SELECT relaybus.lane_of('sw2-g') AS lane2 \gset
+SELECT min(id) AS f_id FROM (SELECT 'sw2-f-' || i AS id FROM generate_series(1, 20000) i) c
+ WHERE relaybus.lane_of(c.id) = :lane2 \gset
+SELECT is((SELECT array_agg(e) FROM dblink('sw_a', $$SELECT event_id FROM relaybus.claim('shared2',
+  10, '30 seconds', ARRAY['sw2'])$$) AS r(e text)), ARRAY['sw2-g'], 'A claims G and holds its lane');
+SELECT dblink_exec('sw_a', 'BEGIN');
+SELECT is((SELECT count(*)::int FROM dblink('sw_a', $$SELECT event_id FROM relaybus.claim('shared2',
+  10, '30 seconds', ARRAY['sw2'])$$) AS r(e text)), 0, 'A claims again in an open transaction: nothing new');
+SELECT dblink_send_query('sw_b', $$SELECT event_id FROM relaybus.claim('shared2', 10,
+  '30 seconds', ARRAY['sw2'])$$);
+SELECT ok(pg_temp.waits_for_lock(:b_pid), 'B''s claim waits for A''s lock on the lane');
+-- due at once for A, whose open transaction's now() is older than this publish
+SELECT relaybus.publish('sw2.event', '{}', event_id => :'f_id', available_at => now() - interval '1 hour');
+SELECT is((SELECT array_agg(e) FROM dblink('sw_a', $$SELECT event_id FROM relaybus.claim('shared2',
+  10, '30 seconds', ARRAY['sw2'])$$) AS r(e text)), ARRAY[:'f_id'], 'A claims F, published meanwhile');
+SELECT dblink_exec('sw_a', 'COMMIT');
+SELECT is((SELECT count(*)::int FROM dblink_get_result('sw_b') AS r(e text)), 0,
+          'B''s claim gets nothing: G and F are in flight');
+SELECT is((SELECT count(*)::int FROM dblink_get_result('sw_b') AS r(e text)), 0,
+          '(no further result)');
+SELECT is((SELECT in_flight FROM relaybus.lanes WHERE handler = 'sw2' AND lane = :lane2),
+          ARRAY['sw2-g', :'f_id'], 'the lane lists G and F in flight, once each');
 
 SELECT * FROM finish();
