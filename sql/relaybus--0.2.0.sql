@@ -105,11 +105,11 @@ CREATE INDEX deliveries_dead_idx ON relaybus.deliveries (updated_at, event_id)
 -- Lane leases: 256 per handler. No secondary index, so an update can always be heap-only
 -- (HOT) when the new version fits on its page. A lane row is ~100 bytes when created but
 -- carries its in-flight event ids (at most 32: ~1.3 kB of uuids), and every claim that
--- picks from a lane writes a new version. create_lanes gives each lane a page of its own:
--- at fillfactor 10 alone (eight lanes to a page), four dispatcher processes draining a
--- deep queue left 5-7% of lane updates non-HOT, the versions of busy neighbours filling
--- pages faster than pruning (which needs the page unpinned) emptied them; one lane to a
--- page left none. 2 MB per handler. epoch moves whenever the lane changes hands;
+-- picks from a lane writes a new version. create_lanes spreads lanes at most three to
+-- a page: at fillfactor 10 alone (eight lanes to a page), four dispatcher processes draining
+-- a deep queue left 5-7% of lane updates non-HOT, the versions of busy neighbours filling
+-- pages faster than pruning (which needs the page unpinned) emptied them; one or three lanes
+-- to a page left none. 0.7 to 2 MB per handler. epoch moves whenever the lane changes hands;
 -- holder_pid/holder_started name the backend (the incarnation) that acquired it.
 CREATE TABLE relaybus.lanes (
   handler          text NOT NULL,
@@ -156,20 +156,25 @@ SELECT pg_catalog.pg_extension_config_dump('relaybus.completions', '');
 CREATE FUNCTION relaybus.lane_of(key_or_event_id text) RETURNS smallint
   AS 'MODULE_PATHNAME', 'relaybus_lane_of' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
--- create_lanes: the 256 lanes of handler that do not exist yet, each alone on a heap page
--- (see the lanes table). Internal: run by subscribe and by the upgrade from 0.1.0; no role
+-- create_lanes: the 256 lanes of handler that do not exist yet, each on a heap page with
+-- at most two other lanes (see the lanes table). Internal: run by subscribe and by the upgrade from 0.1.0; no role
 -- is granted it. Writes lanes.
 CREATE FUNCTION relaybus.create_lanes(handler text) RETURNS void
   LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $fn$
-  -- A row longer than the 10% of a page that fillfactor leaves for inserts never shares a
-  -- page: each lane is inserted that long (a placeholder in in_flight), then emptied in
-  -- place, and pruning reclaims the placeholder once this transaction is over.
+  -- An insert longer than the 10% of a page that fillfactor leaves for inserts goes only to
+  -- a page that is nearly empty (PostgreSQL then asks for the tuple's length, at least 8016
+  -- bytes, free): each lane is inserted that long (a placeholder in in_flight), then
+  -- emptied in place, and pruning reclaims the placeholder once this transaction is over.
+  -- So the lanes of one call get a page each; a later call can add one lane to a page
+  -- that holds one or two idle lanes, never to one that holds three.
+  -- The placeholder starts with a NULL, which no real in-flight list holds.
   INSERT INTO relaybus.lanes (handler, lane, in_flight)
-  SELECT create_lanes.handler, n, ARRAY[repeat('-', 900)] FROM generate_series(0, 255) n
+  SELECT create_lanes.handler, n, ARRAY[NULL, repeat('-', 900)] FROM generate_series(0, 255) n
   ON CONFLICT DO NOTHING;
   UPDATE relaybus.lanes l SET in_flight = '{}'
-   WHERE l.handler = create_lanes.handler AND l.in_flight = ARRAY[repeat('-', 900)];
+   WHERE l.handler = create_lanes.handler AND l.in_flight[1] IS NULL
+     AND cardinality(l.in_flight) = 2;
 $fn$;
 
 -- subscribe: registers or updates handler for event_types ('*' = every type) with its
@@ -360,7 +365,8 @@ BEGIN
 END
 $fn$;
 
--- statistics: per handler (subscribed, or with deliveries left): pending = waiting and not
+-- statistics: per handler (subscribed, with deliveries left, or with completion history):
+-- pending = waiting and not
 -- in any lane's in-flight list, processing = in flight, dead, completed = completion
 -- history (0.1.0's completed deliveries included; 0 when it is off), oldest_pending = creation
 -- time of the oldest waiting delivery. Reads subscriptions, deliveries, lanes, completions.

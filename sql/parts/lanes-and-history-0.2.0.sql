@@ -1,11 +1,11 @@
 -- Lane leases: 256 per handler. No secondary index, so an update can always be heap-only
 -- (HOT) when the new version fits on its page. A lane row is ~100 bytes when created but
 -- carries its in-flight event ids (at most 32: ~1.3 kB of uuids), and every claim that
--- picks from a lane writes a new version. create_lanes gives each lane a page of its own:
--- at fillfactor 10 alone (eight lanes to a page), four dispatcher processes draining a
--- deep queue left 5-7% of lane updates non-HOT, the versions of busy neighbours filling
--- pages faster than pruning (which needs the page unpinned) emptied them; one lane to a
--- page left none. 2 MB per handler. epoch moves whenever the lane changes hands;
+-- picks from a lane writes a new version. create_lanes spreads lanes at most three to
+-- a page: at fillfactor 10 alone (eight lanes to a page), four dispatcher processes draining
+-- a deep queue left 5-7% of lane updates non-HOT, the versions of busy neighbours filling
+-- pages faster than pruning (which needs the page unpinned) emptied them; one or three lanes
+-- to a page left none. 0.7 to 2 MB per handler. epoch moves whenever the lane changes hands;
 -- holder_pid/holder_started name the backend (the incarnation) that acquired it.
 CREATE TABLE relaybus.lanes (
   handler          text NOT NULL,

@@ -11,7 +11,6 @@ INSERT INTO relaybus.completions (event_id, handler, attempts, completed_at)
     FROM relaybus.deliveries d WHERE d.status = 'completed';
 DELETE FROM relaybus.deliveries d WHERE d.status = 'completed';
 ALTER TABLE relaybus.deliveries
-  DROP CONSTRAINT deliveries_status_check,
   ADD CONSTRAINT deliveries_status_check CHECK (status IN ('pending', 'dead'));
 
 UPDATE relaybus.deliveries SET lane = relaybus.lane_of(coalesce(key, event_id));

@@ -7,8 +7,8 @@ void define();
 
 // relaybus.completion_history: keep an append-only row per completion.
 bool completion_history();
-// relaybus.retention_completed, seconds: how long events without deliveries, legacy
-// completed deliveries and completion history are kept.
+// relaybus.retention_completed, seconds: how long events without deliveries and the
+// completion history (0.1.0's completed deliveries included) are kept.
 int retention_completed_s();
 // relaybus.retention_dead, seconds: how long dead letters are kept.
 int retention_dead_s();

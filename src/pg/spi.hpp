@@ -53,7 +53,8 @@ class Params {
 
 // How a kept statement is planned.
 enum class Planning {
-  // One generic plan, made on first use and kept until an invalidation (ANALYZE, DDL).
+  // One generic plan, made on first use and kept until an invalidation (DDL, VACUUM,
+  // ANALYZE).
   // For the delivery path, whose functions allow only index plans: no planning per call.
   kGeneric,
   // A plan per call, for the values of that call: for statements outside the delivery
