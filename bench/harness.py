@@ -475,6 +475,12 @@ def main():
     os.makedirs(os.path.join(outdir, "runs"), exist_ok=True)
     command = "bench/run " + " ".join(sys.argv[1:])
 
+    # The commit measured: taken now, so a commit made while the run goes on is not claimed.
+    git = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True).stdout.strip()
+    if dirty:
+        git += " (with uncommitted changes)"
     cluster = Cluster(args.port)
     cluster.start()
     results = []
@@ -499,8 +505,7 @@ def main():
 
     table = summarize(results)
     info = dict(command=command, mode=args.mode, rounds=rounds, machine=machine(), started=stamp,
-                seconds=round(time.time() - started, 1), git=subprocess.run(
-                    ["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip())
+                seconds=round(time.time() - started, 1), git=git)
     with open(os.path.join(outdir, "results.json"), "w") as f:
         json.dump(dict(info=info, summary=table, runs=results), f, indent=1)
     charts = []
