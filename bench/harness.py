@@ -390,13 +390,17 @@ def sustained(results, version):
     return best
 
 
-def sustained_line(results):
+def sustained_summary(results):
     parts = []
     for v, _ in VERSIONS:
         rate = sustained(results, v)
         parts.append(f"{v}: " + (f"{rate:,}/s" if rate else "none of the rates run"))
+    return "; ".join(parts)
+
+
+def sustained_line(results):
     return (f"Highest offered rate sustained (every run valid, achieved >= {SUSTAINED_SHARE:.0%} of offered, "
-            f"p99 < {SUSTAINED_P99_MS} ms): " + "; ".join(parts) + ".")
+            f"p99 < {SUSTAINED_P99_MS} ms): " + sustained_summary(results) + ".")
 
 
 def svg_chart(table, scenario, unit):
@@ -455,6 +459,100 @@ def machine():
     return dict(cpus=cpus, os=osname, postgres=pg, kernel=platform.release())
 
 
+def write_report(outdir, info, results):
+    """results.json, one SVG chart per scenario and results.md (with the goals of issue 5
+    when the run has the configurations they name); returns the Markdown of the tables."""
+    table = summarize(results)
+    with open(os.path.join(outdir, "results.json"), "w") as f:
+        json.dump(dict(info=info, summary=table, runs=results), f, indent=1)
+    charts = []
+    for scenario in dict.fromkeys(r["scenario"] for r in table):
+        unit = next(x["metrics"]["throughput_unit"] for x in results if x["scenario"] == scenario)
+        name = f"{scenario}.svg"
+        with open(os.path.join(outdir, name), "w") as f:
+            f.write(svg_chart(table, scenario, unit))
+        charts.append(name)
+    md = markdown(table, results)
+    mach = info["machine"]
+    header = (f"# relaybus benchmark: 0.1.0 vs 0.2.0 ({info['mode']})\n\n"
+              f"Command: `{info['command']}` (commit {info['git']}, {info['seconds']} s)\n\n"
+              f"Machine: {mach['cpus']} cores, {mach['os']}, {mach['postgres']}, kernel {mach['kernel']}\n\n"
+              f"Runs per configuration and version: {info['rounds']}, interleaved 0.1.0, 0.2.0, 0.1.0, 0.2.0.\n\n")
+    goal_md = goals(table, results)
+    with open(os.path.join(outdir, "results.md"), "w") as f:
+        f.write(header + (goal_md + "\n" if goal_md else "") + md + "\n"
+                + "\n".join(f"![{c}]({c})" for c in charts) + "\n")
+    return md
+
+
+def goals(table, results):
+    """The goals of issue 5 against this run, one row each: what was measured, met or not.
+    Ratios are of medians; the per-run limits (WAL, statements, updates, HOT) must hold in
+    every valid 0.2.0 run they apply to, so the worst run is quoted."""
+    rows = []
+
+    def row_of(scenario, config):
+        return next((r for r in table if r["scenario"] == scenario and r["config"] == config), None)
+
+    def runs_of(scenario, prefix=""):
+        return [r for r in results if r["scenario"] == scenario and r["version"] == "0.2.0" and r["valid"]
+                and r["config"].startswith(prefix)]
+
+    def add(goal, measured, met):
+        rows.append(f"| {goal} | {measured} | {'met' if met else '**not met**'} |")
+
+    for procs in (1, 2):
+        for name, config, want in (("tuned", f"{procs} proc, tuned (c200 b200 poll 50ms)", 5.0),
+                                   ("defaults", f"{procs} proc, defaults (c10 b10 poll 1s)", 1.5)):
+            r = row_of("drain", config)
+            if r is None:
+                continue
+            ratio = r["ratio_throughput"]
+            add(f"drain {procs} proc, {name}: 0.2.0 at least {want:g}x 0.1.0",
+                "INVALID" if ratio is None else f"{ratio:.2f}x", ratio is not None and ratio >= want)
+    drains = runs_of("drain")
+    dispatch = drains + runs_of("mixed")
+    if drains:
+        wal = max(r["metrics"]["wal_bytes_per_delivery"] for r in drains)
+        add("0.2.0 dispatch (every drain run): WAL at most 200 B per delivery", f"worst run {wal:,.0f} B",
+            wal <= 200)
+        tuned = [r for r in drains if "tuned" in r["config"]]
+        if tuned:
+            st = max(r["metrics"]["statements_per_delivery"] for r in tuned)
+            add("0.2.0 tuned drains (every run): at most 0.02 statements per delivery", f"worst run {st:.3f}",
+                st <= 0.02)
+    if dispatch:
+        upd = max(r["metrics"]["deliveries_updated_per_delivery"] for r in dispatch)
+        add("0.2.0 dispatch (every drain and mixed run): 0 delivery updates", f"worst run {upd:.2f} per delivery",
+            upd == 0)
+        hot = [r["metrics"]["hot_share_lanes"] for r in dispatch if r["metrics"].get("hot_share_lanes") is not None]
+        if hot:
+            add("0.2.0 dispatch (every drain and mixed run): lane updates at least 99% HOT",
+                f"worst run {min(hot):.2%}", min(hot) >= 0.99)
+    for config in ("P=1 batch=1", "P=1 batch=100"):
+        r = row_of("publish", config)
+        if r is not None:
+            ratio = r["ratio_throughput"]
+            add(f"publish {config}: 0.2.0 at least as fast as 0.1.0",
+                "INVALID" if ratio is None else f"{ratio:.2f}x", ratio is not None and ratio >= 1.0)
+    mixed = [r for r in results if r["scenario"] == "mixed" and r["version"] == "0.2.0"
+             and r["params"].get("rate") == 1000 and r["params"].get("concurrency") == 10]
+    if mixed:
+        ok = all(r["valid"] for r in mixed)
+        p99 = max(r["metrics"]["latency_p99_ms"] for r in mixed) if ok else None
+        share = min(r["metrics"]["throughput"] / r["metrics"]["offered"] for r in mixed) if ok else None
+        add("mixed 1,000/s offered, default dispatchers (every run): achieved = offered, p99 at most 100 ms",
+            "INVALID" if not ok else f"achieved {share:.1%} of offered, worst p99 {p99:,.1f} ms",
+            ok and share >= SUSTAINED_SHARE and p99 <= 100)
+    if any(r["scenario"] == "mixed" for r in results):
+        rows.append(f"| highest offered rate sustained: every run valid, achieved at least "
+                    f"{SUSTAINED_SHARE:.0%} of offered, p99 under {SUSTAINED_P99_MS} ms (report) | "
+                    f"{sustained_summary(results)} | - |")
+    if not rows:
+        return ""
+    return "\n".join(["## Against the goals of issue 5\n", "| goal | measured | |", "| --- | --- | --- |"] + rows) + "\n"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     mode = ap.add_mutually_exclusive_group(required=True)
@@ -465,6 +563,13 @@ def main():
     ap.add_argument("--rounds", type=int, default=None, help="A B rounds per configuration (default 2, validity 1)")
     ap.add_argument("--only", default=None, help="run only this scenario (drain, publish, mixed)")
     ap.add_argument("--out", default=None, help="results directory (default bench/results/<timestamp>)")
+    ap.add_argument("--report", default=None, metavar="DIR",
+                    help="only re-render DIR/results.md and the charts from DIR/results.json")
+    if "--report" in sys.argv:  # no mode needed to re-render
+        args = argparse.Namespace(report=sys.argv[sys.argv.index("--report") + 1])
+        data = json.load(open(os.path.join(args.report, "results.json")))
+        print(write_report(args.report, data["info"], data["runs"]))
+        return 0
     args = ap.parse_args()
     rounds = args.rounds or (1 if args.mode == "validity" else 2)
 
@@ -503,26 +608,9 @@ def main():
     finally:
         cluster.stop()
 
-    table = summarize(results)
     info = dict(command=command, mode=args.mode, rounds=rounds, machine=machine(), started=stamp,
                 seconds=round(time.time() - started, 1), git=git)
-    with open(os.path.join(outdir, "results.json"), "w") as f:
-        json.dump(dict(info=info, summary=table, runs=results), f, indent=1)
-    charts = []
-    for scenario in dict.fromkeys(r["scenario"] for r in table):
-        unit = next(x["metrics"]["throughput_unit"] for x in results if x["scenario"] == scenario)
-        name = f"{scenario}.svg"
-        with open(os.path.join(outdir, name), "w") as f:
-            f.write(svg_chart(table, scenario, unit))
-        charts.append(name)
-    md = markdown(table, results)
-    mach = info["machine"]
-    header = (f"# relaybus benchmark: 0.1.0 vs 0.2.0 ({args.mode})\n\n"
-              f"Command: `{command}` (commit {info['git']}, {info['seconds']} s)\n\n"
-              f"Machine: {mach['cpus']} cores, {mach['os']}, {mach['postgres']}, kernel {mach['kernel']}\n\n"
-              f"Runs per configuration and version: {rounds}, interleaved 0.1.0, 0.2.0, 0.1.0, 0.2.0.\n\n")
-    with open(os.path.join(outdir, "results.md"), "w") as f:
-        f.write(header + md + "\n" + "\n".join(f"![{c}]({c})" for c in charts) + "\n")
+    md = write_report(outdir, info, results)
     print(md)
     print(f"results: {outdir}", file=sys.stderr)
     invalid = [r for r in results if not r["valid"]]
