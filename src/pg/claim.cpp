@@ -3,6 +3,7 @@
 // lane it takes over).
 #include "holder.hpp"
 #include "in_flight.hpp"
+#include "lane_list.hpp"
 #include "spi.hpp"
 #include "takeover.hpp"
 
@@ -128,43 +129,34 @@ void Claim::take_held_lanes() {
       " ORDER BY l.handler, l.lane FOR UPDATE OF l",
       {TEXTARRAYOID, INT2ARRAYOID});
   if (handlers_.empty()) return;
-  std::vector<std::string> held_handlers;
-  std::vector<std::int16_t> held_lanes;
+  LaneList held;
   {
     Params params;
     params.text(worker_);
     params.text_array(handlers_);
-    const std::uint64_t n = lock_held.run(params);
-    for (std::uint64_t r = 0; r < n; ++r) {
-      held_handlers.push_back(row::text(r, 1));
-      held_lanes.push_back(row::int2(r, 2));
-    }
+    held = LaneList::from_rows(lock_held.run(params));
   }
-  if (held_lanes.empty()) return;
+  if (held.empty()) return;
   Params params;
-  params.text_array(held_handlers);
-  params.int2_array(held_lanes);
+  held.bind(params);
   params.int4(current_holder_pid());
   params.timestamptz(current_holder_started());
   const std::uint64_t n = read_held.run(params);
-  std::vector<std::string> orphan_handlers;
-  std::vector<std::int16_t> orphan_lanes;
+  LaneList orphans;
   for (std::uint64_t r = 0; r < n; ++r) {
     LaneInClaim lane = read_lane(r, core::classify_held_lane(row::boolean(r, 4)), 5);
     if (lane.origin == core::LaneOrigin::kHeld) {
       for (const auto& key : row::text_array(r, 6)) planner_.key_in_flight(lane.handler, key);
     }
     if (lane.origin == core::LaneOrigin::kOrphaned) {
-      orphan_handlers.push_back(lane.handler);
-      orphan_lanes.push_back(lane.lane);
+      orphans.add(lane.handler, lane.lane);
     } else {
       lanes_.push_back(std::move(lane));
     }
   }
-  if (!orphan_handlers.empty()) {
+  if (!orphans.empty()) {
     Params orphan_params;
-    orphan_params.text_array(orphan_handlers);
-    orphan_params.int2_array(orphan_lanes);
+    orphans.bind(orphan_params);
     const std::uint64_t m = lock_orphans.run(orphan_params);
     std::vector<std::size_t> taken;
     for (std::uint64_t r = 0; r < m; ++r) {
@@ -281,31 +273,23 @@ void Claim::acquire_free_lanes() {
       " WHERE " RELAYBUS_ACQUIRABLE_SQL("$3") " ORDER BY u.n LIMIT $4 FOR UPDATE OF l SKIP LOCKED",
       {TEXTARRAYOID, INT2ARRAYOID, TEXTOID, INT4OID});
   if (handlers_.empty() || planner_.full()) return;
-  std::vector<std::string> work_handlers;
-  std::vector<std::int16_t> work_lanes;
+  LaneList work;
   {
     Params params;
     params.text_array(handlers_);
     params.text(worker_);
-    const std::uint64_t n = with_work.run(params);
-    for (std::uint64_t r = 0; r < n; ++r) {
-      work_handlers.push_back(row::text(r, 1));
-      work_lanes.push_back(row::int2(r, 2));
-    }
+    work = LaneList::from_rows(with_work.run(params));
   }
   std::size_t next = 0;
-  for (int round = 0; !planner_.full() && next < work_lanes.size(); ++round) {
+  for (int round = 0; !planner_.full() && next < work.size(); ++round) {
     const std::size_t wanted =
         static_cast<std::size_t>(core::lanes_to_acquire(round, planner_.remaining()));
     // Each round looks at a window of the list four times the lanes it wants, so lanes
     // that others took or locked meanwhile are passed over in the same statement, and
     // continues after the last lane it took (or after the window, if it fell short).
-    const std::size_t end = std::min(work_lanes.size(), next + 4 * wanted);
+    const std::size_t end = std::min(work.size(), next + 4 * wanted);
     Params params;
-    params.text_array(
-        std::vector<std::string>(work_handlers.begin() + next, work_handlers.begin() + end));
-    params.int2_array(
-        std::vector<std::int16_t>(work_lanes.begin() + next, work_lanes.begin() + end));
+    work.slice(next, end).bind(params);
     params.text(worker_);
     params.int4(static_cast<std::int32_t>(wanted));
     const std::uint64_t n = lock.run(params);

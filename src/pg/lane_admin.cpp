@@ -1,6 +1,7 @@
 // extend_lease, relinquish and take_over_expired: what happens to lanes outside a claim.
 #include "holder.hpp"
 #include "in_flight.hpp"
+#include "lane_list.hpp"
 #include "spi.hpp"
 #include "takeover.hpp"
 
@@ -63,18 +64,11 @@ Datum relinquish_body(FunctionCallInfo fcinfo) {
   SpiConnection spi;
   Params params;
   params.text(worker);
-  const std::uint64_t locked = lock.run(params);
-  std::vector<std::string> handlers;
-  std::vector<std::int16_t> lanes;
-  for (std::uint64_t r = 0; r < locked; ++r) {
-    handlers.push_back(row::text(r, 1));
-    lanes.push_back(row::int2(r, 2));
-  }
+  const LaneList locked = LaneList::from_rows(lock.run(params));
   std::uint64_t n = 0;
-  if (!lanes.empty()) {
+  if (!locked.empty()) {
     Params lane_params;
-    lane_params.text_array(handlers);
-    lane_params.int2_array(lanes);
+    locked.bind(lane_params);
     n = relinquish.run(lane_params);
   }
   spi.finish();
@@ -99,19 +93,16 @@ Datum take_over_expired_body(FunctionCallInfo) {
   Params params;
   params.int4(kTakeoverBatch);
   const std::uint64_t n = lock_expired.run(params);
-  std::vector<std::string> handlers;
-  std::vector<std::int16_t> lanes;
+  const LaneList expired = LaneList::from_rows(n);
   std::vector<InFlightDelivery> in_flight;
   for (std::uint64_t r = 0; r < n; ++r) {
-    handlers.push_back(row::text(r, 1));
-    lanes.push_back(row::int2(r, 2));
-    for (auto& id : row::text_array(r, 3)) in_flight.push_back({handlers.back(), std::move(id)});
+    for (auto& id : row::text_array(r, 3))
+      in_flight.push_back({expired.handlers[r], std::move(id)});
   }
   charge_taken_over(in_flight);
-  if (!handlers.empty()) {
+  if (!expired.empty()) {
     Params release_params;
-    release_params.text_array(handlers);
-    release_params.int2_array(lanes);
+    expired.bind(release_params);
     release.run(release_params);
   }
   spi.finish();

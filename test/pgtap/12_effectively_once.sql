@@ -52,20 +52,6 @@ $$;
 CREATE FUNCTION pg_temp.remote_pid(conn text) RETURNS int LANGUAGE sql AS $$
   SELECT p FROM dblink(conn, 'SELECT pg_backend_pid()') AS t(p int)
 $$;
--- true once backend pid waits for a lock (polls up to about 5 s)
-CREATE FUNCTION pg_temp.waits_for_lock(pid int) RETURNS boolean LANGUAGE plpgsql AS $$
-BEGIN
-  FOR i IN 1..250 LOOP
-    PERFORM pg_stat_clear_snapshot();
-    IF EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = waits_for_lock.pid
-                AND a.wait_event_type = 'Lock') THEN
-      RETURN true;
-    END IF;
-    PERFORM pg_sleep(0.02);
-  END LOOP;
-  RETURN false;
-END
-$$;
 -- true once backend pid has exited (polls up to about 5 s)
 CREATE FUNCTION pg_temp.gone(pid int) RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN
@@ -200,7 +186,7 @@ SELECT dblink_exec('conn_a', 'BEGIN');
 SELECT pg_temp.side_effect('conn_a', 'ev-d', 'worker-a');
 SELECT is(dblink_send_query('conn_a', format('SELECT relaybus.complete(%L)',
             (SELECT token FROM tokens WHERE scenario = 'd'))), 1, 'd: A sends its complete');
-SELECT ok(pg_temp.waits_for_lock(:a_pid), 'd: A''s complete waits for B''s lock on the lane');
+SELECT ok(rb_waits_for_lock(:a_pid), 'd: A''s complete waits for B''s lock on the lane');
 SELECT dblink_exec('conn_b', 'COMMIT');
 SELECT is((SELECT b FROM dblink_get_result('conn_a') AS r(b boolean)), false,
           'd: after B commits, A''s complete returns false');
@@ -228,7 +214,7 @@ SELECT pg_temp.side_effect('conn_a', 'ev-e', 'worker-e');
 SELECT is(pg_temp.rcomplete('conn_a', 'e'), true, 'e: the handler''s complete returns true (uncommitted)');
 SELECT dblink_send_query('conn_b', $$SELECT count(*)::int FROM relaybus.claim('worker-e', 10,
   '30 seconds', ARRAY['eo_e'])$$);
-SELECT ok(pg_temp.waits_for_lock(:b_pid), 'e: the same-name claim waits for the completion in progress');
+SELECT ok(rb_waits_for_lock(:b_pid), 'e: the same-name claim waits for the completion in progress');
 SELECT dblink_exec('conn_a', 'COMMIT');
 SELECT is((SELECT n FROM dblink_get_result('conn_b') AS r(n int)), 0,
           'e: after the completion commits, the takeover claim returns nothing');

@@ -22,21 +22,6 @@ SELECT rb_connect('sw_a');
 SELECT rb_connect('sw_b');
 SELECT p AS a_pid FROM dblink('sw_a', 'SELECT pg_backend_pid()') AS t(p int) \gset
 
--- true once backend pid waits for a lock (polls up to about 5 s)
-CREATE FUNCTION pg_temp.waits_for_lock(pid int) RETURNS boolean LANGUAGE plpgsql AS $$
-BEGIN
-  FOR i IN 1..250 LOOP
-    PERFORM pg_stat_clear_snapshot();
-    IF EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = waits_for_lock.pid
-                AND a.wait_event_type = 'Lock') THEN
-      RETURN true;
-    END IF;
-    PERFORM pg_sleep(0.02);
-  END LOOP;
-  RETURN false;
-END
-$$;
-
 -- D, and an event id E whose delivery lands in D's lane.
 SELECT relaybus.publish('sw.event', '{}', event_id => 'sw-d');
 SELECT relaybus.lane_of('sw-d') AS lane \gset
@@ -54,7 +39,7 @@ SELECT relaybus.publish('sw.event', '{}', event_id => :'e_id');
 
 SELECT dblink_send_query('sw_a', $$SELECT event_id FROM relaybus.claim('shared', 10,
   '30 seconds', ARRAY['sw'])$$);
-SELECT ok(pg_temp.waits_for_lock(:a_pid), 'A''s claim waits for B''s lock on the lane');
+SELECT ok(rb_waits_for_lock(:a_pid), 'A''s claim waits for B''s lock on the lane');
 SELECT dblink_exec('sw_b', 'COMMIT');
 SELECT is((SELECT array_agg(e) FROM dblink_get_result('sw_a') AS r(e text)), ARRAY[:'e_id'],
           'once B commits, A''s claim returns E');
@@ -83,7 +68,7 @@ SELECT is((SELECT count(*)::int FROM dblink('sw_a', $$SELECT event_id FROM relay
   10, '30 seconds', ARRAY['sw2'])$$) AS r(e text)), 0, 'A claims again in an open transaction: nothing new');
 SELECT dblink_send_query('sw_b', $$SELECT event_id FROM relaybus.claim('shared2', 10,
   '30 seconds', ARRAY['sw2'])$$);
-SELECT ok(pg_temp.waits_for_lock(:b_pid), 'B''s claim waits for A''s lock on the lane');
+SELECT ok(rb_waits_for_lock(:b_pid), 'B''s claim waits for A''s lock on the lane');
 -- due at once for A, whose open transaction's now() is older than this publish
 SELECT relaybus.publish('sw2.event', '{}', event_id => :'f_id', available_at => now() - interval '1 hour');
 SELECT is((SELECT array_agg(e) FROM dblink('sw_a', $$SELECT event_id FROM relaybus.claim('shared2',

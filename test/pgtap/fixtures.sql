@@ -21,3 +21,19 @@ BEGIN
     current_setting('port'), current_user));
 END
 $$;
+
+-- True once backend pid waits for a lock (polls up to about 5 s): for tests that make one
+-- connection wait for another's transaction.
+CREATE FUNCTION public.rb_waits_for_lock(pid int) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+  FOR i IN 1..250 LOOP
+    PERFORM pg_stat_clear_snapshot();
+    IF EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = rb_waits_for_lock.pid
+                AND a.wait_event_type = 'Lock') THEN
+      RETURN true;
+    END IF;
+    PERFORM pg_sleep(0.02);
+  END LOOP;
+  RETURN false;
+END
+$$;
