@@ -107,8 +107,8 @@ SELECT pg_catalog.pg_extension_config_dump('relaybus.completions', '');
 --
 -- The delivery path (publish, claim, completion, failure, lease and takeover functions)
 -- runs with sequential, bitmap, hash and merge plans disabled. Its statements keep their
--- plans for the life of the connection, and relaybus's tables swing from empty to deep and
--- back: a plan made while a table looked empty (a fresh install, a drained queue just
+-- plans in the connection (re-made only after DDL, VACUUM or ANALYZE of their tables), and
+-- relaybus's tables swing from empty to deep and back: a plan made while a table looked empty (a fresh install, a drained queue just
 -- analyzed) scans the whole table on every call once it is deep again, exactly when the
 -- queue can least afford it. Every statement on the path is a lookup along an index, so
 -- an index plan is right at every size; the settings make it the only one on offer.
@@ -123,8 +123,8 @@ CREATE FUNCTION relaybus.lane_of(key_or_event_id text) RETURNS smallint
   AS 'MODULE_PATHNAME', 'relaybus_lane_of' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 -- create_lanes: the 256 lanes of handler that do not exist yet, each on a heap page with
--- at most two other lanes (see the lanes table). Internal: run by subscribe and by the upgrade from 0.1.0; no role
--- is granted it. Writes lanes.
+-- at most two other lanes (see the lanes table). Internal: run by subscribe and by the
+-- upgrade from 0.1.0; no role is granted it. Writes lanes.
 CREATE FUNCTION relaybus.create_lanes(handler text) RETURNS void
   LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -280,7 +280,8 @@ CREATE FUNCTION relaybus.take_over_expired() RETURNS integer
 -- purge_expired: deletes events without deliveries older than relaybus.retention_completed,
 -- dead deliveries (and pending deliveries of unsubscribed handlers) older than
 -- relaybus.retention_dead, and completion history (0.1.0's completed deliveries included)
--- older than relaybus.retention_completed. Each kind in slices of 10,000: call it until it returns 0.
+-- older than relaybus.retention_completed. Each kind in slices of 10,000: call it until it
+-- returns 0.
 -- Returns rows deleted.
 -- Writes events, deliveries, completions.
 CREATE FUNCTION relaybus.purge_expired() RETURNS bigint
@@ -332,10 +333,10 @@ END
 $fn$;
 
 -- statistics: per handler (subscribed, with deliveries left, or with completion history):
--- pending = waiting and not
--- in any lane's in-flight list, processing = in flight, dead, completed = completion
--- history (0.1.0's completed deliveries included; 0 when it is off), oldest_pending = creation
--- time of the oldest waiting delivery. Reads subscriptions, deliveries, lanes, completions.
+-- pending = waiting and not in any lane's in-flight list, processing = in flight, dead,
+-- completed = completion history (0.1.0's completed deliveries included; 0 when it is off),
+-- oldest_pending = creation time of the oldest waiting delivery. Reads subscriptions,
+-- deliveries, lanes, completions.
 CREATE FUNCTION relaybus.statistics()
   RETURNS TABLE(handler text, pending bigint, processing bigint, dead bigint, completed bigint,
                 oldest_pending timestamptz)

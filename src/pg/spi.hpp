@@ -54,8 +54,8 @@ class Params {
 // How a kept statement is planned.
 enum class Planning {
   // One generic plan, made on first use and kept until an invalidation (DDL, VACUUM,
-  // ANALYZE).
-  // For the delivery path, whose functions allow only index plans: no planning per call.
+  // ANALYZE). For the delivery path, whose functions allow only index plans: no planning
+  // per call.
   kGeneric,
   // A plan per call, for the values of that call: for statements outside the delivery
   // path (retention), whose best plan depends on the cutoff and on the statistics.
