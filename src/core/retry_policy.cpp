@@ -2,6 +2,7 @@
 
 #include "error.hpp"
 
+#include <algorithm>
 #include <limits>
 
 namespace relaybus::core {
@@ -34,6 +35,18 @@ void validate(const RetryPolicy& policy) {
     throw Error(sqlstate::kInvalidParameter, "backoff_base must not be negative");
   if (policy.backoff_max_us < policy.backoff_base_us)
     throw Error(sqlstate::kInvalidParameter, "backoff_max must not be less than backoff_base");
+  if (policy.backoff_base_us > kMaxBackoffUs)
+    throw Error(sqlstate::kInvalidParameter, "backoff_base must be at most 365 days");
+  if (policy.backoff_max_us > kMaxBackoffUs)
+    throw Error(sqlstate::kInvalidParameter, "backoff_max must be at most 365 days");
+}
+
+RetryPolicy clamped(RetryPolicy policy) noexcept {
+  policy.max_attempts = std::max<std::int32_t>(policy.max_attempts, 1);
+  policy.backoff_base_us = std::clamp<std::int64_t>(policy.backoff_base_us, 0, kMaxBackoffUs);
+  policy.backoff_max_us =
+      std::clamp<std::int64_t>(policy.backoff_max_us, policy.backoff_base_us, kMaxBackoffUs);
+  return policy;
 }
 
 }  // namespace relaybus::core

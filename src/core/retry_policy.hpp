@@ -7,6 +7,10 @@
 
 namespace relaybus::core {
 
+// Longest backoff_base and backoff_max: a year of 365 days. With it, now() + any backoff
+// stays far inside the timestamp range.
+inline constexpr std::int64_t kMaxBackoffUs = 365LL * 24 * 3600 * 1'000'000;
+
 struct RetryPolicy {
   std::int32_t max_attempts = 25;
   std::int64_t backoff_base_us = 1'000'000;     // 1 second
@@ -25,8 +29,13 @@ FailureOutcome after_failed_attempt(const RetryPolicy& policy, std::int32_t atte
 // Backoff before attempt n+1 after n failed attempts: base * 2^(n-1), capped at max.
 std::int64_t backoff_us(const RetryPolicy& policy, std::int32_t failed_attempts);
 
-// Rejects a policy no store should accept (non-positive budget or negative intervals);
-// throws core::Error with SQLSTATE 22023.
+// Rejects a policy no store should accept (non-positive budget, negative intervals,
+// backoff_max below backoff_base, either above kMaxBackoffUs); throws core::Error 22023.
 void validate(const RetryPolicy& policy);
+
+// A policy read back from storage, brought into the bounds validate() enforces (budget at
+// least 1, 0 <= base <= max <= kMaxBackoffUs): a row edited by hand or written by an older
+// version must never make fail or a takeover raise.
+RetryPolicy clamped(RetryPolicy policy) noexcept;
 
 }  // namespace relaybus::core

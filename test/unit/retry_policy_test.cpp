@@ -207,8 +207,47 @@ TEST(RetryPolicyTest, ValidateAcceptsValidPolicies) {
   EXPECT_NO_THROW(validate(Policy(1, kSecond, kSecond)));
   EXPECT_NO_THROW(validate(Policy(25, kSecond, 3600 * kSecond)));
   EXPECT_NO_THROW(validate(Policy(25, 0, 3600 * kSecond)));
-  EXPECT_NO_THROW(validate(Policy(kInt32Max, 1, kInt64Max)));
-  EXPECT_NO_THROW(validate(Policy(kInt32Max, kInt64Max, kInt64Max)));
+  EXPECT_NO_THROW(validate(Policy(kInt32Max, 1, kMaxBackoffUs)));
+  EXPECT_NO_THROW(validate(Policy(kInt32Max, kMaxBackoffUs, kMaxBackoffUs)));
+}
+
+// Issue 9, finding 5: a backoff longer than a year was accepted, and now() + backoff
+// then overflowed in fail() (22008) and in takeovers.
+TEST(RetryPolicyTest, BackoffIsAtMost365Days) {
+  EXPECT_EQ(kMaxBackoffUs, 365 * 86'400 * kSecond);
+  EXPECT_TRUE(ThrowsInvalidParameter([] { validate(Policy(25, 0, kMaxBackoffUs + 1)); }));
+  EXPECT_TRUE(
+      ThrowsInvalidParameter([] { validate(Policy(25, kMaxBackoffUs + 1, kMaxBackoffUs + 1)); }));
+  EXPECT_TRUE(ThrowsInvalidParameter([] { validate(Policy(kInt32Max, 1, kInt64Max)); }));
+  EXPECT_TRUE(ThrowsInvalidParameter([] { validate(Policy(kInt32Max, kInt64Max, kInt64Max)); }));
+}
+
+TEST(RetryPolicyTest, ClampedLeavesValidPoliciesAlone) {
+  for (const RetryPolicy& p : {Policy(1, 0, 0), Policy(25, kSecond, 3600 * kSecond),
+                               Policy(kInt32Max, kMaxBackoffUs, kMaxBackoffUs)}) {
+    const RetryPolicy c = clamped(p);
+    EXPECT_EQ(c.max_attempts, p.max_attempts);
+    EXPECT_EQ(c.backoff_base_us, p.backoff_base_us);
+    EXPECT_EQ(c.backoff_max_us, p.backoff_max_us);
+  }
+}
+
+TEST(RetryPolicyTest, ClampedBringsStoredPoliciesIntoBounds) {
+  const RetryPolicy huge = clamped(Policy(25, kInt64Max, kInt64Max));
+  EXPECT_EQ(huge.backoff_base_us, kMaxBackoffUs);
+  EXPECT_EQ(huge.backoff_max_us, kMaxBackoffUs);
+  const RetryPolicy huge_max = clamped(Policy(25, kSecond, kInt64Max));
+  EXPECT_EQ(huge_max.backoff_base_us, kSecond);
+  EXPECT_EQ(huge_max.backoff_max_us, kMaxBackoffUs);
+  const RetryPolicy negative =
+      clamped(Policy(0, -kSecond, std::numeric_limits<std::int64_t>::min()));
+  EXPECT_EQ(negative.max_attempts, 1);
+  EXPECT_EQ(negative.backoff_base_us, 0);
+  EXPECT_EQ(negative.backoff_max_us, 0);
+  const RetryPolicy inverted = clamped(Policy(25, 10 * kSecond, kSecond));
+  EXPECT_EQ(inverted.backoff_base_us, 10 * kSecond);
+  EXPECT_EQ(inverted.backoff_max_us, 10 * kSecond);
+  for (const RetryPolicy& p : {huge, huge_max, negative, inverted}) EXPECT_NO_THROW(validate(p));
 }
 
 }  // namespace
