@@ -5,6 +5,7 @@
 #include "subscription_policy.hpp"
 #include "token_args.hpp"
 
+#include "../core/error.hpp"
 #include "../core/retry_policy.hpp"
 
 namespace relaybus::pg {
@@ -68,6 +69,8 @@ Result end_attempt(const core::LeaseToken& token, Ending ending,
       if (retry_at) {
         available_at = retry_at;
       } else {
+        // Cannot overflow: the policy is clamped to a backoff of at most 365 days
+        // (core::kMaxBackoffUs), and the timestamp range ends in the year 294276.
         Params delay;
         delay.interval_us(outcome.delay_us);
         now_plus.run(delay);
@@ -103,7 +106,12 @@ Datum fail_body(FunctionCallInfo fcinfo) {
   const core::LeaseToken token = token_arg(fcinfo, 0);
   const auto error = optional_text_arg(fcinfo, 1);
   std::optional<TimestampTz> retry_at;
-  if (!PG_ARGISNULL(2)) retry_at = PG_GETARG_TIMESTAMPTZ(2);
+  if (!PG_ARGISNULL(2)) {
+    retry_at = PG_GETARG_TIMESTAMPTZ(2);
+    // 'infinity' would park the delivery forever, '-infinity' sort it before every other.
+    if (TIMESTAMP_NOT_FINITE(*retry_at))
+      throw core::Error(core::sqlstate::kInvalidParameter, "retry_at must be a finite timestamp");
+  }
   SpiConnection spi;
   const Result result = end_attempt(token, Ending::kFail, error, retry_at);
   spi.finish();

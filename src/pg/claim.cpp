@@ -410,7 +410,7 @@ Datum claim_body(FunctionCallInfo fcinfo) {
   core::validate_worker(worker);
   const int batch_size = PG_GETARG_INT32(1);
   core::validate_batch_size(batch_size);
-  const std::int64_t lease_us = interval_us_of(PG_GETARG_DATUM(2));
+  const std::int64_t lease_us = interval_us_of(PG_GETARG_DATUM(2), "lease");
   core::validate_lease(lease_us);
   std::optional<std::vector<std::string>> requested;
   if (!PG_ARGISNULL(3)) requested = text_array_of(PG_GETARG_DATUM(3), "handlers");

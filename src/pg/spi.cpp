@@ -1,6 +1,7 @@
 #include "spi.hpp"
 
 #include "../core/error.hpp"
+#include "../core/interval.hpp"
 
 namespace relaybus::pg {
 
@@ -222,6 +223,13 @@ std::vector<std::string> text_array(std::uint64_t r, int c) {
   return text_array_of(d, "array");
 }
 
+std::optional<std::int64_t> stored_interval_us(std::uint64_t r, int c) {
+  bool null = false;
+  const Datum d = datum(r, c, &null);
+  if (null) return std::nullopt;
+  return stored_interval_us_of(d);
+}
+
 }  // namespace row
 
 std::string text_of(Datum value) {
@@ -256,12 +264,26 @@ std::vector<std::string> text_array_of(Datum value, const char* what) {
   return out;
 }
 
-std::int64_t interval_us_of(Datum value) {
-  const Interval* interval = DatumGetIntervalP(value);
-  // Months count as 30 days and days as 24 hours, as interval comparison does.
-  return interval->time +
-         (static_cast<std::int64_t>(interval->month) * DAYS_PER_MONTH + interval->day) *
-             USECS_PER_DAY;
+namespace {
+
+core::IntervalParts parts_of(Datum value) {
+  const Interval* interval = nullptr;
+  pg_call([&] { interval = DatumGetIntervalP(value); });
+  core::IntervalParts parts;
+  parts.months = interval->month;
+  parts.days = interval->day;
+  parts.micros = interval->time;
+  return parts;
+}
+
+}  // namespace
+
+std::int64_t interval_us_of(Datum value, const char* what) {
+  return core::interval_us(parts_of(value), what);
+}
+
+std::int64_t stored_interval_us_of(Datum value) {
+  return core::interval_us_saturated(parts_of(value));
 }
 
 }  // namespace relaybus::pg

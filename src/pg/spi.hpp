@@ -92,11 +92,19 @@ std::int32_t int4(std::uint64_t r, int c);
 std::int64_t int8(std::uint64_t r, int c);
 bool boolean(std::uint64_t r, int c);
 std::vector<std::string> text_array(std::uint64_t r, int c);
+// A stored interval in microseconds, saturated instead of overflowing (see
+// stored_interval_us_of); nullopt for NULL. Never raises for a value out of range.
+std::optional<std::int64_t> stored_interval_us(std::uint64_t r, int c);
 }  // namespace row
 
 // Conversions of SQL argument values, for the entry points.
 std::string text_of(Datum value);
 std::vector<std::string> text_array_of(Datum value, const char* what);
-std::int64_t interval_us_of(Datum value);
+// The one conversion of an interval argument: 30-day months, 24-hour days, checked
+// (core::interval_us); 22023 "<what> is out of range" when it does not fit in 64 bits.
+std::int64_t interval_us_of(Datum value, const char* what);
+// The same for an interval read back from a table: saturated, never an error. Callers
+// clamp the result to the value's bounds.
+std::int64_t stored_interval_us_of(Datum value);
 
 }  // namespace relaybus::pg
