@@ -264,7 +264,12 @@ Datum publish_batch_body(FunctionCallInfo fcinfo) {
       " jsonb_typeof(e->'available_at'),"
       " CASE WHEN jsonb_typeof(e->'available_at') = 'string'"
       "   THEN (e->>'available_at')::timestamptz END,"
-      " CASE WHEN jsonb_typeof(e->'headers') <> 'null' THEN e->'headers' END"
+      " CASE WHEN jsonb_typeof(e->'headers') <> 'null' THEN e->'headers' END,"
+      // Elements other than strings and JSON null (which stays 22004, as a NULL element
+      // of publish's handlers): the NULLs above would hide their wrong type.
+      " CASE WHEN jsonb_typeof(e->'handlers') = 'array' THEN EXISTS(SELECT 1"
+      "   FROM jsonb_array_elements(e->'handlers') h"
+      "   WHERE jsonb_typeof(h) NOT IN ('string', 'null')) ELSE false END"
       " FROM jsonb_array_elements($1) WITH ORDINALITY AS t(e, n) ORDER BY n",
       {JSONBOID});
   Params params;
@@ -292,6 +297,7 @@ Datum publish_batch_body(FunctionCallInfo fcinfo) {
     in.event_id = optional_string(7, "id");
     const std::string handlers_kind = kind(9);
     if (handlers_kind == "array") {
+      if (row::boolean(r, 14)) invalid(where + "handlers must be an array of strings or null");
       in.handlers = text_array_of(row::datum(r, 10, &null), (where + "handlers").c_str());
     } else if (handlers_kind != "absent" && handlers_kind != "null") {
       invalid(where + "handlers must be an array of strings or null");
