@@ -3,6 +3,7 @@
 #include "in_flight.hpp"
 #include "lane_list.hpp"
 #include "spi.hpp"
+#include "subtransaction.hpp"
 #include "takeover.hpp"
 
 #include "../core/claim_request.hpp"
@@ -25,7 +26,7 @@ std::string worker_arg(FunctionCallInfo fcinfo) {
 Datum extend_lease_body(FunctionCallInfo fcinfo) {
   const std::string worker = worker_arg(fcinfo);
   if (PG_ARGISNULL(1)) throw core::Error(core::sqlstate::kNullValue, "lease must not be NULL");
-  const std::int64_t lease_us = interval_us_of(PG_GETARG_DATUM(1));
+  const std::int64_t lease_us = interval_us_of(PG_GETARG_DATUM(1), "lease");
   core::validate_lease(lease_us);
   // Only lanes whose acquiring incarnation is alive: a successor reusing the name must not
   // keep its dead predecessor's in-flight deliveries hidden behind renewed leases.
@@ -75,38 +76,78 @@ Datum relinquish_body(FunctionCallInfo fcinfo) {
   return Int32GetDatum(static_cast<std::int32_t>(n));
 }
 
-Datum take_over_expired_body(FunctionCallInfo) {
-  // SKIP LOCKED: a lane whose completion is in progress (FOR KEY SHARE) or that a claim is
-  // taking right now is left for a later round.
-  static Statement lock_expired(
-      "SELECT l.handler, l.lane, l.in_flight FROM relaybus.lanes l"
-      " WHERE l.lease_owner IS NOT NULL AND l.lease_expires_at <= now()"
-      " ORDER BY l.lease_expires_at LIMIT $1 FOR UPDATE OF l SKIP LOCKED",
-      {INT4OID});
+// Takes over these lanes, locked by the caller: charges their in-flight deliveries, then
+// moves each lane to a new epoch with no owner.
+void take_over(const LaneList& lanes, const std::vector<InFlightDelivery>& in_flight) {
   static Statement release(
       "UPDATE relaybus.lanes l SET epoch = l.epoch + 1, lease_owner = NULL,"
       " lease_expires_at = NULL, holder_pid = NULL, holder_started = NULL, in_flight = '{}'"
       " FROM unnest($1::text[], $2::int2[]) AS u(handler, lane)"
       " WHERE l.handler = u.handler AND l.lane = u.lane",
       {TEXTARRAYOID, INT2ARRAYOID});
+  charge_taken_over(in_flight);
+  Params params;
+  lanes.bind(params);
+  release.run(params);
+}
+
+// A lane whose takeover raised: reported, left as it is (still expired, so tried again in
+// a later round), and the round goes on with the other lanes.
+void report_skipped(const std::string& handler, std::int16_t lane, ErrorData* error) {
+  const char* message = error->message != nullptr ? error->message : "(no message)";
+  const int code = error->sqlerrcode;
+  pg_call([&] {
+    ereport(WARNING, (errmsg("relaybus: lane %d of handler \"%s\" was not taken over", lane,
+                             handler.c_str()),
+                      errdetail("%s (SQLSTATE %s)", message, unpack_sql_state(code)),
+                      errhint("The lane stays expired; the next takeover tries it again.")));
+    FreeErrorData(error);
+  });
+}
+
+Datum take_over_expired_body(FunctionCallInfo) {
+  // SKIP LOCKED: a lane whose completion is in progress (FOR KEY SHARE) or that a claim is
+  // taking right now is left for a later round. The locks are the caller's transaction's,
+  // so they outlast the subtransactions below.
+  static Statement lock_expired(
+      "SELECT l.handler, l.lane, l.in_flight FROM relaybus.lanes l"
+      " WHERE l.lease_owner IS NOT NULL AND l.lease_expires_at <= now()"
+      " ORDER BY l.lease_expires_at LIMIT $1 FOR UPDATE OF l SKIP LOCKED",
+      {INT4OID});
   SpiConnection spi;
   Params params;
   params.int4(kTakeoverBatch);
   const std::uint64_t n = lock_expired.run(params);
   const LaneList expired = LaneList::from_rows(n);
+  std::vector<std::vector<InFlightDelivery>> lane_in_flight(n);
   std::vector<InFlightDelivery> in_flight;
   for (std::uint64_t r = 0; r < n; ++r) {
-    for (auto& id : row::text_array(r, 3))
+    for (auto& id : row::text_array(r, 3)) {
+      lane_in_flight[r].push_back({expired.handlers[r], id});
       in_flight.push_back({expired.handlers[r], std::move(id)});
+    }
   }
-  charge_taken_over(in_flight);
-  if (!expired.empty()) {
-    Params release_params;
-    expired.bind(release_params);
-    release.run(release_params);
+  std::int32_t taken = static_cast<std::int32_t>(n);
+  // The whole batch in one go (two statements), in a subtransaction so that one lane that
+  // cannot be taken over (say, a trigger on deliveries raising for one handler) does not
+  // stop the others: then lane by lane, each in its own subtransaction.
+  ErrorData* batch_error =
+      expired.empty() ? nullptr : in_subtransaction([&] { take_over(expired, in_flight); });
+  if (batch_error != nullptr) {
+    pg_call([&] { FreeErrorData(batch_error); });
+    taken = 0;
+    for (std::size_t i = 0; i < expired.size(); ++i) {
+      const LaneList one = expired.slice(i, i + 1);
+      ErrorData* error = in_subtransaction([&] { take_over(one, lane_in_flight[i]); });
+      if (error == nullptr) {
+        ++taken;
+      } else {
+        report_skipped(expired.handlers[i], expired.lanes[i], error);
+      }
+    }
   }
   spi.finish();
-  return Int32GetDatum(static_cast<std::int32_t>(n));
+  return Int32GetDatum(taken);
 }
 
 }  // namespace
