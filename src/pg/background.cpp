@@ -13,14 +13,19 @@ namespace relaybus::pg::background {
 
 namespace {
 
-// Seconds before the postmaster restarts a worker that died.
+// Seconds before the postmaster restarts a worker that died. An in-database handler worker
+// also ends itself when a handler ignores its timeout (handler_call.hpp): it comes back
+// after one second, so the other handlers it serves wait for at most the timeout, the
+// grace and this.
 constexpr int kRestartSeconds = 5;
+constexpr int kSqlHandlerRestartSeconds = 1;
 
-void register_one(const char* name, const char* type, const char* function, int slot) {
+void register_one(const char* name, const char* type, const char* function, int slot,
+                  int restart_seconds) {
   BackgroundWorker worker = {};
   worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
   worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
-  worker.bgw_restart_time = kRestartSeconds;
+  worker.bgw_restart_time = restart_seconds;
   snprintf(worker.bgw_library_name, BGW_MAXLEN, "relaybus");
   snprintf(worker.bgw_function_name, BGW_MAXLEN, "%s", function);
   snprintf(worker.bgw_name, BGW_MAXLEN, "%s", name);
@@ -53,11 +58,13 @@ void maintenance_main(Datum) {
 
 void register_workers() {
   if (IsBinaryUpgrade) return;
-  register_one("relaybus maintenance", "relaybus maintenance", "relaybus_maintenance_main", 0);
+  register_one("relaybus maintenance", "relaybus maintenance", "relaybus_maintenance_main", 0,
+               kRestartSeconds);
   for (int i = 0; i < settings::sql_handler_workers(); ++i) {
     char name[BGW_MAXLEN];
     snprintf(name, sizeof name, "relaybus sql handler %d", i);
-    register_one(name, "relaybus sql handler", "relaybus_sql_handler_main", i);
+    register_one(name, "relaybus sql handler", "relaybus_sql_handler_main", i,
+                 kSqlHandlerRestartSeconds);
   }
 }
 

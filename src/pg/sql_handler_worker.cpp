@@ -7,21 +7,29 @@
 // handler's statement timeout, and then complete() deletes the delivery: the handler's
 // writes and its completion commit together or not at all (effectively-once). If the
 // function raises, or the completion finds the lease lost, only that subtransaction is
-// rolled back; a raise then goes through fail() (backoff, then dead letter).
+// rolled back; a raise then goes through fail() (backoff, then dead letter). How one call
+// is isolated from this superuser process is handler_call.hpp's subject.
+//
+// A worker that ends in the middle of a batch (a handler that ignored its cancellation, a
+// SIGTERM during a call) loses the batch's transaction. Its exit callback then hands the
+// batch back at once, in a transaction of its own: the overrunning delivery is failed with
+// the reason, every other one is released without charge, and the lanes are relinquished,
+// so nothing waits for the lease to expire and no bystander of the batch pays an attempt.
+#include "handler_call.hpp"
 #include "settings.hpp"
 #include "spi.hpp"
 #include "wakeup.hpp"
 #include "worker_support.hpp"
 
+#include "../core/sql_timeout.hpp"
+
 #include <chrono>
 #include <cstdio>
 
 extern "C" {
-#include "catalog/namespace.h"
-#include "commands/async.h"
-#include "mb/pg_wchar.h"
-#include "utils/guc.h"
-#include "utils/snapmgr.h"
+#include "postmaster/postmaster.h"
+#include "storage/ipc.h"
+#include "storage/pmsignal.h"
 #include "utils/timeout.h"
 }
 
@@ -45,103 +53,16 @@ struct Job {
   std::string event;  // the event as JSON text (claims and handling are separate transactions)
 };
 
-enum class Outcome { kCompleted, kFailed, kLeaseLost };
-
-struct CallOutcome {
-  Outcome outcome = Outcome::kFailed;
-  char error[1024] = {0};
+// The batch whose transaction is open, for the exit callback: jobs[first..] are what an
+// exit now would leave unfinished (those before `running` ran in the lost transaction).
+struct BatchInProgress {
+  const std::vector<Job>* jobs = nullptr;  // nullptr: no batch transaction is open
+  std::size_t first = 0;
+  std::size_t running = 0;
+  bool calling = false;  // inside jobs[running]'s handler call
+  const std::string* worker = nullptr;
 };
-
-// In a subtransaction: function(event) as `owner` under a statement timeout, then
-// complete(token) with the kept plan `complete`. Holds no C++ object with a destructor:
-// PostgreSQL errors are caught here with PG_TRY.
-//
-// The function runs as its owner in a GUC nest level that is unwound afterwards, so nothing
-// it sets (search_path, role, timeouts) outlives it in this superuser process; its
-// temporary objects and LISTENs are dropped after the call. (Not as a security-restricted
-// operation: PostgreSQL refuses deferred triggers there, so a handler could not write to a
-// table with a deferred foreign key.) Deferred constraints are checked before the
-// completion, as the owner, under the timeout and inside the same subtransaction, so they
-// fail this delivery alone.
-void call_handler(Oid function, Oid owner, int timeout_ms, Datum event, SPIPlanPtr complete,
-                  Datum token, CallOutcome* out) {
-  MemoryContext outer_context = CurrentMemoryContext;
-  ResourceOwner outer_owner = CurrentResourceOwner;
-  Oid saved_user = InvalidOid;
-  int saved_context = 0;
-  GetUserIdAndSecContext(&saved_user, &saved_context);
-  BeginInternalSubTransaction(nullptr);
-  MemoryContextSwitchTo(outer_context);
-  PG_TRY();
-  {
-    PushActiveSnapshot(GetTransactionSnapshot());
-    SetUserIdAndSecContext(owner, saved_context | SECURITY_LOCAL_USERID_CHANGE);
-    const int guc_nest_level = NewGUCNestLevel();
-    (void)set_config_option("search_path", worker::handler_search_path(), PGC_SUSET, PGC_S_SESSION,
-                            GUC_ACTION_SAVE, true, 0, false);
-    FmgrInfo flinfo;
-    fmgr_info(function, &flinfo);
-    LOCAL_FCINFO(fcinfo, 1);
-    InitFunctionCallInfoData(*fcinfo, &flinfo, 1, InvalidOid, nullptr, nullptr);
-    fcinfo->args[0].value = event;
-    fcinfo->args[0].isnull = false;
-    worker::call_started();
-    enable_timeout_after(STATEMENT_TIMEOUT, timeout_ms);
-    (void)FunctionCallInvoke(fcinfo);  // the result, NULL or not, is ignored
-    // Still as the owner and under the timeout: deferred constraints are checked now, so a
-    // violation fails this delivery alone; temporary objects and LISTENs of the handler go,
-    // so none can shadow another handler's tables or pin the notification queue.
-    SPI_execute("SET CONSTRAINTS ALL IMMEDIATE", false, 0);
-    ResetTempTableNamespace();
-    Async_UnlistenAll();
-    disable_timeout(STATEMENT_TIMEOUT, false);
-    QueryCancelPending = false;  // a timeout that fired as the call returned cancels nothing
-    worker::call_ended();
-    AtEOXact_GUC(false, guc_nest_level);
-    SetUserIdAndSecContext(saved_user, saved_context);
-    Datum values[1] = {token};
-    bool completed = false;
-    if (SPI_execute_plan(complete, values, nullptr, false, 1) == SPI_OK_SELECT &&
-        SPI_processed == 1) {
-      bool is_null = true;
-      Datum d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &is_null);
-      completed = !is_null && DatumGetBool(d);
-    }
-    PopActiveSnapshot();
-    if (completed) {
-      ReleaseCurrentSubTransaction();
-      out->outcome = Outcome::kCompleted;
-    } else {
-      // The lease was lost while the handler ran: its writes must not commit.
-      RollbackAndReleaseCurrentSubTransaction();
-      out->outcome = Outcome::kLeaseLost;
-    }
-    MemoryContextSwitchTo(outer_context);
-    CurrentResourceOwner = outer_owner;
-  }
-  PG_CATCH();
-  {
-    disable_timeout(STATEMENT_TIMEOUT, false);
-    QueryCancelPending = false;
-    worker::call_ended();
-    SetUserIdAndSecContext(saved_user, saved_context);
-    MemoryContextSwitchTo(outer_context);
-    ErrorData* error = CopyErrorData();
-    FlushErrorState();
-    RollbackAndReleaseCurrentSubTransaction();  // also unwinds the GUC level and snapshot
-    MemoryContextSwitchTo(outer_context);
-    CurrentResourceOwner = outer_owner;
-    snprintf(out->error, sizeof out->error, "%s (SQLSTATE %s)",
-             error->message != nullptr ? error->message : "error",
-             unpack_sql_state(error->sqlerrcode));
-    // snprintf may have cut a multibyte character in two.
-    out->error[pg_mbcliplen(out->error, static_cast<int>(strlen(out->error)),
-                            sizeof out->error - 1)] = '\0';
-    FreeErrorData(error);
-    out->outcome = Outcome::kFailed;
-  }
-  PG_END_TRY();
-}
+BatchInProgress in_progress;
 
 class SqlHandlerWorker {
  public:
@@ -165,18 +86,28 @@ class SqlHandlerWorker {
   std::size_t turn_;  // which handler to try first; workers start at different ones
 };
 
+// The statement timeout of a handler's calls, from its stored sql_timeout (column c of row
+// r) converted as every interval is (30-day months) and clamped to 1 ms .. 1 hour: a row
+// edited by hand or written by an older version must never stop the workers. NULL means
+// the relaybus.sql_handler_timeout setting.
+int sql_timeout_ms(std::uint64_t r, int c) {
+  const std::optional<std::int64_t> stored_us = row::stored_interval_us(r, c);
+  if (!stored_us) return settings::sql_handler_timeout_ms();
+  return static_cast<int>(core::clamped_sql_timeout(*stored_us) / 1000);
+}
+
 std::vector<Job> SqlHandlerWorker::claim() {
   static Statement handlers(
-      "SELECT s.handler, coalesce((extract(epoch FROM s.sql_timeout) * 1000)::int8, $1)"
+      "SELECT s.handler, s.sql_timeout"
       " FROM relaybus.subscriptions s WHERE s.sql_function IS NOT NULL"
       " ORDER BY s.handler COLLATE \"C\"",
-      {INT8OID});
+      {});
   // The handler list is re-read inside the claim statement: one that was unsubscribed or
   // turned into an external handler meanwhile is simply not claimed (an empty list claims
   // nothing). The function may still vanish before the call: see handle().
   static Statement claim(
       "SELECT c.lease_token, c.handler, s.sql_function::oid, p.proowner,"
-      " coalesce((extract(epoch FROM s.sql_timeout) * 1000)::int4, $5),"
+      " s.sql_timeout,"
       " jsonb_build_object('id', c.event_id, 'handler', c.handler, 'type', c.type,"
       "  'key', c.key, 'payload', c.payload, 'headers', c.headers, 'attempts', c.attempts,"
       "  'published_at', c.published_at)::text"
@@ -187,16 +118,14 @@ std::vector<Job> SqlHandlerWorker::claim() {
       " LEFT JOIN relaybus.subscriptions s ON s.handler = c.handler"
       " LEFT JOIN pg_catalog.pg_proc p ON p.oid = s.sql_function"
       " ORDER BY c.n",
-      {TEXTOID, INT4OID, INTERVALOID, TEXTOID, INT4OID});
+      {TEXTOID, INT4OID, INTERVALOID, TEXTOID});
   std::vector<Job> jobs;
   worker::in_transaction("relaybus: claim for in-database handlers", [&] {
     if (!worker::extension_installed()) return;
-    Params handler_params;
-    handler_params.int8(settings::sql_handler_timeout_ms());
-    const std::uint64_t count = handlers.run(handler_params);
+    const std::uint64_t count = handlers.run();
     std::vector<std::pair<std::string, std::int64_t>> in_database;
     for (std::uint64_t r = 0; r < count; ++r)
-      in_database.emplace_back(row::text(r, 1), row::int8(r, 2));
+      in_database.emplace_back(row::text(r, 1), sql_timeout_ms(r, 2));
     std::uint64_t n = 0;
     for (std::size_t tried = 0; tried < in_database.size() && n == 0; ++tried) {
       const auto& [handler, timeout_ms] = in_database[turn_++ % in_database.size()];
@@ -206,7 +135,6 @@ std::vector<Job> SqlHandlerWorker::claim() {
       params.int4(settings::sql_handler_batch());
       params.interval_us(lease_ms * 1000);
       params.text(handler);
-      params.int4(settings::sql_handler_timeout_ms());
       n = claim.run(params);
     }
     for (std::uint64_t r = 0; r < n; ++r) {
@@ -218,7 +146,7 @@ std::vector<Job> SqlHandlerWorker::claim() {
       job.function = null ? InvalidOid : DatumGetObjectId(function);
       const Datum owner = row::datum(r, 4, &null);
       job.owner = null ? InvalidOid : DatumGetObjectId(owner);
-      job.timeout_ms = row::int4(r, 5);
+      job.timeout_ms = sql_timeout_ms(r, 5);
       job.event = row::text(r, 6);
       jobs.push_back(std::move(job));
     }
@@ -259,17 +187,19 @@ void SqlHandlerWorker::handle(const Job& job) {
   Datum event = 0;
   const char* event_text = job.event.c_str();
   pg_call([&] { event = DirectFunctionCall1(jsonb_in, CStringGetDatum(event_text)); });
-  CallOutcome call;
+  handler_call::CallOutcome call;
+  in_progress.calling = true;
   pg_call([&] {
-    call_handler(job.function, job.owner, job.timeout_ms, event, complete_plan, token.values()[0],
-                 &call);
+    handler_call::run(job.function, job.owner, job.timeout_ms, event, complete_plan,
+                      token.values()[0], &call);
   });
-  if (call.outcome == Outcome::kFailed) {
+  in_progress.calling = false;
+  if (call.outcome == handler_call::Outcome::kFailed) {
     Params params;
     params.text(job.token);
     params.text(std::string_view(call.error));
     fail.run(params);
-  } else if (call.outcome == Outcome::kLeaseLost) {
+  } else if (call.outcome == handler_call::Outcome::kLeaseLost) {
     const char* handler = job.handler.c_str();
     pg_call([&] {
       ereport(LOG, (errmsg("relaybus: lease lost while handler \"%s\" ran; its writes were "
@@ -301,16 +231,19 @@ void SqlHandlerWorker::hand_back(const std::vector<Job>& jobs, std::size_t from)
 std::size_t SqlHandlerWorker::run_batch(const std::vector<Job>& jobs) {
   std::size_t done = 0;
   worker::begin_transaction("relaybus: running in-database handlers");
+  in_progress = {&jobs, 0, 0, false, &name_};
   lock_lanes();
   while (done < jobs.size() && !worker::shutdown_requested()) {
     worker::check_signals();
     const auto started = std::chrono::steady_clock::now();
+    in_progress.running = done;
     handle(jobs[done++]);
     // After a slow call the rest goes back, for other workers to run meanwhile.
     if (std::chrono::steady_clock::now() - started > std::chrono::milliseconds(kSlowCallMs)) break;
   }
   if (done < jobs.size()) hand_back(jobs, done);
   worker::commit_transaction();
+  in_progress.jobs = nullptr;
   return done;
 }
 
@@ -318,16 +251,20 @@ std::size_t SqlHandlerWorker::run_batch(const std::vector<Job>& jobs) {
 // commit still fails is failed (with the reason) in a fresh transaction.
 void SqlHandlerWorker::run_one_by_one(const std::vector<Job>& jobs) {
   static Statement fail("SELECT relaybus.fail($1, $2)", {TEXTOID, TEXTOID});
-  for (const Job& job : jobs) {
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    const Job& job = jobs[i];
     try {
       worker::begin_transaction("relaybus: running an in-database handler alone");
+      in_progress = {&jobs, i, i, false, &name_};
       lock_lanes();
       handle(job);
       worker::commit_transaction();
+      in_progress.jobs = nullptr;
     } catch (const PgError& e) {
       const std::string reason = std::string("commit failed: ") +
                                  (e.data != nullptr && e.data->message ? e.data->message : "error");
       worker::abort_transaction();
+      in_progress.jobs = nullptr;
       worker::in_transaction("relaybus: failing a delivery whose commit failed", [&] {
         Params params;
         params.text(job.token);
@@ -353,8 +290,62 @@ std::size_t SqlHandlerWorker::round() {
                            message)));
     });
     worker::abort_transaction();
+    in_progress.jobs = nullptr;
     run_one_by_one(jobs);
     return jobs.size();
+  }
+}
+
+// before_shmem_exit, so it runs before PostgreSQL's own cleanup aborts the transaction:
+// abort it here, then hand the unfinished batch back in a transaction of its own (as
+// PostgreSQL's removal of temporary relations at exit does). An error here is FATAL and
+// ends the cleanup; the lanes are then taken over when their lease expires, charging one
+// attempt to each delivery, as after a crash.
+void hand_back_at_exit(int, Datum) {
+  const BatchInProgress batch = in_progress;
+  in_progress.jobs = nullptr;
+  if (batch.jobs == nullptr || !PostmasterIsAlive()) return;
+  static Statement fail("SELECT relaybus.fail($1, $2)", {TEXTOID, TEXTOID});
+  static Statement release("SELECT relaybus.release($1)", {TEXTOID});
+  static Statement relinquish("SELECT relaybus.relinquish($1)", {TEXTOID});
+  const bool overran = batch.calling && handler_call::overran();
+  try {
+    pg_call([] {
+      disable_all_timeouts(false);
+      AbortOutOfAnyTransaction();
+    });
+    const std::vector<Job>& jobs = *batch.jobs;
+    worker::in_transaction("relaybus: handing back an unfinished batch", [&] {
+      for (std::size_t i = batch.first; i < jobs.size(); ++i) {
+        Params params;
+        params.text(jobs[i].token);
+        if (overran && i == batch.running) {
+          params.text("the call went on for " + std::to_string(handler_call::kCancelGraceMs) +
+                      " ms after its sql_timeout cancelled it, and its worker was ended "
+                      "(SQLSTATE 57014)");
+          fail.run(params);
+        } else {
+          release.run(params);
+        }
+      }
+      Params params;
+      params.text(*batch.worker);
+      relinquish.run(params);
+    });
+    if (overran) {
+      const char* handler = jobs[batch.running].handler.c_str();
+      pg_call([&] {
+        ereport(WARNING,
+                (errmsg("relaybus: in-database handler \"%s\" went on after its timeout "
+                        "cancelled it; its worker ended",
+                        handler),
+                 errdetail("The delivery counts as a failed attempt; the rest of its batch "
+                           "was released."),
+                 errhint("A handler must not catch query_canceled.")));
+      });
+    }
+  } catch (...) {
+    // Nothing more can be done in an exiting process; see above.
   }
 }
 
@@ -362,6 +353,8 @@ void sql_handler_main(Datum arg) {
   const int slot = DatumGetInt32(arg);
   worker::start("relaybus sql handler", worker::Shutdown::kBetweenCalls);
   wakeup::register_sql_worker(slot);
+  handler_call::install();
+  pg_call([] { before_shmem_exit(hand_back_at_exit, 0); });
   SqlHandlerWorker worker(slot);
   while (!worker::shutdown_requested()) {
     worker::check_signals();

@@ -1,0 +1,169 @@
+#include "handler_call.hpp"
+
+#include "worker_support.hpp"
+
+#include <cstdio>
+#include <cstring>
+
+extern "C" {
+#include "catalog/namespace.h"
+#include "commands/async.h"
+#include "commands/prepare.h"
+#include "mb/pg_wchar.h"
+#include "storage/latch.h"
+#include "storage/lock.h"
+#include "utils/portal.h"
+#include "utils/snapmgr.h"
+#include "utils/timeout.h"
+}
+
+namespace relaybus::pg::handler_call {
+
+namespace {
+
+TimeoutId deadline_timeout = MAX_TIMEOUTS;
+volatile sig_atomic_t deadline_passed = 0;
+
+// The deadline fired: the handler went on for kCancelGraceMs after its cancellation. Ending
+// the process is the only way to stop code that catches every cancellation, so this asks
+// for what pg_terminate_backend would ask for (a FATAL error at the next interrupt check).
+// Runs in the SIGALRM handler: signal-safe assignments only.
+void on_deadline() {
+  deadline_passed = 1;
+  ProcDiePending = true;
+  InterruptPending = true;
+  SetLatch(MyLatch);
+}
+
+// What PostgreSQL lets a restricted call leave behind in the session, removed still as the
+// owner and inside the restriction. Each would otherwise be visible to, or block, the next
+// handler, whose owner may be another role: a portal (and the query behind it, which would
+// be finished as the worker at commit), a prepared statement, a session advisory lock, a
+// listener, a temporary object.
+void clear_session_leftovers() {
+  PortalHashTableDeleteAll();
+  DropAllPreparedStatements();
+  LockReleaseSession(USER_LOCKMETHOD);
+  Async_UnlistenAll();
+  ResetTempTableNamespace();
+}
+
+void stop_timers() {
+  disable_timeout(deadline_timeout, false);
+  disable_timeout(STATEMENT_TIMEOUT, false);
+}
+
+// The deadline fired after the call had already returned or raised: the call is failed
+// for having overrun (below), not the worker ended.
+bool take_late_deadline() {
+  if (!deadline_passed) return false;
+  deadline_passed = 0;
+  ProcDiePending = false;  // a shutdown asked for meanwhile is still seen (worker::call_ended)
+  return true;
+}
+
+}  // namespace
+
+void install() {
+  if (deadline_timeout == MAX_TIMEOUTS)
+    deadline_timeout = RegisterTimeout(USER_TIMEOUT, on_deadline);
+}
+
+bool overran() noexcept {
+  return deadline_passed != 0;
+}
+
+void run(Oid function, Oid owner, int timeout_ms, Datum event, SPIPlanPtr complete, Datum token,
+         CallOutcome* out) {
+  MemoryContext outer_context = CurrentMemoryContext;
+  ResourceOwner outer_owner = CurrentResourceOwner;
+  Oid saved_user = InvalidOid;
+  int saved_context = 0;
+  GetUserIdAndSecContext(&saved_user, &saved_context);
+  BeginInternalSubTransaction(nullptr);
+  MemoryContextSwitchTo(outer_context);
+  PG_TRY();
+  {
+    PushActiveSnapshot(GetTransactionSnapshot());
+    // Deferrable constraints are checked at the end of each of the handler's statements:
+    // inside the restriction PostgreSQL refuses to queue a deferred trigger event (it would
+    // fire after the call, as the worker), so a deferrable foreign key or unique constraint
+    // must not be deferred. A handler that defers one itself gets 42501 from PostgreSQL.
+    SPI_execute("SET CONSTRAINTS ALL IMMEDIATE", false, 0);
+    SetUserIdAndSecContext(
+        owner, saved_context | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
+    const int guc_nest_level = NewGUCNestLevel();
+    (void)set_config_option("search_path", worker::handler_search_path(), PGC_SUSET, PGC_S_SESSION,
+                            GUC_ACTION_SAVE, true, 0, false);
+    FmgrInfo flinfo;
+    fmgr_info(function, &flinfo);
+    LOCAL_FCINFO(fcinfo, 1);
+    InitFunctionCallInfoData(*fcinfo, &flinfo, 1, InvalidOid, nullptr, nullptr);
+    fcinfo->args[0].value = event;
+    fcinfo->args[0].isnull = false;
+    worker::call_started();
+    enable_timeout_after(STATEMENT_TIMEOUT, timeout_ms);
+    enable_timeout_after(deadline_timeout, timeout_ms + kCancelGraceMs);
+    (void)FunctionCallInvoke(fcinfo);  // the result, NULL or not, is ignored
+    // Still as the owner, restricted and under the timeout.
+    SPI_execute("SET CONSTRAINTS ALL IMMEDIATE", false, 0);
+    clear_session_leftovers();
+    stop_timers();
+    if (take_late_deadline())
+      ereport(ERROR, (errcode(ERRCODE_QUERY_CANCELED),
+                      errmsg("canceling statement due to statement timeout: the handler went on "
+                             "after its cancellation")));
+    QueryCancelPending = false;  // a timeout that fired as the call returned cancels nothing
+    worker::call_ended();
+    AtEOXact_GUC(false, guc_nest_level);
+    SetUserIdAndSecContext(saved_user, saved_context);
+    Datum values[1] = {token};
+    bool completed = false;
+    if (SPI_execute_plan(complete, values, nullptr, false, 1) == SPI_OK_SELECT &&
+        SPI_processed == 1) {
+      bool is_null = true;
+      Datum d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &is_null);
+      completed = !is_null && DatumGetBool(d);
+    }
+    PopActiveSnapshot();
+    if (completed) {
+      ReleaseCurrentSubTransaction();
+      out->outcome = Outcome::kCompleted;
+    } else {
+      // The lease was lost while the handler ran: its writes must not commit.
+      RollbackAndReleaseCurrentSubTransaction();
+      out->outcome = Outcome::kLeaseLost;
+    }
+    MemoryContextSwitchTo(outer_context);
+    CurrentResourceOwner = outer_owner;
+  }
+  PG_CATCH();
+  {
+    stop_timers();
+    (void)take_late_deadline();
+    QueryCancelPending = false;
+    worker::call_ended();
+    SetUserIdAndSecContext(saved_user, saved_context);
+    MemoryContextSwitchTo(outer_context);
+    ErrorData* error = CopyErrorData();
+    FlushErrorState();
+    // Also unwinds the GUC level and the snapshot, and drops the portals of the call.
+    RollbackAndReleaseCurrentSubTransaction();
+    MemoryContextSwitchTo(outer_context);
+    CurrentResourceOwner = outer_owner;
+    // A rollback keeps these (they are not transactional).
+    DropAllPreparedStatements();
+    LockReleaseSession(USER_LOCKMETHOD);
+    snprintf(out->error, sizeof out->error, "%s (SQLSTATE %s)",
+             error->message != nullptr ? error->message : "error",
+             unpack_sql_state(error->sqlerrcode));
+    // snprintf may have cut a multibyte character in two.
+    out->error[pg_mbcliplen(out->error, static_cast<int>(strlen(out->error)),
+                            sizeof out->error - 1)] = '\0';
+    FreeErrorData(error);
+    out->outcome = Outcome::kFailed;
+  }
+  PG_END_TRY();
+}
+
+}  // namespace relaybus::pg::handler_call
