@@ -45,12 +45,15 @@ $fn$;
 -- workers as the function's owner, each call bounded by sql_timeout (NULL:
 -- relaybus.sql_handler_timeout). Creates the handler's 256 lanes. Returns nothing.
 -- Writes subscriptions, lanes.
+-- Not SECURITY DEFINER: the C body takes its owner's rights itself (src/pg/definer_rights.hpp),
+-- because it must check sql_function's owner against the role that called it, which
+-- PostgreSQL no longer knows inside a SECURITY DEFINER function.
 CREATE FUNCTION relaybus.subscribe(
   handler text, event_types text[], max_attempts integer DEFAULT 25,
   backoff_base interval DEFAULT '1 second', backoff_max interval DEFAULT '1 hour',
   sql_function regprocedure DEFAULT NULL, sql_timeout interval DEFAULT NULL) RETURNS void
   AS 'MODULE_PATHNAME', 'relaybus_subscribe' LANGUAGE C VOLATILE
-  SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+  SET search_path = pg_catalog, pg_temp;
 
 -- unsubscribe: removes the handler's subscription; its deliveries and lanes stay (a
 -- re-subscribe resumes them; purge_expired removes its pending deliveries once older than

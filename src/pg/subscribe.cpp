@@ -1,4 +1,5 @@
 // subscribe: a handler, its event types and its retry policy; creates its 256 lanes.
+#include "definer_rights.hpp"
 #include "spi.hpp"
 
 extern "C" {
@@ -9,19 +10,17 @@ extern "C" {
 #include "../core/error.hpp"
 #include "../core/lane.hpp"
 #include "../core/retry_policy.hpp"
+#include "../core/sql_timeout.hpp"
 
 namespace relaybus::pg {
 
 namespace {
 
-// Longest statement timeout of an in-database handler call: the worker's lease is the
-// timeout plus a margin, and a lease is at most a day.
-constexpr std::int64_t kMaxSqlTimeoutUs = 3600LL * 1'000'000;
-
 // An in-database handler takes the event as one jsonb argument. The workers run it as its
-// owner, so whoever subscribes it must hold that owner's privileges already; otherwise an
-// admin could have any (say, a superuser's) function run with its owner's rights.
-void validate_sql_function(Oid function) {
+// owner, so the role calling subscribe must hold that owner's privileges already; otherwise
+// an admin could have any (say, a superuser's) function run with its owner's rights. Inside
+// a handler the role calling is the handler's owner, never the worker's superuser session.
+void validate_sql_function(Oid function, Oid caller) {
   static Statement signature(
       "SELECT p.pronargs = 1 AND p.proargtypes[0] = 'jsonb'::regtype,"
       " p.prokind = 'f' AND NOT p.proretset, p.proowner"
@@ -38,16 +37,14 @@ void validate_sql_function(Oid function) {
   bool null = false;
   const Oid owner = DatumGetObjectId(row::datum(0, 3, &null));
   bool allowed = false;
-  // GetOuterUserId: the role calling subscribe, not the owner this SECURITY DEFINER
-  // function runs as.
-  pg_call([&] { allowed = has_privs_of_role(GetOuterUserId(), owner); });
+  pg_call([&] { allowed = has_privs_of_role(caller, owner); });
   if (!allowed)
     throw core::Error("42501",  // insufficient_privilege
                       "sql_function runs as its owner: only a role with the privileges of "
                       "that owner may subscribe it");
 }
 
-Datum subscribe_body(FunctionCallInfo fcinfo) {
+Datum subscribe_body(FunctionCallInfo fcinfo, Oid caller) {
   const char* names[] = {"handler", "event_types", "max_attempts", "backoff_base", "backoff_max"};
   for (int i = 0; i < 5; ++i)
     if (PG_ARGISNULL(i))
@@ -60,15 +57,14 @@ Datum subscribe_body(FunctionCallInfo fcinfo) {
   for (const auto& t : types) core::validate_name("event type", t);
   core::RetryPolicy policy;
   policy.max_attempts = PG_GETARG_INT32(2);
-  policy.backoff_base_us = interval_us_of(PG_GETARG_DATUM(3));
-  policy.backoff_max_us = interval_us_of(PG_GETARG_DATUM(4));
+  policy.backoff_base_us = interval_us_of(PG_GETARG_DATUM(3), "backoff_base");
+  policy.backoff_max_us = interval_us_of(PG_GETARG_DATUM(4), "backoff_max");
   core::validate(policy);
   const bool in_database = !PG_ARGISNULL(5);
   const bool has_timeout = !PG_ARGISNULL(6);
-  if (has_timeout && interval_us_of(PG_GETARG_DATUM(6)) < 1000)
-    throw core::Error(core::sqlstate::kInvalidParameter, "sql_timeout must be at least 1 ms");
-  if (has_timeout && interval_us_of(PG_GETARG_DATUM(6)) > kMaxSqlTimeoutUs)
-    throw core::Error(core::sqlstate::kInvalidParameter, "sql_timeout must be at most 1 hour");
+  const std::int64_t timeout_us =
+      has_timeout ? interval_us_of(PG_GETARG_DATUM(6), "sql_timeout") : 0;
+  if (has_timeout) core::validate_sql_timeout(timeout_us);
   if (has_timeout && !in_database)
     throw core::Error(core::sqlstate::kInvalidParameter,
                       "sql_timeout applies to in-database handlers: give sql_function too");
@@ -86,21 +82,32 @@ Datum subscribe_body(FunctionCallInfo fcinfo) {
   static Statement lanes("SELECT relaybus.create_lanes($1)", {TEXTOID});
 
   SpiConnection spi;
-  if (in_database) validate_sql_function(PG_GETARG_OID(5));
+  if (in_database) validate_sql_function(PG_GETARG_OID(5), caller);
   Params params;
   params.text(handler);
   params.text_array(types);
   params.int4(policy.max_attempts);
-  params.datum(PG_GETARG_DATUM(3), false);
-  params.datum(PG_GETARG_DATUM(4), false);
+  // Stored as the microseconds validated above (no months or days), so what is stored is
+  // exactly what was checked, whatever calendar reads it back.
+  params.interval_us(policy.backoff_base_us);
+  params.interval_us(policy.backoff_max_us);
   params.datum(in_database ? PG_GETARG_DATUM(5) : 0, !in_database);
-  params.datum(has_timeout ? PG_GETARG_DATUM(6) : 0, !has_timeout);
+  if (has_timeout) {
+    params.interval_us(timeout_us);
+  } else {
+    params.datum(0, true);
+  }
   upsert.run(params);
   Params lane_params;
   lane_params.text(handler);
   lanes.run(lane_params);
   spi.finish();
   PG_RETURN_VOID();
+}
+
+// subscribe is SECURITY INVOKER in SQL: it must know the role calling it (definer_rights.hpp).
+Datum subscribe_entry(FunctionCallInfo fcinfo) {
+  return with_definer_rights(fcinfo, subscribe_body);
 }
 
 Datum lane_of_body(FunctionCallInfo fcinfo) {
@@ -111,5 +118,5 @@ Datum lane_of_body(FunctionCallInfo fcinfo) {
 
 }  // namespace relaybus::pg
 
-RELAYBUS_SQL_FUNCTION(relaybus_subscribe, relaybus::pg::subscribe_body)
+RELAYBUS_SQL_FUNCTION(relaybus_subscribe, relaybus::pg::subscribe_entry)
 RELAYBUS_SQL_FUNCTION(relaybus_lane_of, relaybus::pg::lane_of_body)

@@ -3,7 +3,7 @@
 -- owner's privileges may subscribe it; without the check a relaybus_admin could have a
 -- superuser's function run as superuser.
 SELECT rb_reset();
-SELECT plan(9);
+SELECT plan(10);
 
 CREATE FUNCTION public.rb17_handler(e jsonb) RETURNS void LANGUAGE sql AS 'SELECT';
 CREATE FUNCTION public.rb17_two(a jsonb, b jsonb) RETURNS void LANGUAGE sql AS 'SELECT';
@@ -33,7 +33,16 @@ ALTER FUNCTION public.rb17_own(jsonb) OWNER TO rbtest_p17_admin;
 SET ROLE rbtest_p17_admin;
 SELECT lives_ok($$SELECT relaybus.subscribe('h17d', ARRAY['t'], sql_function => 'public.rb17_own(jsonb)')$$,
                 'the same admin may subscribe a function it owns');
+-- The rule is checked against the role actually calling subscribe (issue 9, finding 3): here
+-- the admin's SECURITY DEFINER function, even when a superuser calls it. Checked against the
+-- session's role, the superuser, it would pass.
 RESET ROLE;
+CREATE FUNCTION public.rb17_wrapper() RETURNS void LANGUAGE sql SECURITY DEFINER
+  SET search_path = pg_catalog
+  AS $$SELECT relaybus.subscribe('h17c', ARRAY['t'], sql_function => 'public.rb17_handler(jsonb)')$$;
+ALTER FUNCTION public.rb17_wrapper() OWNER TO rbtest_p17_admin;
+SELECT throws_ok($$SELECT public.rb17_wrapper()$$, '42501', NULL,
+                 'called through the admin''s SECURITY DEFINER function by a superuser, it is checked as the admin (42501)');
 SELECT is((SELECT count(*)::int FROM relaybus.subscriptions WHERE handler IN ('h17b', 'h17c')), 0,
           'nothing was written by the refused calls');
 
