@@ -1,0 +1,277 @@
+#!/usr/bin/env bash
+# In-database handlers against hostile function owners (issue 9), on a throwaway cluster of
+# its own with the handler workers running. Each part names the finding it covers; each
+# failed against 8dc7c99, where the workers ran handlers as the owner but outside a
+# security-restricted operation and checked subscribe against the session user.
+#
+# Roles: mallory, a relaybus_admin that is not a superuser; eve, who has no relaybus role
+# at all but owns functions a superuser subscribed; walter, a relaybus_worker.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+port=$(( ${PGPORT:-54329} + 2 ))
+dir=/tmp/relaybus-security-$port
+export RELAYBUS_CLUSTER_SETTINGS="relaybus.maintenance_interval = '100ms'
+relaybus.sql_handler_poll_interval = '100ms'
+relaybus.sql_handler_workers = 2"
+scripts/cluster start "$dir" "$port"
+trap '[ -n "${KEEP_CLUSTER:-}" ] || scripts/cluster stop "$dir"' EXIT
+export PGHOST=$dir PGPORT=$port PGUSER=postgres PGDATABASE=postgres
+
+q() { psql -qXAt -v ON_ERROR_STOP=1 -c "$1"; }
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); echo "ok - $1"; }
+not_ok() { failed=$((failed + 1)); echo "not ok - $1"; }
+check() { if [ "$(q "$2")" = t ]; then ok "$1"; else not_ok "$1"; fi; }
+wait_for() {
+  local deadline=$(($(date +%s%N) + ${3%.*} * 1000000000))
+  while [ "$(date +%s%N)" -lt $deadline ]; do
+    if [ "$(q "$2")" = t ]; then ok "$1"; return; fi
+    sleep 0.05
+  done
+  not_ok "$1 (not within $3 s)"
+}
+# settled DELIVERY: the delivery is dead (every subscription here has max_attempts 1).
+dead() { echo "SELECT EXISTS (SELECT 1 FROM relaybus.deliveries WHERE event_id = '$1' AND status = 'dead')"; }
+error_of() { q "SELECT last_error FROM relaybus.deliveries WHERE event_id = '$1'"; }
+not_superuser() { echo "SELECT NOT rolsuper FROM pg_roles WHERE rolname = '$1'"; }
+
+q "CREATE EXTENSION relaybus" >/dev/null
+q "CREATE ROLE mallory LOGIN; GRANT relaybus_admin TO mallory; CREATE SCHEMA mallory AUTHORIZATION mallory;
+   CREATE ROLE eve LOGIN; CREATE SCHEMA eve AUTHORIZATION eve;
+   CREATE ROLE walter LOGIN; GRANT relaybus_worker TO walter; CREATE SCHEMA walter AUTHORIZATION walter;
+   CREATE TABLE public.seen (tag text, value text, at timestamptz DEFAULT clock_timestamp());
+   GRANT INSERT ON public.seen TO PUBLIC" >/dev/null
+# A function whose every call tries to make its caller's owner a superuser.
+q "CREATE FUNCTION mallory.escalate() RETURNS int LANGUAGE plpgsql AS \$\$
+   BEGIN EXECUTE 'ALTER ROLE mallory SUPERUSER'; RETURN 1; END \$\$;
+   ALTER FUNCTION mallory.escalate() OWNER TO mallory" >/dev/null
+
+# Finding 1: a WITH HOLD cursor declared by the handler was materialized at the batch's
+# commit by the superuser worker. Inside the restricted call PostgreSQL refuses it.
+q "SET ROLE mallory;
+   CREATE FUNCTION mallory.hold(e jsonb) RETURNS void LANGUAGE plpgsql AS \$\$
+   BEGIN EXECUTE 'DECLARE c CURSOR WITH HOLD FOR SELECT mallory.escalate()'; END \$\$;
+   CREATE FUNCTION mallory.hold_quietly(e jsonb) RETURNS void LANGUAGE plpgsql AS \$\$
+   BEGIN
+     BEGIN EXECUTE 'DECLARE c CURSOR WITH HOLD FOR SELECT mallory.escalate()';
+     EXCEPTION WHEN OTHERS THEN INSERT INTO public.seen VALUES ('hold_quietly', SQLSTATE); END;
+   END \$\$;
+   SELECT relaybus.subscribe('hold', ARRAY['hold.t'], max_attempts => 1, sql_function => 'mallory.hold(jsonb)');
+   SELECT relaybus.subscribe('hold_quietly', ARRAY['hold_quietly.t'], max_attempts => 1,
+                             sql_function => 'mallory.hold_quietly(jsonb)');
+   SELECT relaybus.publish('hold.t', '{}', event_id => 'hold-1');
+   SELECT relaybus.publish('hold_quietly.t', '{}', event_id => 'hold-2')" >/dev/null
+wait_for "finding 1: a handler declaring a WITH HOLD cursor fails" "$(dead hold-1)" 10
+[[ "$(error_of hold-1)" == *"WITH HOLD"*"42501"* ]] && ok "finding 1: ... with 42501, refused by the restriction" \
+  || not_ok "finding 1: ... with 42501, refused by the restriction (got: $(error_of hold-1))"
+wait_for "finding 1: a handler that catches the refusal completes" \
+  "SELECT NOT EXISTS (SELECT 1 FROM relaybus.deliveries WHERE event_id = 'hold-2')
+      AND EXISTS (SELECT 1 FROM seen WHERE tag = 'hold_quietly' AND value = '42501')" 10
+sleep 0.3
+check "finding 1: mallory did not become a superuser" "$(not_superuser mallory)"
+
+# Finding 2: a deferred trigger queued by a trigger that the worker's SET CONSTRAINTS fired
+# ran at the batch's commit as the superuser. eve has no relaybus role; a superuser
+# subscribed her function. Deferrable constraints are now checked at the end of each of the
+# handler's statements, and PostgreSQL refuses to queue a deferred event in the restriction.
+q "CREATE FUNCTION eve.escalate() RETURNS int LANGUAGE plpgsql AS \$\$
+   BEGIN EXECUTE 'ALTER ROLE eve SUPERUSER'; RETURN 1; END \$\$;
+   ALTER FUNCTION eve.escalate() OWNER TO eve;
+   SET ROLE eve;
+   CREATE TABLE eve.first (x int); CREATE TABLE eve.second (x int);
+   CREATE FUNCTION eve.on_first() RETURNS trigger LANGUAGE plpgsql AS \$\$
+   BEGIN SET CONSTRAINTS ALL DEFERRED; INSERT INTO eve.second VALUES (1); RETURN NULL; END \$\$;
+   CREATE FUNCTION eve.on_second() RETURNS trigger LANGUAGE plpgsql AS \$\$
+   BEGIN PERFORM eve.escalate(); RETURN NULL; END \$\$;
+   CREATE CONSTRAINT TRIGGER first_deferred AFTER INSERT ON eve.first DEFERRABLE INITIALLY DEFERRED
+     FOR EACH ROW EXECUTE FUNCTION eve.on_first();
+   CREATE CONSTRAINT TRIGGER second_deferred AFTER INSERT ON eve.second DEFERRABLE INITIALLY DEFERRED
+     FOR EACH ROW EXECUTE FUNCTION eve.on_second();
+   CREATE FUNCTION eve.chain(e jsonb) RETURNS void LANGUAGE sql AS 'INSERT INTO eve.first VALUES (1)';
+   CREATE FUNCTION eve.defer(e jsonb) RETURNS void LANGUAGE plpgsql AS \$\$
+   BEGIN SET CONSTRAINTS ALL DEFERRED; INSERT INTO eve.second VALUES (2); END \$\$;
+   RESET ROLE;
+   SELECT relaybus.subscribe('chain', ARRAY['chain.t'], max_attempts => 1, sql_function => 'eve.chain(jsonb)');
+   SELECT relaybus.subscribe('defer', ARRAY['defer.t'], max_attempts => 1, sql_function => 'eve.defer(jsonb)');
+   SELECT relaybus.publish('chain.t', '{}', event_id => 'chain-1');
+   SELECT relaybus.publish('defer.t', '{}', event_id => 'defer-1')" >/dev/null
+wait_for "finding 2: a trigger chain that defers a second trigger fails its delivery" "$(dead chain-1)" 10
+[[ "$(error_of chain-1)" == *"deferred trigger"*"42501"* ]] && ok "finding 2: ... refused by the restriction (42501)" \
+  || not_ok "finding 2: ... refused by the restriction (42501) (got: $(error_of chain-1))"
+wait_for "finding 2: a handler that defers constraints itself fails its delivery" "$(dead defer-1)" 10
+sleep 0.3
+check "finding 2: eve did not become a superuser, and nothing the handlers wrote was kept" \
+  "SELECT (SELECT NOT rolsuper FROM pg_roles WHERE rolname = 'eve')
+      AND NOT EXISTS (SELECT 1 FROM eve.first) AND NOT EXISTS (SELECT 1 FROM eve.second)"
+
+# Finding 3: subscribe checked the owner rule against the session user, the superuser
+# inside a handler worker (and the outer role inside another SECURITY DEFINER function).
+q "CREATE FUNCTION public.su_handler(e jsonb) RETURNS void LANGUAGE plpgsql AS \$\$
+   BEGIN EXECUTE 'ALTER ROLE mallory SUPERUSER'; END \$\$;
+   SET ROLE mallory;
+   CREATE FUNCTION mallory.resubscribe(e jsonb) RETURNS void LANGUAGE plpgsql AS \$\$
+   BEGIN
+     PERFORM relaybus.subscribe('escalator', ARRAY['esc.t'], sql_function => 'public.su_handler(jsonb)');
+     PERFORM relaybus.publish('esc.t', '{}', event_id => 'esc-1');
+   END \$\$;
+   CREATE FUNCTION mallory.wrapper() RETURNS void LANGUAGE plpgsql SECURITY DEFINER
+     SET search_path = pg_catalog AS \$\$
+   BEGIN PERFORM relaybus.subscribe('escalator', ARRAY['esc.t'], sql_function => 'public.su_handler(jsonb)'); END \$\$;
+   GRANT EXECUTE ON FUNCTION mallory.wrapper() TO PUBLIC;
+   SELECT relaybus.subscribe('resub', ARRAY['resub.t'], max_attempts => 1,
+                             sql_function => 'mallory.resubscribe(jsonb)');
+   SELECT relaybus.publish('resub.t', '{}', event_id => 'resub-1')" >/dev/null
+wait_for "finding 3: subscribe called inside mallory's handler is checked as mallory" "$(dead resub-1)" 10
+[[ "$(error_of resub-1)" == *"only a role with the privileges of that owner"*"42501"* ]] \
+  && ok "finding 3: ... and refused with 42501" || not_ok "finding 3: ... and refused with 42501 (got: $(error_of resub-1))"
+out=$(psql -qXAt -c "SELECT mallory.wrapper()" 2>&1 || true)
+[[ "$out" == *"only a role with the privileges of that owner"* ]] \
+  && ok "finding 3: called through mallory's SECURITY DEFINER function by the superuser, it is checked as mallory" \
+  || not_ok "finding 3: called through mallory's SECURITY DEFINER function by the superuser, it is checked as mallory (got: $out)"
+check "finding 3: nothing was subscribed and mallory is no superuser" \
+  "SELECT NOT EXISTS (SELECT 1 FROM relaybus.subscriptions WHERE handler = 'escalator')
+      AND (SELECT NOT rolsuper FROM pg_roles WHERE rolname = 'mallory')"
+out=$(psql -qXAt -c "SELECT relaybus.subscribe('mine', ARRAY['mine.t'], sql_function => 'mallory.resubscribe(jsonb)')" \
+  -c "SELECT relaybus.unsubscribe('mine')" 2>&1 || true)
+[ -z "$out" ] && ok "finding 3: a superuser may still subscribe another role's function" \
+  || not_ok "finding 3: a superuser may still subscribe another role's function (got: $out)"
+
+# Every admin function, called from inside a handler, is checked as the handler's owner:
+# walter is a relaybus_worker, not an admin, and the superuser subscribed his function.
+q "SET ROLE walter;
+   CREATE FUNCTION walter.try_all(e jsonb) RETURNS void LANGUAGE plpgsql AS \$\$
+   DECLARE c text;
+   BEGIN
+     FOREACH c IN ARRAY ARRAY[
+       'SELECT relaybus.subscribe(''w'', ARRAY[''w.t''])',
+       'SELECT relaybus.unsubscribe(''try_all'')',
+       'SELECT relaybus.requeue(''x'', ''try_all'')',
+       'SELECT relaybus.requeue_dead()',
+       'SELECT relaybus.take_over_expired()',
+       'SELECT relaybus.purge_expired()',
+       'SELECT * FROM relaybus.statistics()',
+       'SELECT * FROM relaybus.list_deliveries()',
+       'SELECT relaybus.publish(''w.t'')',
+       'SELECT count(*) FROM relaybus.subscriptions'] LOOP
+       BEGIN
+         EXECUTE c;
+         INSERT INTO public.seen VALUES ('try_all', c || ': allowed');
+       EXCEPTION WHEN OTHERS THEN
+         INSERT INTO public.seen VALUES ('try_all', c || ': ' || SQLSTATE);
+       END;
+     END LOOP;
+     INSERT INTO public.seen VALUES ('try_all', 'current_user=' || current_user || ' session_user=' || session_user);
+   END \$\$;
+   RESET ROLE;
+   SELECT relaybus.subscribe('try_all', ARRAY['try_all.t'], max_attempts => 1, sql_function => 'walter.try_all(jsonb)');
+   SELECT relaybus.publish('try_all.t', '{}', event_id => 'try-1')" >/dev/null
+wait_for "admin functions from inside walter's handler: the handler ran" \
+  "SELECT count(*) = 11 FROM seen WHERE tag = 'try_all'" 10
+check "every admin function (and publish, and the tables) is refused with 42501, as walter" \
+  "SELECT count(*) = 10 FROM seen WHERE tag = 'try_all' AND value LIKE '%: 42501'"
+check "the call ran as walter" "SELECT EXISTS (SELECT 1 FROM seen WHERE tag = 'try_all' AND value LIKE 'current_user=walter %')"
+
+# Finding 7: what a call leaves in the session must not outlive it, to be seen by or to
+# block a later handler (whose owner may be another role). PostgreSQL refuses PREPARE and
+# LISTEN in the restriction; portals and session advisory locks are cleared after the call.
+# One worker runs a whole batch of one handler, so without the clean-up the second OPEN of
+# the same cursor name fails (42P03) and the lock stays with the worker. (The failing call's
+# own rows roll back with it: five calls leave a row.)
+q "SET ROLE mallory;
+   CREATE FUNCTION mallory.litter(e jsonb) RETURNS void LANGUAGE plpgsql AS \$\$
+   DECLARE c refcursor := 'kept';
+   BEGIN
+     INSERT INTO public.seen VALUES ('litter-before',
+       (SELECT count(*) FROM pg_prepared_statements)::text || ' prepared, ' ||
+       (SELECT count(*) FROM pg_cursors)::text || ' cursors, ' ||
+       (SELECT count(*) FROM pg_listening_channels())::text || ' listening');
+     BEGIN EXECUTE 'PREPARE leak AS SELECT 1';
+     EXCEPTION WHEN OTHERS THEN INSERT INTO public.seen VALUES ('litter-prepare', SQLSTATE); END;
+     BEGIN EXECUTE 'LISTEN litter';
+     EXCEPTION WHEN OTHERS THEN INSERT INTO public.seen VALUES ('litter-listen', SQLSTATE); END;
+     PERFORM pg_advisory_lock(4242);
+     OPEN c FOR SELECT 1;
+     IF e->'payload'->>'raise' = 'yes' THEN
+       PERFORM pg_advisory_lock(4343);
+       RAISE EXCEPTION 'litter and fail';
+     END IF;
+   END \$\$;
+   SELECT relaybus.subscribe('litter', ARRAY['litter.t'], max_attempts => 1, sql_function => 'mallory.litter(jsonb)');
+   SELECT count(relaybus.publish('litter.t', jsonb_build_object('raise', CASE WHEN i = 3 THEN 'yes' END),
+                                 event_id => 'litter-' || i)) FROM generate_series(1, 6) i" >/dev/null
+wait_for "finding 7: six calls that leave cursors and session advisory locks behind, one failing" \
+  "SELECT count(*) = 5 AND ($(dead litter-3)) FROM seen WHERE tag = 'litter-before'" 10
+sleep 0.3
+check "finding 7: ... every one of them found the session clean" \
+  "SELECT bool_and(value = '0 prepared, 0 cursors, 0 listening') FROM seen WHERE tag = 'litter-before'"
+check "finding 7: ... PREPARE and LISTEN are refused inside the call (42501)" \
+  "SELECT count(*) = 10 AND bool_and(value = '42501') FROM seen WHERE tag IN ('litter-prepare', 'litter-listen')"
+check "finding 7: ... five completed, and the failing one failed for its own reason" \
+  "SELECT (SELECT count(*) FROM relaybus.deliveries WHERE handler = 'litter') = 1
+      AND (SELECT last_error LIKE 'litter and fail%' FROM relaybus.deliveries WHERE event_id = 'litter-3')"
+check "finding 7: no session advisory lock is left with the workers (after a success or a failure)" \
+  "SELECT NOT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND objid IN (4242, 4343))"
+
+# Temporary tables are refused in the restriction (documented): the worker never has one
+# on its search_path for the next handler to find.
+q "SET ROLE mallory;
+   CREATE FUNCTION mallory.temp(e jsonb) RETURNS void LANGUAGE sql AS 'CREATE TEMP TABLE t (x int)';
+   SELECT relaybus.subscribe('temp', ARRAY['temp.t'], max_attempts => 1, sql_function => 'mallory.temp(jsonb)');
+   SELECT relaybus.publish('temp.t', '{}', event_id => 'temp-1')" >/dev/null
+wait_for "a handler creating a temporary table fails" "$(dead temp-1)" 10
+[[ "$(error_of temp-1)" == *"temporary table"*"42501"* ]] && ok "... refused by the restriction (42501)" \
+  || not_ok "... refused by the restriction (42501) (got: $(error_of temp-1))"
+
+# Finding 4: a handler that catches query_canceled outlived its timeout and held its worker.
+# At the timeout it is cancelled; 1 s later the worker ends itself: the overrunning delivery
+# is failed with the reason, the rest of its batch is released (no attempt charged), and the
+# worker comes back within a second, so another handler waits timeout + grace + restart.
+q "SET ROLE mallory;
+   CREATE FUNCTION mallory.stubborn(e jsonb) RETURNS void LANGUAGE plpgsql AS \$\$
+   BEGIN
+     IF e->'payload'->>'stubborn' = 'yes' THEN
+       LOOP
+         BEGIN PERFORM pg_sleep(10); EXCEPTION WHEN query_canceled THEN NULL; END;
+       END LOOP;
+     END IF;
+     INSERT INTO public.seen VALUES ('stubborn', e->>'id');
+   END \$\$;
+   SELECT relaybus.subscribe('stubborn', ARRAY['stubborn.t'], max_attempts => 1,
+                             sql_function => 'mallory.stubborn(jsonb)', sql_timeout => '300 ms');
+   SELECT relaybus.subscribe('stubborn2', ARRAY['stubborn2.t'], max_attempts => 1,
+                             sql_function => 'mallory.stubborn(jsonb)', sql_timeout => '300 ms')" >/dev/null
+q "CREATE FUNCTION public.bystander(e jsonb) RETURNS void LANGUAGE sql AS
+   'INSERT INTO public.seen VALUES (''bystander'', e->>''id'')';
+   SELECT relaybus.subscribe('bystander', ARRAY['bystander.t'], sql_function => 'public.bystander(jsonb)')" >/dev/null
+pids_before=$(q "SELECT string_agg(pid::text, ',' ORDER BY pid) FROM pg_stat_activity WHERE backend_type = 'relaybus sql handler'")
+q "BEGIN;
+   SELECT relaybus.publish('stubborn.t', '{}', event_id => 'polite-1');
+   SELECT relaybus.publish('stubborn.t', '{\"stubborn\": \"yes\"}', event_id => 'stubborn-1');
+   SELECT relaybus.publish('stubborn.t', '{}', event_id => 'polite-2');
+   SELECT relaybus.publish('stubborn2.t', '{\"stubborn\": \"yes\"}', event_id => 'stubborn-2');
+   COMMIT" >/dev/null
+sleep 0.15  # both workers are now held by a stubborn call
+start=$(date +%s%N)
+q "SELECT relaybus.publish('bystander.t', '{}', event_id => 'bystander-1')" >/dev/null
+wait_for "finding 4: another handler's event is handled within timeout + grace + restart" \
+  "SELECT EXISTS (SELECT 1 FROM seen WHERE tag = 'bystander' AND value = 'bystander-1')" 4
+echo "# bystander waited $(( ($(date +%s%N) - start) / 1000000 )) ms behind two handlers that ignore their 300 ms timeout"
+wait_for "finding 4: both overrunning deliveries count as a failed attempt, with the reason" \
+  "SELECT count(*) = 2 FROM relaybus.deliveries WHERE event_id IN ('stubborn-1', 'stubborn-2')
+      AND status = 'dead' AND attempts = 1 AND last_error LIKE '%after its sql_timeout cancelled it%57014%'" 5
+wait_for "finding 4: the rest of the stubborn batch ran exactly once, charged nothing" \
+  "SELECT (SELECT count(*) FROM seen WHERE tag = 'stubborn' AND value IN ('polite-1', 'polite-2')) = 2
+      AND (SELECT count(DISTINCT value) FROM seen WHERE tag = 'stubborn') = 2
+      AND NOT EXISTS (SELECT 1 FROM relaybus.deliveries WHERE event_id LIKE 'polite-%')" 5
+check "finding 4: the workers that ran them ended and were restarted" \
+  "SELECT count(*) = 2 AND string_agg(pid::text, ',' ORDER BY pid) <> '$pids_before'
+     FROM pg_stat_activity WHERE backend_type = 'relaybus sql handler'"
+check "finding 4: no lane is left leased to the ended workers" \
+  "SELECT NOT EXISTS (SELECT 1 FROM relaybus.lanes WHERE handler LIKE 'stubborn%' AND lease_owner IS NOT NULL
+                        AND cardinality(in_flight) > 0)"
+check "finding 4: mallory never became a superuser along the way" "$(not_superuser mallory)"
+
+echo "handler security: $passed passed, $failed failed"
+[ $failed = 0 ]
