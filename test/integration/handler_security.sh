@@ -36,6 +36,9 @@ wait_for() {
 dead() { echo "SELECT EXISTS (SELECT 1 FROM relaybus.deliveries WHERE event_id = '$1' AND status = 'dead')"; }
 error_of() { q "SELECT last_error FROM relaybus.deliveries WHERE event_id = '$1'"; }
 not_superuser() { echo "SELECT NOT rolsuper FROM pg_roles WHERE rolname = '$1'"; }
+# After each part, so that one escalation (on code that has the hole) cannot make the
+# next part pass or fail for the wrong reason.
+reset_roles() { q "ALTER ROLE mallory NOSUPERUSER; ALTER ROLE eve NOSUPERUSER" >/dev/null; }
 
 q "CREATE EXTENSION relaybus" >/dev/null
 q "CREATE ROLE mallory LOGIN; GRANT relaybus_admin TO mallory; CREATE SCHEMA mallory AUTHORIZATION mallory;
@@ -71,6 +74,7 @@ wait_for "finding 1: a handler that catches the refusal completes" \
       AND EXISTS (SELECT 1 FROM seen WHERE tag = 'hold_quietly' AND value = '42501')" 10
 sleep 0.3
 check "finding 1: mallory did not become a superuser" "$(not_superuser mallory)"
+reset_roles
 
 # Finding 2: a deferred trigger queued by a trigger that the worker's SET CONSTRAINTS fired
 # ran at the batch's commit as the superuser. eve has no relaybus role; a superuser
@@ -105,6 +109,7 @@ sleep 0.3
 check "finding 2: eve did not become a superuser, and nothing the handlers wrote was kept" \
   "SELECT (SELECT NOT rolsuper FROM pg_roles WHERE rolname = 'eve')
       AND NOT EXISTS (SELECT 1 FROM eve.first) AND NOT EXISTS (SELECT 1 FROM eve.second)"
+reset_roles
 
 # Finding 3: subscribe checked the owner rule against the session user, the superuser
 # inside a handler worker (and the outer role inside another SECURITY DEFINER function).
@@ -133,6 +138,8 @@ out=$(psql -qXAt -c "SELECT mallory.wrapper()" 2>&1 || true)
 check "finding 3: nothing was subscribed and mallory is no superuser" \
   "SELECT NOT EXISTS (SELECT 1 FROM relaybus.subscriptions WHERE handler = 'escalator')
       AND (SELECT NOT rolsuper FROM pg_roles WHERE rolname = 'mallory')"
+reset_roles
+q "DELETE FROM relaybus.subscriptions WHERE handler = 'escalator'" >/dev/null
 out=$(psql -qXAt -c "SELECT relaybus.subscribe('mine', ARRAY['mine.t'], sql_function => 'mallory.resubscribe(jsonb)')" \
   -c "SELECT relaybus.unsubscribe('mine')" 2>&1 || true)
 [ -z "$out" ] && ok "finding 3: a superuser may still subscribe another role's function" \
@@ -223,6 +230,22 @@ q "SET ROLE mallory;
 wait_for "a handler creating a temporary table fails" "$(dead temp-1)" 10
 [[ "$(error_of temp-1)" == *"temporary table"*"42501"* ]] && ok "... refused by the restriction (42501)" \
   || not_ok "... refused by the restriction (42501) (got: $(error_of temp-1))"
+
+# Finding 5, the workers' side: a stored sql_timeout outside the bounds (written by hand,
+# or by an older version) is read back clamped, with the one conversion. Read with
+# extract(epoch), '178000000 years' overflowed and ended both workers every round.
+pids_before=$(q "SELECT string_agg(pid::text, ',' ORDER BY pid) FROM pg_stat_activity WHERE backend_type = 'relaybus sql handler'")
+q "CREATE FUNCTION public.plain(e jsonb) RETURNS void LANGUAGE sql AS
+   'INSERT INTO public.seen VALUES (''plain'', e->>''id'')';
+   SELECT relaybus.subscribe('plain', ARRAY['plain.t'], sql_function => 'public.plain(jsonb)');
+   UPDATE relaybus.subscriptions SET sql_timeout = '178000000 years' WHERE handler = 'plain';
+   SELECT relaybus.publish('plain.t', '{}', event_id => 'plain-1')" >/dev/null
+wait_for "finding 5: a handler whose stored sql_timeout is 178000000 years still runs" \
+  "SELECT EXISTS (SELECT 1 FROM seen WHERE tag = 'plain' AND value = 'plain-1')" 10
+check "finding 5: ... and no handler worker ended on the way" \
+  "SELECT (SELECT string_agg(pid::text, ',' ORDER BY pid) FROM pg_stat_activity
+            WHERE backend_type = 'relaybus sql handler') = '$pids_before'"
+q "SELECT relaybus.unsubscribe('plain')" >/dev/null
 
 # Finding 4: a handler that catches query_canceled outlived its timeout and held its worker.
 # At the timeout it is cancelled; 1 s later the worker ends itself: the overrunning delivery
