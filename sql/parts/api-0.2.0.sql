@@ -42,9 +42,11 @@ $fn$;
 
 -- subscribe: registers or updates handler for event_types ('*' = every type) with its
 -- retry policy; sql_function(jsonb) makes it an in-database handler, run by the background
--- workers as the function's owner, each call bounded by sql_timeout (NULL:
--- relaybus.sql_handler_timeout). Creates the handler's 256 lanes. Returns nothing.
--- Writes subscriptions, lanes.
+-- workers as the function's owner in a security-restricted operation, each call bounded by
+-- sql_timeout (1 ms..1 hour; NULL: relaybus.sql_handler_timeout). backoff_base and
+-- backoff_max: 0..365 days, a month counting 30 days; stored as the microseconds checked.
+-- 42501 unless the calling role has the privileges of sql_function's owner.
+-- Creates the handler's 256 lanes. Returns nothing. Writes subscriptions, lanes.
 -- Not SECURITY DEFINER: the C body takes its owner's rights itself (src/pg/definer_rights.hpp),
 -- because it must check sql_function's owner against the role that called it, which
 -- PostgreSQL no longer knows inside a SECURITY DEFINER function.
@@ -96,8 +98,9 @@ CREATE FUNCTION relaybus.publish_batch(events jsonb) RETURNS SETOF text
 
 -- claim: leases lanes to worker and returns up to batch_size due deliveries of handlers
 -- (default: every handler without sql_function), respecting per-key order. Takes over
--- lanes whose lease expired. Writes lanes only (plus, on a takeover, the charged
--- deliveries). Locks: FOR NO KEY UPDATE on held lanes, FOR UPDATE SKIP LOCKED on free ones.
+-- lanes whose lease expired. lease: more than 0, at most 1 day (22023 otherwise). Writes
+-- lanes only (plus, on a takeover, the charged deliveries). Locks: FOR NO KEY UPDATE on
+-- held lanes, FOR UPDATE SKIP LOCKED on free ones.
 CREATE FUNCTION relaybus.claim(
   worker text, batch_size integer DEFAULT 10, lease interval DEFAULT '30 seconds',
   handlers text[] DEFAULT NULL)
@@ -108,8 +111,8 @@ CREATE FUNCTION relaybus.claim(
   SET enable_seqscan = off SET enable_bitmapscan = off
   SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
--- extend_lease: renews every lane worker holds under a live incarnation. Returns how many.
--- Writes lanes.
+-- extend_lease: renews every lane worker holds under a live incarnation, for lease (more
+-- than 0, at most 1 day). Returns how many. Writes lanes.
 CREATE FUNCTION relaybus.extend_lease(worker text, lease interval DEFAULT '30 seconds')
   RETURNS integer
   AS 'MODULE_PATHNAME', 'relaybus_extend_lease' LANGUAGE C VOLATILE
@@ -134,8 +137,8 @@ CREATE FUNCTION relaybus.complete_many(lease_tokens text[]) RETURNS integer
   SET enable_seqscan = off SET enable_bitmapscan = off
   SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
--- fail: charges one attempt; returns 'retry' (rescheduled after backoff, or at retry_at),
--- 'dead' (attempts exhausted) or 'lost' (lease lost, nothing changed).
+-- fail: charges one attempt; returns 'retry' (rescheduled after backoff, or at retry_at,
+-- which must be finite), 'dead' (attempts exhausted) or 'lost' (lease lost, nothing changed).
 -- Writes deliveries, lanes (removes it from the in-flight list).
 CREATE FUNCTION relaybus.fail(lease_token text, error text DEFAULT NULL,
                               retry_at timestamptz DEFAULT NULL) RETURNS text
@@ -170,7 +173,9 @@ CREATE FUNCTION relaybus.relinquish(worker text) RETURNS integer
 
 -- take_over_expired: takes over lanes whose lease expired (skipping lanes locked by a
 -- completion in progress), charging each in-flight delivery one attempt and dead-lettering
--- those out of attempts. Returns how many lanes. Writes lanes, deliveries.
+-- those out of attempts. A lane whose takeover raises is skipped with a WARNING (each lane
+-- then in a subtransaction of its own), so one cannot stop the others. Returns how many
+-- lanes were taken over. Writes lanes, deliveries.
 CREATE FUNCTION relaybus.take_over_expired() RETURNS integer
   AS 'MODULE_PATHNAME', 'relaybus_take_over_expired' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
