@@ -15,6 +15,13 @@ void validate_worker(std::string_view worker);
 void validate_batch_size(int batch_size);
 void validate_lease(std::int64_t lease_us);
 
+// The in-database handler workers claim as kSqlHandlerWorkerPrefix + their slot number.
+// Nobody else may use such a name (the stores enforce who "nobody else" is).
+inline constexpr std::string_view kSqlHandlerWorkerPrefix = "relaybus-sql-";
+inline bool is_sql_handler_worker_name(std::string_view worker) {
+  return worker.substr(0, kSqlHandlerWorkerPrefix.size()) == kSqlHandlerWorkerPrefix;
+}
+
 // Names (handlers, event types, event ids) must be non-empty and of sane length.
 void validate_name(std::string_view what, std::string_view value);
 

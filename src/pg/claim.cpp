@@ -5,6 +5,7 @@
 #include "in_flight.hpp"
 #include "lane_list.hpp"
 #include "spi.hpp"
+#include "worker_arg.hpp"
 #include "takeover.hpp"
 
 #include "../core/batch_planner.hpp"
@@ -403,11 +404,9 @@ void Claim::emit(ReturnSetInfo* rsinfo) {
 }
 
 Datum claim_body(FunctionCallInfo fcinfo) {
-  if (PG_ARGISNULL(0)) throw core::Error(core::sqlstate::kNullValue, "worker must not be NULL");
   if (PG_ARGISNULL(1)) throw core::Error(core::sqlstate::kNullValue, "batch_size must not be NULL");
   if (PG_ARGISNULL(2)) throw core::Error(core::sqlstate::kNullValue, "lease must not be NULL");
-  std::string worker = text_of(PG_GETARG_DATUM(0));
-  core::validate_worker(worker);
+  std::string worker = worker_arg(fcinfo, 0);
   const int batch_size = PG_GETARG_INT32(1);
   core::validate_batch_size(batch_size);
   const std::int64_t lease_us = interval_us_of(PG_GETARG_DATUM(2), "lease");

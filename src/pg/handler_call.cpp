@@ -6,14 +6,19 @@
 #include <cstring>
 
 extern "C" {
+#include "access/htup_details.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_proc.h"
 #include "commands/async.h"
 #include "commands/prepare.h"
+#include "commands/sequence.h"
 #include "mb/pg_wchar.h"
 #include "storage/latch.h"
 #include "storage/lock.h"
+#include "utils/inval.h"
 #include "utils/portal.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/timeout.h"
 }
 
@@ -35,6 +40,42 @@ void on_deadline() {
   SetLatch(MyLatch);
 }
 
+// What a rollback keeps: prepared statements, session advisory locks, the sequence values
+// lastval() and currval() report (another owner's lastval() would name the sequence), and
+// the seed of random() (setseed() would make another owner's random() predictable).
+void clear_non_transactional_state() {
+  DropAllPreparedStatements();
+  LockReleaseSession(USER_LOCKMETHOD);
+  ResetSequenceCaches();
+  double seed = 0;
+  std::uint64_t bits = 0;
+  if (pg_strong_random(&bits, sizeof bits)) seed = static_cast<double>(bits >> 11) / (1ULL << 53);
+  (void)DirectFunctionCall1(setseed, Float8GetDatum(seed * 2 - 1));
+}
+
+// The owner of `function` as the catalog says now (after pending invalidations), or an
+// error when it no longer exists.
+Oid current_owner(Oid function) {
+  AcceptInvalidationMessages();
+  HeapTuple tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(function));
+  if (!HeapTupleIsValid(tuple))
+    ereport(ERROR, (errcode(ERRCODE_UNDEFINED_FUNCTION), errmsg("%s", kFunctionGone)));
+  const Oid owner = reinterpret_cast<Form_pg_proc>(GETSTRUCT(tuple))->proowner;
+  ReleaseSysCache(tuple);
+  return owner;
+}
+
+// "message (SQLSTATE xxxxx)" in out, the message cut (never inside a multibyte character)
+// so that the SQLSTATE always fits.
+void describe_error(const ErrorData* error, char* out, std::size_t size) {
+  char suffix[32];
+  snprintf(suffix, sizeof suffix, " (SQLSTATE %s)", unpack_sql_state(error->sqlerrcode));
+  const char* message = error->message != nullptr ? error->message : "error";
+  const int room = static_cast<int>(size - strlen(suffix) - 1);
+  const int length = pg_mbcliplen(message, static_cast<int>(strlen(message)), room);
+  snprintf(out, size, "%.*s%s", length, message, suffix);
+}
+
 // What PostgreSQL lets a restricted call leave behind in the session, removed still as the
 // owner and inside the restriction. Each would otherwise be visible to, or block, the next
 // handler, whose owner may be another role: a portal (and the query behind it, which would
@@ -42,8 +83,7 @@ void on_deadline() {
 // listener, a temporary object.
 void clear_session_leftovers() {
   PortalHashTableDeleteAll();
-  DropAllPreparedStatements();
-  LockReleaseSession(USER_LOCKMETHOD);
+  clear_non_transactional_state();
   Async_UnlistenAll();
   ResetTempTableNamespace();
 }
@@ -73,7 +113,7 @@ bool overran() noexcept {
   return deadline_passed != 0;
 }
 
-void run(Oid function, Oid owner, int timeout_ms, Datum event, SPIPlanPtr complete, Datum token,
+void run(Oid function, int timeout_ms, const char* event_text, SPIPlanPtr complete, Datum token,
          CallOutcome* out) {
   MemoryContext outer_context = CurrentMemoryContext;
   ResourceOwner outer_owner = CurrentResourceOwner;
@@ -90,13 +130,17 @@ void run(Oid function, Oid owner, int timeout_ms, Datum event, SPIPlanPtr comple
     // fire after the call, as the worker), so a deferrable foreign key or unique constraint
     // must not be deferred. A handler that defers one itself gets 42501 from PostgreSQL.
     SPI_execute("SET CONSTRAINTS ALL IMMEDIATE", false, 0);
+    const Datum event = DirectFunctionCall1(jsonb_in, CStringGetDatum(event_text));
+    // The owner from the same catalog entry fmgr_info and the language handler read the
+    // function from (no invalidation is taken in between).
+    const Oid owner = current_owner(function);
+    FmgrInfo flinfo;
+    fmgr_info(function, &flinfo);
     SetUserIdAndSecContext(
         owner, saved_context | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
     const int guc_nest_level = NewGUCNestLevel();
     (void)set_config_option("search_path", worker::handler_search_path(), PGC_SUSET, PGC_S_SESSION,
                             GUC_ACTION_SAVE, true, 0, false);
-    FmgrInfo flinfo;
-    fmgr_info(function, &flinfo);
     LOCAL_FCINFO(fcinfo, 1);
     InitFunctionCallInfoData(*fcinfo, &flinfo, 1, InvalidOid, nullptr, nullptr);
     fcinfo->args[0].value = event;
@@ -151,15 +195,8 @@ void run(Oid function, Oid owner, int timeout_ms, Datum event, SPIPlanPtr comple
     RollbackAndReleaseCurrentSubTransaction();
     MemoryContextSwitchTo(outer_context);
     CurrentResourceOwner = outer_owner;
-    // A rollback keeps these (they are not transactional).
-    DropAllPreparedStatements();
-    LockReleaseSession(USER_LOCKMETHOD);
-    snprintf(out->error, sizeof out->error, "%s (SQLSTATE %s)",
-             error->message != nullptr ? error->message : "error",
-             unpack_sql_state(error->sqlerrcode));
-    // snprintf may have cut a multibyte character in two.
-    out->error[pg_mbcliplen(out->error, static_cast<int>(strlen(out->error)),
-                            sizeof out->error - 1)] = '\0';
+    clear_non_transactional_state();
+    describe_error(error, out->error, sizeof out->error);
     FreeErrorData(error);
     out->outcome = Outcome::kFailed;
   }

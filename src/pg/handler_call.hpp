@@ -1,5 +1,7 @@
 // One call of an in-database handler function, made by a worker whose session user is a
-// superuser on behalf of the function's owner, who may be hostile.
+// superuser on behalf of the function's owner, who may be hostile. The owner is read just
+// before the call, from the catalog entry the call then runs: a function handed to another
+// owner after the claim runs as its new owner, never its new code as the old one.
 //
 // The call runs as the owner inside a security-restricted operation, the mechanism
 // PostgreSQL itself uses when it runs code it does not trust for a more privileged session
@@ -9,7 +11,8 @@
 // (fired at commit or at a later SET CONSTRAINTS), temporary tables, LISTEN, SET ROLE and
 // SET SESSION AUTHORIZATION. What PostgreSQL still allows and would survive the call is
 // undone after it, still as the owner: settings (a GUC nest level), portals, prepared
-// statements, session advisory locks, listeners and temporary objects.
+// statements, session advisory locks, listeners, temporary objects, the sequence values
+// lastval() and currval() would show, and the seed of random().
 //
 // The call is bounded: at its timeout it is cancelled (57014); a handler that catches the
 // cancellation and goes on is still running kCancelGraceMs later, and then the worker
@@ -26,6 +29,9 @@ inline constexpr int kCancelGraceMs = 1000;
 
 enum class Outcome { kCompleted, kFailed, kLeaseLost };
 
+// The failure of a delivery whose function was dropped or unsubscribed after the claim.
+inline constexpr const char* kFunctionGone = "the handler's sql_function no longer exists";
+
 struct CallOutcome {
   Outcome outcome = Outcome::kFailed;
   char error[1024] = {0};
@@ -34,12 +40,14 @@ struct CallOutcome {
 // Once per worker process, before the first call: registers the deadline timeout.
 void install();
 
-// In a subtransaction of the current transaction: function(event) as `owner`, restricted
-// and under `timeout_ms`, then, as the worker, complete(token) with the kept plan
-// `complete`. The handler's writes and the completion are released together; an error of
-// the handler, or a lost lease, rolls back the subtransaction. Holds no C++ object with a
-// destructor: PostgreSQL errors are caught here with PG_TRY.
-void run(Oid function, Oid owner, int timeout_ms, Datum event, SPIPlanPtr complete, Datum token,
+// In a subtransaction of the current transaction: function(event) as the function's owner,
+// restricted and under `timeout_ms`, then, as the worker, complete(token) with the kept
+// plan `complete`. `event_text` is the event as JSON text, made a jsonb value inside the
+// subtransaction (so an event too large for one fails this delivery only). The handler's
+// writes and the completion are released together; an error of the handler, or a lost
+// lease, rolls back the subtransaction. Holds no C++ object with a destructor: PostgreSQL
+// errors are caught here with PG_TRY.
+void run(Oid function, int timeout_ms, const char* event_text, SPIPlanPtr complete, Datum token,
          CallOutcome* out);
 
 // True from the moment a call overran its grace until the worker ends (the worker's exit

@@ -5,6 +5,7 @@
 #include "spi.hpp"
 #include "subtransaction.hpp"
 #include "takeover.hpp"
+#include "worker_arg.hpp"
 
 #include "../core/claim_request.hpp"
 #include "../core/error.hpp"
@@ -16,15 +17,8 @@ namespace {
 // Lanes taken over per call, so one call never holds many locks for long.
 constexpr int kTakeoverBatch = 1000;
 
-std::string worker_arg(FunctionCallInfo fcinfo) {
-  if (PG_ARGISNULL(0)) throw core::Error(core::sqlstate::kNullValue, "worker must not be NULL");
-  std::string worker = text_of(PG_GETARG_DATUM(0));
-  core::validate_worker(worker);
-  return worker;
-}
-
 Datum extend_lease_body(FunctionCallInfo fcinfo) {
-  const std::string worker = worker_arg(fcinfo);
+  const std::string worker = worker_arg(fcinfo, 0);
   if (PG_ARGISNULL(1)) throw core::Error(core::sqlstate::kNullValue, "lease must not be NULL");
   const std::int64_t lease_us = interval_us_of(PG_GETARG_DATUM(1), "lease");
   core::validate_lease(lease_us);
@@ -46,7 +40,7 @@ Datum extend_lease_body(FunctionCallInfo fcinfo) {
 }
 
 Datum relinquish_body(FunctionCallInfo fcinfo) {
-  const std::string worker = worker_arg(fcinfo);
+  const std::string worker = worker_arg(fcinfo, 0);
   // Lock first, then look at the in-flight deliveries in a second statement, which sees
   // what committed while this waited for a lane (a delivery another connection of the
   // worker claimed into it meanwhile must keep the lane held).

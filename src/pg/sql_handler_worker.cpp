@@ -18,9 +18,11 @@
 #include "handler_call.hpp"
 #include "settings.hpp"
 #include "spi.hpp"
+#include "subtransaction.hpp"
 #include "wakeup.hpp"
 #include "worker_support.hpp"
 
+#include "../core/claim_request.hpp"
 #include "../core/sql_timeout.hpp"
 
 #include <chrono>
@@ -47,10 +49,12 @@ constexpr std::int64_t kLeaseMarginMs = 10000;
 struct Job {
   std::string token;
   std::string handler;
-  Oid function = InvalidOid;
-  Oid owner = InvalidOid;
+  Oid function = InvalidOid;  // its owner is read just before the call
   int timeout_ms = 0;
-  std::string event;  // the event as JSON text (claims and handling are separate transactions)
+  // The event as JSON text (claims and handling are separate transactions), made into a
+  // jsonb value inside the call's subtransaction: one too large to be a jsonb (its payload
+  // and headers each fit, together they do not) fails its own delivery, not the claim.
+  std::string event;
 };
 
 // The batch whose transaction is open, for the exit callback: jobs[first..] are what an
@@ -67,7 +71,8 @@ BatchInProgress in_progress;
 class SqlHandlerWorker {
  public:
   explicit SqlHandlerWorker(int slot)
-      : name_("relaybus-sql-" + std::to_string(slot)), turn_(static_cast<std::size_t>(slot)) {}
+      : name_(std::string(core::kSqlHandlerWorkerPrefix) + std::to_string(slot)),
+        turn_(static_cast<std::size_t>(slot) + static_cast<std::size_t>(MyProcPid)) {}
 
   // Claims and handles one batch; returns how many deliveries it handled.
   std::size_t round();
@@ -83,7 +88,9 @@ class SqlHandlerWorker {
   // A stable name per slot: a restarted worker reuses it, and the claim takes over the
   // lanes its dead predecessor held at once (their holder backend is gone).
   std::string name_;
-  std::size_t turn_;  // which handler to try first; workers start at different ones
+  // Which handler to try first. Workers start at different ones, and a restarted worker
+  // somewhere else than where its predecessor ended.
+  std::size_t turn_;
 };
 
 // The statement timeout of a handler's calls, from its stored sql_timeout (column c of row
@@ -96,6 +103,19 @@ int sql_timeout_ms(std::uint64_t r, int c) {
   return static_cast<int>(core::clamped_sql_timeout(*stored_us) / 1000);
 }
 
+void report_failed_claim(const std::string& handler, ErrorData* error) {
+  const char* message = error->message != nullptr ? error->message : "error";
+  const int code = error->sqlerrcode;
+  pg_call([&] {
+    ereport(WARNING,
+            (errmsg("relaybus: claiming for in-database handler \"%s\" failed", handler.c_str()),
+             errdetail("%s (SQLSTATE %s)", message, unpack_sql_state(code)),
+             errhint("The worker goes on with the other handlers and tries this one "
+                     "again at its next turn.")));
+    FreeErrorData(error);
+  });
+}
+
 std::vector<Job> SqlHandlerWorker::claim() {
   static Statement handlers(
       "SELECT s.handler, s.sql_timeout"
@@ -105,18 +125,21 @@ std::vector<Job> SqlHandlerWorker::claim() {
   // The handler list is re-read inside the claim statement: one that was unsubscribed or
   // turned into an external handler meanwhile is simply not claimed (an empty list claims
   // nothing). The function may still vanish before the call: see handle().
+  // The event is put together as text, not as a jsonb value: see Job::event.
   static Statement claim(
-      "SELECT c.lease_token, c.handler, s.sql_function::oid, p.proowner,"
-      " s.sql_timeout,"
-      " jsonb_build_object('id', c.event_id, 'handler', c.handler, 'type', c.type,"
-      "  'key', c.key, 'payload', c.payload, 'headers', c.headers, 'attempts', c.attempts,"
-      "  'published_at', c.published_at)::text"
+      "SELECT c.lease_token, c.handler, s.sql_function::oid, s.sql_timeout,"
+      " '{\"id\":' || to_jsonb(c.event_id)::text || ',\"handler\":' || to_jsonb(c.handler)::text"
+      " || ',\"type\":' || to_jsonb(c.type)::text"
+      " || ',\"key\":' || coalesce(to_jsonb(c.key)::text, 'null')"
+      " || ',\"payload\":' || c.payload::text"
+      " || ',\"headers\":' || coalesce(c.headers::text, 'null')"
+      " || ',\"attempts\":' || c.attempts::text"
+      " || ',\"published_at\":' || to_jsonb(c.published_at)::text || '}'"
       " FROM relaybus.claim($1, $2, $3, ARRAY(SELECT x.handler FROM relaybus.subscriptions x"
       "  WHERE x.handler = $4 AND x.sql_function IS NOT NULL))"
       " WITH ORDINALITY AS c(lease_token, event_id, handler, type, key, payload, headers,"
       "  attempts, published_at, n)"
       " LEFT JOIN relaybus.subscriptions s ON s.handler = c.handler"
-      " LEFT JOIN pg_catalog.pg_proc p ON p.oid = s.sql_function"
       " ORDER BY c.n",
       {TEXTOID, INT4OID, INTERVALOID, TEXTOID});
   std::vector<Job> jobs;
@@ -135,7 +158,13 @@ std::vector<Job> SqlHandlerWorker::claim() {
       params.int4(settings::sql_handler_batch());
       params.interval_us(lease_ms * 1000);
       params.text(handler);
-      n = claim.run(params);
+      // A claim for one handler that raises (whatever the cause) is rolled back, reported
+      // and passed over: it must not end the worker and stop the other handlers.
+      ErrorData* error = in_subtransaction([&] { n = claim.run(params); });
+      if (error != nullptr) {
+        n = 0;
+        report_failed_claim(handler, error);
+      }
     }
     for (std::uint64_t r = 0; r < n; ++r) {
       Job job;
@@ -144,10 +173,8 @@ std::vector<Job> SqlHandlerWorker::claim() {
       bool null = false;
       const Datum function = row::datum(r, 3, &null);
       job.function = null ? InvalidOid : DatumGetObjectId(function);
-      const Datum owner = row::datum(r, 4, &null);
-      job.owner = null ? InvalidOid : DatumGetObjectId(owner);
-      job.timeout_ms = sql_timeout_ms(r, 5);
-      job.event = row::text(r, 6);
+      job.timeout_ms = sql_timeout_ms(r, 4);
+      job.event = row::text(r, 5);
       jobs.push_back(std::move(job));
     }
   });
@@ -172,26 +199,24 @@ void SqlHandlerWorker::lock_lanes() {
 void SqlHandlerWorker::handle(const Job& job) {
   static Statement complete("SELECT relaybus.complete($1)", {TEXTOID});
   static Statement fail("SELECT relaybus.fail($1, $2)", {TEXTOID, TEXTOID});
-  if (job.function == InvalidOid || job.owner == InvalidOid) {
-    // Dropped (or unsubscribed) between the claim and now: a failed attempt, with a reason,
-    // rather than a delivery left in flight until its lease expires.
+  if (job.function == InvalidOid) {
+    // Unsubscribed (or made an external handler) between the claim and now: a failed
+    // attempt, with a reason, rather than a delivery left in flight until its lease expires.
     Params params;
     params.text(job.token);
-    params.text("the handler's sql_function no longer exists");
+    params.text(handler_call::kFunctionGone);
     fail.run(params);
     return;
   }
   Params token;
   token.text(job.token);
   const SPIPlanPtr complete_plan = complete.plan();
-  Datum event = 0;
   const char* event_text = job.event.c_str();
-  pg_call([&] { event = DirectFunctionCall1(jsonb_in, CStringGetDatum(event_text)); });
   handler_call::CallOutcome call;
   in_progress.calling = true;
   pg_call([&] {
-    handler_call::run(job.function, job.owner, job.timeout_ms, event, complete_plan,
-                      token.values()[0], &call);
+    handler_call::run(job.function, job.timeout_ms, event_text, complete_plan, token.values()[0],
+                      &call);
   });
   in_progress.calling = false;
   if (call.outcome == handler_call::Outcome::kFailed) {
@@ -351,6 +376,7 @@ void hand_back_at_exit(int, Datum) {
 
 void sql_handler_main(Datum arg) {
   const int slot = DatumGetInt32(arg);
+  worker::mark_sql_handler_worker();
   worker::start("relaybus sql handler", worker::Shutdown::kBetweenCalls);
   wakeup::register_sql_worker(slot);
   handler_call::install();

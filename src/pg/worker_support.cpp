@@ -19,6 +19,7 @@ namespace {
 volatile sig_atomic_t shutdown_flag = 0;
 const char* handler_search_path_value = "\"$user\", public";
 volatile sig_atomic_t in_call = 0;
+bool sql_handler_worker = false;
 
 extern "C" void on_sigterm(SIGNAL_ARGS) {
   const int saved_errno = errno;
@@ -32,6 +33,14 @@ extern "C" void on_sigterm(SIGNAL_ARGS) {
 }
 
 }  // namespace
+
+void mark_sql_handler_worker() noexcept {
+  sql_handler_worker = true;
+}
+
+bool acting_as_sql_handler_worker() noexcept {
+  return sql_handler_worker && !InSecurityRestrictedOperation();
+}
 
 bool shutdown_requested() {
   return shutdown_flag != 0;

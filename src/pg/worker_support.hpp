@@ -17,6 +17,13 @@ enum class Shutdown {
 // relaybus.database.
 void start(const char* application_name, Shutdown shutdown = Shutdown::kAtOnce);
 
+// From an in-database handler worker's main: this process is one of them.
+void mark_sql_handler_worker() noexcept;
+// True in an in-database handler worker's own statements; false in every other process,
+// and inside a handler call (a security-restricted operation), where the handler's code
+// runs as its owner.
+bool acting_as_sql_handler_worker() noexcept;
+
 // kBetweenCalls: SIGTERM arrived.
 bool shutdown_requested();
 
