@@ -161,7 +161,9 @@ q "SET ROLE walter;
        'SELECT * FROM relaybus.statistics()',
        'SELECT * FROM relaybus.list_deliveries()',
        'SELECT relaybus.publish(''w.t'')',
-       'SELECT count(*) FROM relaybus.subscriptions'] LOOP
+       'SELECT count(*) FROM relaybus.subscriptions',
+       'SELECT relaybus.claim(''relaybus-sql-0'', 1)',
+       'SELECT relaybus.relinquish(''relaybus-sql-1'')'] LOOP
        BEGIN
          EXECUTE c;
          INSERT INTO public.seen VALUES ('try_all', c || ': allowed');
@@ -175,10 +177,82 @@ q "SET ROLE walter;
    SELECT relaybus.subscribe('try_all', ARRAY['try_all.t'], max_attempts => 1, sql_function => 'walter.try_all(jsonb)');
    SELECT relaybus.publish('try_all.t', '{}', event_id => 'try-1')" >/dev/null
 wait_for "admin functions from inside walter's handler: the handler ran" \
-  "SELECT count(*) = 11 FROM seen WHERE tag = 'try_all'" 10
-check "every admin function (and publish, and the tables) is refused with 42501, as walter" \
-  "SELECT count(*) = 10 FROM seen WHERE tag = 'try_all' AND value LIKE '%: 42501'"
+  "SELECT count(*) = 13 FROM seen WHERE tag = 'try_all'" 10
+check "every admin function (and publish, the tables, the workers' own names) is refused with 42501, as walter" \
+  "SELECT count(*) = 12 FROM seen WHERE tag = 'try_all' AND value LIKE '%: 42501'"
 check "the call ran as walter" "SELECT EXISTS (SELECT 1 FROM seen WHERE tag = 'try_all' AND value LIKE 'current_user=walter %')"
+
+# The names the handler workers claim under are theirs alone: a worker role that used one
+# could take their lanes, or lock them in an idle transaction and stall every in-database
+# handler (found by review after the fix of the findings).
+for call in "relaybus.claim('relaybus-sql-0', 1)" "relaybus.extend_lease('relaybus-sql-0')" \
+            "relaybus.relinquish('relaybus-sql-1')"; do
+  out=$(psql -qXAt -c "SELECT $call" 2>&1 || true)
+  [[ "$out" == *"reserved for relaybus's in-database handler workers"* ]] \
+    && ok "a session may not use the handler workers' names: $call" \
+    || not_ok "a session may not use the handler workers' names: $call (got: $out)"
+done
+
+# The owner is read just before the call: a function handed to another owner after the
+# claim (here during the first call of the batch) runs as its new owner.
+q "CREATE ROLE app LOGIN;
+   CREATE FUNCTION public.whoami(e jsonb) RETURNS void LANGUAGE plpgsql AS \$\$
+   BEGIN
+     IF e->'payload' ? 'sleep' THEN PERFORM pg_sleep((e->'payload'->>'sleep')::float8); END IF;
+     INSERT INTO public.seen VALUES ('whoami', (e->>'id') || ':' || current_user);
+   END \$\$;
+   ALTER FUNCTION public.whoami(jsonb) OWNER TO app;
+   SELECT relaybus.subscribe('whoami', ARRAY['whoami.t'], sql_function => 'public.whoami(jsonb)');
+   BEGIN;
+   SELECT relaybus.publish('whoami.t', '{\"sleep\": 0.8}', event_id => 'owner-1');
+   SELECT relaybus.publish('whoami.t', '{}', event_id => 'owner-2');
+   COMMIT" >/dev/null
+sleep 0.3
+q "ALTER FUNCTION public.whoami(jsonb) OWNER TO eve" >/dev/null
+wait_for "a handed-over function: the call after the hand-over runs as the new owner" \
+  "SELECT (SELECT value FROM seen WHERE tag = 'whoami' AND value LIKE 'owner-2:%') = 'owner-2:eve'
+      AND (SELECT value FROM seen WHERE tag = 'whoami' AND value LIKE 'owner-1:%') = 'owner-1:app'" 10
+
+# random()'s seed and the sequence state lastval() reports outlive a rollback: both are reset
+# after each call, so no call can predict another's random() or learn what it used.
+expected=$(psql -qXAt -c "SELECT setseed(0.42)" -c "SELECT random()" | tail -1)
+q "SET ROLE mallory;
+   CREATE SEQUENCE mallory.s;
+   CREATE FUNCTION mallory.seeder(e jsonb) RETURNS void LANGUAGE plpgsql AS \$\$
+   DECLARE state text;
+   BEGIN
+     IF e->'payload' ? 'seed' THEN
+       PERFORM setseed(0.42), nextval('mallory.s');
+     ELSE
+       BEGIN state := lastval()::text; EXCEPTION WHEN OTHERS THEN state := SQLSTATE; END;
+       INSERT INTO public.seen VALUES ('seeder', random()::text || ' ' || state);
+     END IF;
+   END \$\$;
+   SELECT relaybus.subscribe('seeder', ARRAY['seeder.t'], sql_function => 'mallory.seeder(jsonb)');
+   BEGIN;
+   SELECT relaybus.publish('seeder.t', '{\"seed\": true}', event_id => 'seed-1');
+   SELECT relaybus.publish('seeder.t', '{}', event_id => 'seed-2');
+   COMMIT" >/dev/null
+wait_for "a call after one that seeded random() and used a sequence: ran" \
+  "SELECT EXISTS (SELECT 1 FROM seen WHERE tag = 'seeder')" 10
+check "... its random() is not the seeded one, and lastval() is not defined (55000)" \
+  "SELECT value LIKE '% 55000' AND split_part(value, ' ', 1) <> '$expected' FROM seen WHERE tag = 'seeder'"
+
+# One event too large to be handed to a handler (its payload and headers each fit in a
+# jsonb, together they do not) fails its own delivery: it used to end the claiming worker
+# every round, never charged, and with two such events no in-database handler ran at all.
+q "CREATE FUNCTION public.big(e jsonb) RETURNS void LANGUAGE sql AS
+   'INSERT INTO public.seen VALUES (''big'', e->>''id'')';
+   SELECT relaybus.subscribe('big', ARRAY['big.t'], max_attempts => 1, sql_function => 'public.big(jsonb)');
+   SELECT relaybus.publish('big.t', jsonb_build_object('p', repeat('x', 130 * 1024 * 1024)), event_id => 'big-1',
+                           headers => jsonb_build_object('h', repeat('y', 130 * 1024 * 1024)));
+   SELECT relaybus.publish('big.t', '{}', event_id => 'big-2')" >/dev/null
+wait_for "an event too large for a jsonb fails its delivery (54000), once" \
+  "SELECT status = 'dead' AND attempts = 1 AND last_error LIKE '%exceeds the maximum%54000%'
+     FROM relaybus.deliveries WHERE event_id = 'big-1'" 60
+check "... and the next event of the same handler is handled" \
+  "SELECT EXISTS (SELECT 1 FROM seen WHERE tag = 'big' AND value = 'big-2')"
+q "DELETE FROM relaybus.deliveries WHERE event_id = 'big-1'; DELETE FROM relaybus.events WHERE id = 'big-1'" >/dev/null
 
 # Finding 7: what a call leaves in the session must not outlive it, to be seen by or to
 # block a later handler (whose owner may be another role). PostgreSQL refuses PREPARE and
