@@ -12,6 +12,7 @@ extern "C" {
 #include "commands/async.h"
 #include "commands/prepare.h"
 #include "commands/sequence.h"
+#include "commands/trigger.h"
 #include "mb/pg_wchar.h"
 #include "storage/latch.h"
 #include "storage/lock.h"
@@ -88,6 +89,17 @@ void clear_session_leftovers() {
   ResetTempTableNamespace();
 }
 
+// SET CONSTRAINTS ALL IMMEDIATE, without parsing it on every call: fires what is pending
+// (as the current user) and makes every deferrable constraint immediate for the rest of
+// the transaction.
+void all_constraints_immediate() {
+  ConstraintsSetStmt all_immediate{};
+  all_immediate.type = T_ConstraintsSetStmt;
+  all_immediate.constraints = NIL;
+  all_immediate.deferred = false;
+  AfterTriggerSetState(&all_immediate);
+}
+
 void stop_timers() {
   disable_timeout(deadline_timeout, false);
   disable_timeout(STATEMENT_TIMEOUT, false);
@@ -129,7 +141,7 @@ void run(Oid function, int timeout_ms, const char* event_text, SPIPlanPtr comple
     // inside the restriction PostgreSQL refuses to queue a deferred trigger event (it would
     // fire after the call, as the worker), so a deferrable foreign key or unique constraint
     // must not be deferred. A handler that defers one itself gets 42501 from PostgreSQL.
-    SPI_execute("SET CONSTRAINTS ALL IMMEDIATE", false, 0);
+    all_constraints_immediate();
     const Datum event = DirectFunctionCall1(jsonb_in, CStringGetDatum(event_text));
     // The owner from the same catalog entry fmgr_info and the language handler read the
     // function from (no invalidation is taken in between).
@@ -150,7 +162,7 @@ void run(Oid function, int timeout_ms, const char* event_text, SPIPlanPtr comple
     enable_timeout_after(deadline_timeout, timeout_ms + kCancelGraceMs);
     (void)FunctionCallInvoke(fcinfo);  // the result, NULL or not, is ignored
     // Still as the owner, restricted and under the timeout.
-    SPI_execute("SET CONSTRAINTS ALL IMMEDIATE", false, 0);
+    all_constraints_immediate();
     clear_session_leftovers();
     stop_timers();
     if (take_late_deadline())
