@@ -11,8 +11,18 @@ std::int64_t next_epoch(std::int64_t epoch) noexcept {
 }
 }  // namespace
 
-LaneOrigin classify_held_lane(bool holder_alive) noexcept {
-  return holder_alive ? LaneOrigin::kHeld : LaneOrigin::kOrphaned;
+bool is_callers(const LaneBinding& lane, bool caller_has_holder) noexcept {
+  if (caller_has_holder) return lane.to_holder && lane.same_holder;
+  return !lane.to_holder && lane.backend_alive;
+}
+
+LaneOrigin classify_held_lane(const LaneBinding& lane, bool caller_has_holder) noexcept {
+  if (is_callers(lane, caller_has_holder)) return LaneOrigin::kHeld;
+  // Nobody can finish the in-flight deliveries of a backend that is gone: at once.
+  if (!lane.to_holder && !lane.backend_alive) return LaneOrigin::kOrphaned;
+  // Another live incarnation (another holder, or a holder-less claim's backend) keeps its
+  // lanes while their lease lasts, like any other worker.
+  return lane.lease_expired ? LaneOrigin::kExpired : LaneOrigin::kOthers;
 }
 
 bool charges_in_flight(LaneOrigin origin) noexcept {
@@ -37,6 +47,8 @@ LaneWrite plan_lane_write(LaneOrigin origin, std::int64_t epoch, bool has_live_i
       w.new_holder = got_picks;
       w.epoch = got_picks ? next_epoch(epoch) : epoch;
       return w;
+    case LaneOrigin::kOthers:
+      return w;  // not the caller's: untouched
     case LaneOrigin::kExpired:
     case LaneOrigin::kOrphaned:
       // The takeover itself must be recorded (epoch bump, in-flight list cleared) even if

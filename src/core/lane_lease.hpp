@@ -9,16 +9,38 @@ namespace relaybus::core {
 
 // How the claim came to hold the lane in this call.
 enum class LaneOrigin {
-  kHeld,      // the worker already held it under a live incarnation: keep it
+  kHeld,      // the worker already held it under its own incarnation: keep it
   kFree,      // nobody held it
-  kExpired,   // another worker's lease expired: take it over
+  kExpired,   // another worker's lease expired, or another incarnation's of this worker
+              // name: take it over
   kOrphaned,  // held under this worker's name by an incarnation that is gone (a name reused
               // after a crash): take it over, exactly like an expired lease
+  kOthers,    // held under this worker's name by another live incarnation whose lease is
+              // live: leave it alone (neither adopt nor take over)
 };
 
-// A held lane's origin: kept while the backend that acquired it is alive, otherwise it is
-// an orphan of a previous incarnation whose in-flight deliveries nobody will finish.
-LaneOrigin classify_held_lane(bool holder_alive) noexcept;
+// The incarnation a lane is bound to. A claim that passes a holder binds the lanes it
+// acquires to (worker, holder): any connection passing the same pair holds them, so a pool
+// that closes or swaps connections changes nothing. Without a holder they are bound to the
+// backend that acquired them, and every connection of that worker name shares them while
+// that backend lives.
+struct LaneBinding {
+  bool to_holder = false;      // bound to an explicit holder, else to the acquiring backend
+  bool same_holder = false;    // to_holder: it is the caller's holder
+  bool backend_alive = false;  // !to_holder: the acquiring backend is alive
+  bool lease_expired = false;
+};
+
+// Whether a lane held under the caller's worker name belongs to the caller's incarnation:
+// same holder; or, for a caller without holder, a backend-bound lane whose backend lives.
+// Copied in SQL, for set-based renewals and hand-backs: RELAYBUS_LANE_IS_CALLERS_SQL in
+// src/pg/holder.hpp (test/pgtap/24_holders.sql feeds both every combination).
+bool is_callers(const LaneBinding& lane, bool caller_has_holder) noexcept;
+
+// What a claim does with a lane held under its worker name: kHeld (the caller's), kOrphaned
+// (bound to a backend that is gone), kExpired (another incarnation's, lease expired) or
+// kOthers (another live incarnation's, lease live).
+LaneOrigin classify_held_lane(const LaneBinding& lane, bool caller_has_holder) noexcept;
 
 // A takeover charges the in-flight deliveries of the previous holder one attempt each.
 bool charges_in_flight(LaneOrigin origin) noexcept;
@@ -26,7 +48,7 @@ bool charges_in_flight(LaneOrigin origin) noexcept;
 struct LaneWrite {
   bool write = false;       // false: leave the row untouched (no WAL, no dead tuple)
   bool hold = false;        // true: lease it to the worker; false: hand it back
-  bool new_holder = false;  // record the calling backend as the incarnation holding it
+  bool new_holder = false;  // bind it to the caller's incarnation (holder, or backend)
   std::int64_t epoch = 0;   // the epoch to store; tokens of this claim carry it
 };
 

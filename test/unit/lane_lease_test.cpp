@@ -23,6 +23,8 @@ static std::ostream& operator<<(std::ostream& os, LaneOrigin origin) {
       return os << "expired";
     case LaneOrigin::kOrphaned:
       return os << "orphaned";
+    case LaneOrigin::kOthers:
+      return os << "others";
   }
   return os << "LaneOrigin(" << static_cast<int>(origin) << ")";
 }
@@ -32,12 +34,71 @@ namespace {
 constexpr LaneOrigin kAllOrigins[] = {LaneOrigin::kHeld, LaneOrigin::kFree, LaneOrigin::kExpired,
                                       LaneOrigin::kOrphaned};
 
-TEST(LaneLeaseTest, HeldLaneOfALiveHolderIsKept) {
-  EXPECT_EQ(classify_held_lane(true), LaneOrigin::kHeld);
+LaneBinding to_backend(bool alive, bool expired) {
+  LaneBinding b;
+  b.backend_alive = alive;
+  b.lease_expired = expired;
+  return b;
 }
 
-TEST(LaneLeaseTest, HeldLaneOfAGoneIncarnationIsAnOrphan) {
-  EXPECT_EQ(classify_held_lane(false), LaneOrigin::kOrphaned);
+LaneBinding to_holder(bool same, bool expired) {
+  LaneBinding b;
+  b.to_holder = true;
+  b.same_holder = same;
+  b.lease_expired = expired;
+  return b;
+}
+
+constexpr bool kWithHolder = true;
+constexpr bool kWithoutHolder = false;
+
+TEST(LaneLeaseTest, WithoutHolderALaneOfALiveBackendIsSharedExpiredOrNot) {
+  // Every connection of a worker name shares its lanes while the acquiring backend lives.
+  EXPECT_EQ(classify_held_lane(to_backend(true, false), kWithoutHolder), LaneOrigin::kHeld);
+  EXPECT_EQ(classify_held_lane(to_backend(true, true), kWithoutHolder), LaneOrigin::kHeld);
+}
+
+TEST(LaneLeaseTest, ALaneOfAGoneBackendIsAnOrphanForEveryCaller) {
+  for (bool expired : {false, true}) {
+    EXPECT_EQ(classify_held_lane(to_backend(false, expired), kWithoutHolder),
+              LaneOrigin::kOrphaned);
+    EXPECT_EQ(classify_held_lane(to_backend(false, expired), kWithHolder), LaneOrigin::kOrphaned);
+  }
+}
+
+TEST(LaneLeaseTest, TheSameHolderKeepsItsLanesOnAnyConnection) {
+  EXPECT_EQ(classify_held_lane(to_holder(true, false), kWithHolder), LaneOrigin::kHeld);
+  EXPECT_EQ(classify_held_lane(to_holder(true, true), kWithHolder), LaneOrigin::kHeld);
+}
+
+TEST(LaneLeaseTest, AnotherIncarnationsLaneIsLeftWhileItsLeaseIsLiveThenTakenOver) {
+  // Another holder, a holder-less caller of a holder's lane, a holder of a live backend's.
+  const LaneBinding live[] = {to_holder(false, false), to_holder(true, false),
+                              to_backend(true, false)};
+  const bool callers[] = {kWithHolder, kWithoutHolder, kWithHolder};
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(classify_held_lane(live[i], callers[i]), LaneOrigin::kOthers) << i;
+    LaneBinding expired = live[i];
+    expired.lease_expired = true;
+    EXPECT_EQ(classify_held_lane(expired, callers[i]), LaneOrigin::kExpired) << i;
+  }
+}
+
+TEST(LaneLeaseTest, IsCallersIsExactlyTheHeldCase) {
+  for (bool to : {false, true})
+    for (bool same : {false, true})
+      for (bool alive : {false, true})
+        for (bool expired : {false, true})
+          for (bool caller : {false, true}) {
+            LaneBinding b{to, same, alive, expired};
+            EXPECT_EQ(is_callers(b, caller), classify_held_lane(b, caller) == LaneOrigin::kHeld);
+          }
+}
+
+TEST(LaneLeaseTest, ALaneOfOthersIsNeverWritten) {
+  for (bool in_flight : {false, true})
+    for (bool picks : {false, true})
+      EXPECT_FALSE(plan_lane_write(LaneOrigin::kOthers, 7, in_flight, picks).write);
 }
 
 TEST(LaneLeaseTest, OnlyTakeoversChargeInFlightDeliveries) {
@@ -48,7 +109,9 @@ TEST(LaneLeaseTest, OnlyTakeoversChargeInFlightDeliveries) {
 }
 
 TEST(LaneLeaseTest, OrphanedIsChargedLikeExpired) {
-  EXPECT_EQ(charges_in_flight(classify_held_lane(false)), charges_in_flight(LaneOrigin::kExpired));
+  EXPECT_EQ(charges_in_flight(classify_held_lane(to_backend(false, false), kWithoutHolder)),
+            charges_in_flight(LaneOrigin::kExpired));
+  EXPECT_FALSE(charges_in_flight(LaneOrigin::kOthers));
 }
 
 // One row of the decision table. `write` false means the lane row is left untouched; then
