@@ -97,13 +97,15 @@ CREATE FUNCTION relaybus.publish_batch(events jsonb) RETURNS SETOF text
   SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
 -- claim: leases lanes to worker and returns up to batch_size due deliveries of handlers
--- (default: every handler without sql_function), respecting per-key order. Takes over
--- lanes whose lease expired. lease: more than 0, at most 1 day (22023 otherwise). Writes
+-- (default: every handler without sql_function), respecting per-key order. holder binds
+-- the lanes to (worker, holder), so any connection passing the pair holds them; NULL binds
+-- them to this backend. Takes over lanes whose lease expired, and the worker's lanes of an
+-- incarnation that is gone. lease: more than 0, at most 1 day (22023 otherwise). Writes
 -- lanes only (plus, on a takeover, the charged deliveries). Locks: FOR NO KEY UPDATE on
 -- held lanes, FOR UPDATE SKIP LOCKED on free ones.
 CREATE FUNCTION relaybus.claim(
   worker text, batch_size integer DEFAULT 10, lease interval DEFAULT '30 seconds',
-  handlers text[] DEFAULT NULL)
+  handlers text[] DEFAULT NULL, holder text DEFAULT NULL)
   RETURNS TABLE(lease_token text, event_id text, handler text, type text, key text,
                 payload jsonb, headers jsonb, attempts integer, published_at timestamptz)
   AS 'MODULE_PATHNAME', 'relaybus_claim' LANGUAGE C VOLATILE ROWS 10
@@ -111,9 +113,11 @@ CREATE FUNCTION relaybus.claim(
   SET enable_seqscan = off SET enable_bitmapscan = off
   SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
--- extend_lease: renews every lane worker holds under a live incarnation, for lease (more
--- than 0, at most 1 day). Returns how many. Writes lanes.
-CREATE FUNCTION relaybus.extend_lease(worker text, lease interval DEFAULT '30 seconds')
+-- extend_lease: renews every lane worker holds under the caller's incarnation ((worker,
+-- holder), or with holder NULL this live backend's lanes), for lease (more than 0, at most
+-- 1 day). Returns how many. Writes lanes.
+CREATE FUNCTION relaybus.extend_lease(worker text, lease interval DEFAULT '30 seconds',
+                                      holder text DEFAULT NULL)
   RETURNS integer
   AS 'MODULE_PATHNAME', 'relaybus_extend_lease' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -163,9 +167,9 @@ CREATE FUNCTION relaybus.release(lease_token text) RETURNS boolean
   SET enable_seqscan = off SET enable_bitmapscan = off
   SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
--- relinquish: hands back every lane of worker that runs nothing. Returns how many.
--- Writes lanes.
-CREATE FUNCTION relaybus.relinquish(worker text) RETURNS integer
+-- relinquish: hands back every lane of (worker, holder) that runs nothing; with holder
+-- NULL, every lane of worker bound to a backend. Returns how many. Writes lanes.
+CREATE FUNCTION relaybus.relinquish(worker text, holder text DEFAULT NULL) RETURNS integer
   AS 'MODULE_PATHNAME', 'relaybus_relinquish' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
   SET enable_seqscan = off SET enable_bitmapscan = off
@@ -354,14 +358,14 @@ GRANT EXECUTE ON FUNCTION
   TO relaybus_publisher;
 
 GRANT EXECUTE ON FUNCTION
-  relaybus.claim(text, integer, interval, text[]),
-  relaybus.extend_lease(text, interval),
+  relaybus.claim(text, integer, interval, text[], text),
+  relaybus.extend_lease(text, interval, text),
   relaybus.complete(text),
   relaybus.complete_many(text[]),
   relaybus.fail(text, text, timestamptz),
   relaybus.bury(text, text),
   relaybus.release(text),
-  relaybus.relinquish(text)
+  relaybus.relinquish(text, text)
   TO relaybus_worker;
 
 GRANT EXECUTE ON FUNCTION relaybus.lane_of(text)

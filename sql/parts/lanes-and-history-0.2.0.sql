@@ -6,7 +6,8 @@
 -- a deep queue left 5-7% of lane updates non-HOT, the versions of busy neighbours filling
 -- pages faster than pruning (which needs the page unpinned) emptied them; one or three lanes
 -- to a page left none. 0.7 to 2 MB per handler. epoch moves whenever the lane changes hands;
--- holder_pid/holder_started name the backend (the incarnation) that acquired it.
+-- the incarnation holding it is holder (a claim's explicit holder) or, without one,
+-- holder_pid/holder_started (the backend that acquired it).
 CREATE TABLE relaybus.lanes (
   handler          text NOT NULL,
   lane             smallint NOT NULL CHECK (lane >= 0 AND lane < 256),
@@ -15,6 +16,7 @@ CREATE TABLE relaybus.lanes (
   lease_expires_at timestamptz,
   holder_pid       integer,
   holder_started   timestamptz,
+  holder           text,
   in_flight        text[] NOT NULL DEFAULT '{}',
   CONSTRAINT lanes_pkey PRIMARY KEY (handler, lane)
 ) WITH (fillfactor = 10);

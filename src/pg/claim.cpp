@@ -46,8 +46,12 @@ struct Claimed {
 
 class Claim {
  public:
-  Claim(std::string worker, int batch_size, std::int64_t lease_us)
-      : worker_(std::move(worker)), lease_us_(lease_us), planner_(batch_size) {}
+  Claim(std::string worker, std::optional<std::string> holder, int batch_size,
+        std::int64_t lease_us)
+      : worker_(std::move(worker)),
+        holder_(std::move(holder)),
+        lease_us_(lease_us),
+        planner_(batch_size) {}
 
   void resolve_handlers(const std::optional<std::vector<std::string>>& requested);
   void take_held_lanes();
@@ -60,6 +64,7 @@ class Claim {
   void fetch_candidates(std::size_t first_lane);
 
   std::string worker_;
+  std::optional<std::string> holder_;  // nullopt: lanes are bound to this backend
   std::int64_t lease_us_;
   core::BatchPlanner planner_;
   std::vector<std::string> handlers_;
@@ -112,17 +117,20 @@ void Claim::take_held_lanes() {
       " WHERE l.lease_owner = $1 AND l.handler = ANY ($2)"
       " ORDER BY l.handler, l.lane FOR NO KEY UPDATE OF l",
       {TEXTOID, TEXTARRAYOID});
-  // The in-flight list is pruned of deliveries that completed.
+  // The in-flight list is pruned of deliveries that completed. The binding of each lane
+  // (core::LaneBinding) decides whose it is.
   static Statement read_held(
-      "SELECT l.handler, l.lane, l.epoch, " RELAYBUS_HOLDER_ALIVE_SQL("$3", "$4")
-      ", f.ids, f.keys FROM unnest($1::text[], $2::int2[]) AS u(handler, lane)"
+      "SELECT l.handler, l.lane, l.epoch, l.holder IS NOT NULL, coalesce(l.holder = $5, false),"
+      " " RELAYBUS_HOLDER_ALIVE_SQL("$3", "$4") ", l.lease_expires_at <= now(),"
+      " f.ids, f.keys FROM unnest($1::text[], $2::int2[]) AS u(handler, lane)"
       " JOIN relaybus.lanes l ON l.handler = u.handler AND l.lane = u.lane"
       " CROSS JOIN LATERAL " RELAYBUS_LIVE_IN_FLIGHT_WITH_KEYS_SQL " f"
       " ORDER BY l.handler, l.lane",
-      {TEXTARRAYOID, INT2ARRAYOID, INT4OID, TIMESTAMPTZOID});
-  // An orphan (its incarnation is gone) is taken over. FOR UPDATE conflicts with the
-  // FOR KEY SHARE of a completion still in progress, so this waits for it, then re-reads
-  // the in-flight list (charge() finds which of it is still pending).
+      {TEXTARRAYOID, INT2ARRAYOID, INT4OID, TIMESTAMPTZOID, TEXTOID});
+  // An orphan (its incarnation is gone), or another incarnation's lane whose lease expired,
+  // is taken over. FOR UPDATE conflicts with the FOR KEY SHARE of a completion still in
+  // progress, so this waits for it, then re-reads the in-flight list (charge() finds which
+  // of it is still pending).
   static Statement lock_orphans(
       "SELECT l.handler, l.lane, l.epoch, l.in_flight"
       " FROM relaybus.lanes l JOIN unnest($1::text[], $2::int2[]) AS o(handler, lane)"
@@ -142,17 +150,29 @@ void Claim::take_held_lanes() {
   held.bind(params);
   params.int4(current_holder_pid());
   params.timestamptz(current_holder_started());
+  params.text(holder_);
   const std::uint64_t n = read_held.run(params);
   LaneList orphans;
   for (std::uint64_t r = 0; r < n; ++r) {
-    LaneInClaim lane = read_lane(r, core::classify_held_lane(row::boolean(r, 4)), 5);
-    if (lane.origin == core::LaneOrigin::kHeld) {
-      for (const auto& key : row::text_array(r, 6)) planner_.key_in_flight(lane.handler, key);
-    }
-    if (lane.origin == core::LaneOrigin::kOrphaned) {
-      orphans.add(lane.handler, lane.lane);
-    } else {
-      lanes_.push_back(std::move(lane));
+    core::LaneBinding binding;
+    binding.to_holder = row::boolean(r, 4);
+    binding.same_holder = row::boolean(r, 5);
+    binding.backend_alive = row::boolean(r, 6);
+    binding.lease_expired = row::boolean(r, 7);
+    LaneInClaim lane =
+        read_lane(r, core::classify_held_lane(binding, holder_.has_value()), /*in_flight=*/8);
+    switch (lane.origin) {
+      case core::LaneOrigin::kHeld:
+        for (const auto& key : row::text_array(r, 9)) planner_.key_in_flight(lane.handler, key);
+        lanes_.push_back(std::move(lane));
+        break;
+      case core::LaneOrigin::kOrphaned:
+      case core::LaneOrigin::kExpired:
+        orphans.add(lane.handler, lane.lane);
+        break;
+      case core::LaneOrigin::kOthers:
+      case core::LaneOrigin::kFree:
+        break;  // another live incarnation's: left alone
     }
   }
   if (!orphans.empty()) {
@@ -318,6 +338,7 @@ void Claim::write_lanes() {
       " lease_expires_at = CASE WHEN u.hold THEN now() + $2 END,"
       " holder_pid = CASE WHEN u.new_holder THEN $3 WHEN u.hold THEN l.holder_pid END,"
       " holder_started = CASE WHEN u.new_holder THEN $4 WHEN u.hold THEN l.holder_started END,"
+      " holder = CASE WHEN u.new_holder THEN $12 WHEN u.hold THEN l.holder END,"
       " in_flight = coalesce(ARRAY(SELECT f.event_id FROM unnest($9::int4[], $10::text[])"
       "  WITH ORDINALITY AS f(position, event_id, n) WHERE f.position = u.position"
       "  ORDER BY f.n), '{}')"
@@ -325,7 +346,7 @@ void Claim::write_lanes() {
       "  WITH ORDINALITY AS u(handler, lane, epoch, hold, new_holder, position)"
       " WHERE l.handler = u.handler AND l.lane = u.lane",
       {TEXTOID, INTERVALOID, INT4OID, TIMESTAMPTZOID, TEXTARRAYOID, INT2ARRAYOID, INT8ARRAYOID,
-       BOOLARRAYOID, INT4ARRAYOID, TEXTARRAYOID, BOOLARRAYOID});
+       BOOLARRAYOID, INT4ARRAYOID, TEXTARRAYOID, BOOLARRAYOID, TEXTOID});
   std::vector<std::string> handlers, flight_ids;
   std::vector<std::int16_t> lane_numbers;
   std::vector<std::int64_t> epochs;
@@ -353,8 +374,14 @@ void Claim::write_lanes() {
   Params params;
   params.text(worker_);
   params.interval_us(lease_us_);
-  params.int4(current_holder_pid());
-  params.timestamptz(current_holder_started());
+  // Bound to the holder, or else to this backend.
+  if (holder_) {
+    params.datum(0, true);
+    params.timestamptz(std::nullopt);
+  } else {
+    params.int4(current_holder_pid());
+    params.timestamptz(current_holder_started());
+  }
   params.text_array(handlers);
   params.int2_array(lane_numbers);
   params.int8_array(epochs);
@@ -362,6 +389,7 @@ void Claim::write_lanes() {
   params.int4_array(flight_positions);
   params.text_array(flight_ids);
   params.bool_array(new_holders);
+  params.text(holder_);
   write.run(params);
 }
 
@@ -418,7 +446,7 @@ Datum claim_body(FunctionCallInfo fcinfo) {
   ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
   pg_call([&] { InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC); });
   SpiConnection spi;
-  Claim claim(std::move(worker), batch_size, lease_us);
+  Claim claim(std::move(worker), holder_arg(fcinfo, 4), batch_size, lease_us);
   claim.resolve_handlers(requested);
   claim.take_held_lanes();
   claim.acquire_free_lanes();

@@ -1,8 +1,11 @@
-// The incarnation that holds a lane: the backend (pid and start time) whose claim acquired
-// it. A worker name reused after a crash must not adopt the lanes of its dead predecessor,
-// whose in-flight deliveries nobody would ever finish, so a held lane counts as held only
-// while that backend is alive; otherwise it is an orphan and is taken over like an expired
-// lease. The start time guards against pid reuse.
+// The incarnation that holds a lane (core::LaneBinding). A claim that passes a holder binds
+// the lanes it acquires to (worker, holder): lanes.holder records it, and any connection
+// passing the same pair holds, renews and relinquishes them, so a pool that closes or
+// swaps connections (PgBouncer in transaction mode) causes no takeover. Without a holder a
+// lane is bound to the backend (pid and start time) whose claim acquired it: every
+// connection of the worker name shares it while that backend is alive; once it is gone the
+// lane is an orphan and is taken over at once (a name reused after a crash must not adopt
+// in-flight deliveries that nobody will finish). The start time guards against pid reuse.
 #pragma once
 
 #include "postgres.hpp"
@@ -17,6 +20,13 @@
   " (l.holder_pid IS NOT NULL AND EXISTS (SELECT 1 FROM"             \
   " pg_catalog.pg_stat_get_activity(l.holder_pid) a"                 \
   " WHERE a.backend_start = l.holder_started)))"
+
+// SQL copy of core::is_callers for lane row `l`: the lane belongs to the caller's
+// incarnation. `holder` is the placeholder of the caller's holder (NULL: none).
+#define RELAYBUS_LANE_IS_CALLERS_SQL(holder, pid, started)                   \
+  "(CASE WHEN " holder "::text IS NOT NULL THEN coalesce(l.holder = " holder \
+  ", false)"                                                                 \
+  " ELSE l.holder IS NULL AND " RELAYBUS_HOLDER_ALIVE_SQL(pid, started) " END)"
 
 namespace relaybus::pg {
 

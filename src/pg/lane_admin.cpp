@@ -22,18 +22,20 @@ Datum extend_lease_body(FunctionCallInfo fcinfo) {
   if (PG_ARGISNULL(1)) throw core::Error(core::sqlstate::kNullValue, "lease must not be NULL");
   const std::int64_t lease_us = interval_us_of(PG_GETARG_DATUM(1), "lease");
   core::validate_lease(lease_us);
-  // Only lanes whose acquiring incarnation is alive: a successor reusing the name must not
-  // keep its dead predecessor's in-flight deliveries hidden behind renewed leases.
+  // Only the caller's incarnation's lanes (holder.hpp): a successor reusing the name must not
+  // keep its dead predecessor's in-flight deliveries hidden behind renewed leases, nor
+  // another holder's.
   static Statement extend(
       "UPDATE relaybus.lanes l SET lease_expires_at = now() + $2"
-      " WHERE l.lease_owner = $1 AND " RELAYBUS_HOLDER_ALIVE_SQL("$3", "$4"),
-      {TEXTOID, INTERVALOID, INT4OID, TIMESTAMPTZOID});
+      " WHERE l.lease_owner = $1 AND " RELAYBUS_LANE_IS_CALLERS_SQL("$5", "$3", "$4"),
+      {TEXTOID, INTERVALOID, INT4OID, TIMESTAMPTZOID, TEXTOID});
   SpiConnection spi;
   Params params;
   params.text(worker);
   params.interval_us(lease_us);
   params.int4(current_holder_pid());
   params.timestamptz(current_holder_started());
+  params.text(holder_arg(fcinfo, 2));
   const std::uint64_t n = extend.run(params);
   spi.finish();
   return Int32GetDatum(static_cast<std::int32_t>(n));
@@ -43,15 +45,18 @@ Datum relinquish_body(FunctionCallInfo fcinfo) {
   const std::string worker = worker_arg(fcinfo, 0);
   // Lock first, then look at the in-flight deliveries in a second statement, which sees
   // what committed while this waited for a lane (a delivery another connection of the
-  // worker claimed into it meanwhile must keep the lane held).
+  // worker claimed into it meanwhile must keep the lane held). With a holder: that
+  // holder's lanes; without: the worker's lanes bound to a backend (any backend: a lane of
+  // a dead one that runs nothing may as well go back now), never another holder's.
   static Statement lock(
       "SELECT l.handler, l.lane FROM relaybus.lanes l WHERE l.lease_owner = $1"
+      " AND CASE WHEN $2::text IS NULL THEN l.holder IS NULL ELSE l.holder = $2 END"
       " ORDER BY l.handler, l.lane FOR NO KEY UPDATE OF l",
-      {TEXTOID});
+      {TEXTOID, TEXTOID});
   // A lane runs nothing when no delivery of its in-flight list is still pending.
   static Statement relinquish(
       "UPDATE relaybus.lanes l SET lease_owner = NULL, lease_expires_at = NULL,"
-      " holder_pid = NULL, holder_started = NULL, in_flight = '{}'"
+      " holder_pid = NULL, holder_started = NULL, holder = NULL, in_flight = '{}'"
       " FROM unnest($1::text[], $2::int2[]) AS u(handler, lane)"
       " WHERE l.handler = u.handler AND l.lane = u.lane"
       " AND cardinality(" RELAYBUS_LIVE_IN_FLIGHT_SQL ") = 0",
@@ -59,6 +64,7 @@ Datum relinquish_body(FunctionCallInfo fcinfo) {
   SpiConnection spi;
   Params params;
   params.text(worker);
+  params.text(holder_arg(fcinfo, 1));
   const LaneList locked = LaneList::from_rows(lock.run(params));
   std::uint64_t n = 0;
   if (!locked.empty()) {
@@ -75,7 +81,8 @@ Datum relinquish_body(FunctionCallInfo fcinfo) {
 void take_over(const LaneList& lanes, const std::vector<InFlightDelivery>& in_flight) {
   static Statement release(
       "UPDATE relaybus.lanes l SET epoch = l.epoch + 1, lease_owner = NULL,"
-      " lease_expires_at = NULL, holder_pid = NULL, holder_started = NULL, in_flight = '{}'"
+      " lease_expires_at = NULL, holder_pid = NULL, holder_started = NULL, holder = NULL,"
+      " in_flight = '{}'"
       " FROM unnest($1::text[], $2::int2[]) AS u(handler, lane)"
       " WHERE l.handler = u.handler AND l.lane = u.lane",
       {TEXTARRAYOID, INT2ARRAYOID});

@@ -25,3 +25,16 @@ inline std::string worker_arg(FunctionCallInfo fcinfo, int n) {
 }
 
 }  // namespace relaybus::pg
+
+namespace relaybus::pg {
+
+// The optional holder argument (claim, extend_lease, relinquish): NULL binds to the
+// backend, a string to (worker, holder); an empty or over-long one is 22023.
+inline std::optional<std::string> holder_arg(FunctionCallInfo fcinfo, int n) {
+  if (PG_NARGS() <= n || PG_ARGISNULL(n)) return std::nullopt;
+  std::string holder = text_of(PG_GETARG_DATUM(n));
+  core::validate_name("holder", holder);
+  return holder;
+}
+
+}  // namespace relaybus::pg
