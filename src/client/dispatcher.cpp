@@ -17,7 +17,7 @@ Dispatcher::Dispatcher(StoreFactory stores, DispatcherConfig config,
     : stores_(std::move(stores)),
       config_(std::move(config)),
       handlers_(std::move(handlers)),
-      worker_(make_worker_name(config_.worker_prefix)),
+      worker_{make_worker_name(config_.worker_prefix), make_holder()},
       batcher_(
           config_.completion_window, config_.max_completion_batch,
           [this](std::size_t n) { settled(n); }, [this](const std::string& m) { log(m); }) {
@@ -39,9 +39,9 @@ Dispatcher::~Dispatcher() {
 
 void Dispatcher::log(const std::string& message) const {
   if (config_.log) {
-    config_.log(worker_ + ": " + message);
+    config_.log(worker_.name + ": " + message);
   } else {
-    std::cerr << "relaybus dispatcher " << worker_ << ": " << message << std::endl;
+    std::cerr << "relaybus dispatcher " << worker_.name << ": " << message << std::endl;
   }
 }
 

@@ -66,7 +66,7 @@ class Dispatcher {
   // only waited for by the destructor.
   void stop();
 
-  const std::string& worker() const { return worker_; }
+  const std::string& worker() const { return worker_.name; }
   DispatcherCounters counters() const;
   std::size_t in_flight() const;
 
@@ -86,7 +86,7 @@ class Dispatcher {
   DispatcherConfig config_;
   std::map<std::string, Handler> handlers_;
   std::vector<std::string> handler_names_;
-  std::string worker_;
+  Worker worker_;  // the name, and this incarnation's holder
 
   std::unique_ptr<Store> claim_store_;  // the claim thread's; stop() uses it after the join
   CompletionBatcher batcher_;

@@ -19,15 +19,26 @@ struct Statement {
 constexpr Statement kClaim{"relaybus_claim",
                            "SELECT lease_token, event_id, handler, type, key, payload::text, "
                            "attempts, published_at::text "
-                           "FROM relaybus.claim($1, $2::int, $3::interval, $4::text[])"};
+                           "FROM relaybus.claim($1, $2::int, $3::interval, $4::text[], $5)"};
 constexpr Statement kCompleteMany{"relaybus_complete_many",
                                   "SELECT relaybus.complete_many($1::text[])"};
 constexpr Statement kFail{"relaybus_fail", "SELECT relaybus.fail($1, $2)"};
 constexpr Statement kRelease{"relaybus_release", "SELECT relaybus.release($1)"};
-constexpr Statement kRelinquish{"relaybus_relinquish", "SELECT relaybus.relinquish($1)"};
+constexpr Statement kRelinquish{"relaybus_relinquish", "SELECT relaybus.relinquish($1, $2)"};
 constexpr Statement kExtendLease{"relaybus_extend_lease",
-                                 "SELECT relaybus.extend_lease($1, $2::interval)"};
+                                 "SELECT relaybus.extend_lease($1, $2::interval, $3)"};
 constexpr Statement kAll[] = {kClaim, kCompleteMany, kFail, kRelease, kRelinquish, kExtendLease};
+// The same without the holder, for relaybus 0.1.0 (the benchmarks' baseline), whose
+// row leases have no incarnation to bind.
+constexpr Statement kWithoutHolder[] = {
+    {"relaybus_claim",
+     "SELECT lease_token, event_id, handler, type, key, payload::text, attempts, "
+     "published_at::text FROM relaybus.claim($1, $2::int, $3::interval, $4::text[])"},
+    kCompleteMany,
+    kFail,
+    kRelease,
+    {"relaybus_relinquish", "SELECT relaybus.relinquish($1)"},
+    {"relaybus_extend_lease", "SELECT relaybus.extend_lease($1, $2::interval)"}};
 
 StoreError error_of(PGconn* conn, PGresult* res) {
   const char* state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : nullptr;
@@ -55,7 +66,14 @@ void PgStore::connect() {
   if (conn_) PQfinish(conn_);
   conn_ = PQconnectdb(conninfo_.c_str());
   if (PQstatus(conn_) != CONNECTION_OK) throw error_of(conn_, nullptr);
-  for (const auto& s : kAll) {
+  {
+    Result r(PQexec(conn_,
+                    "SELECT to_regprocedure('relaybus.claim(text,integer,interval,text[],text)') "
+                    "IS NOT NULL"));
+    if (PQresultStatus(r.get()) != PGRES_TUPLES_OK) throw error_of(conn_, r.get());
+    holders_ = PQgetvalue(r.get(), 0, 0)[0] == 't';
+  }
+  for (const auto& s : holders_ ? kAll : kWithoutHolder) {
     Result r(PQprepare(conn_, s.name, s.text, 0, nullptr));
     if (PQresultStatus(r.get()) != PGRES_COMMAND_OK) throw error_of(conn_, r.get());
   }
@@ -66,23 +84,24 @@ void PgStore::connect() {
 }
 
 PgStore::Result PgStore::run(const char* statement, int n, const char* const* values) {
-  // A broken connection is reopened once. Lanes its backend held become orphans, which
-  // the next claim under this worker name takes over (charging their deliveries).
+  // A broken connection is reopened once. The lanes stay held: they are bound to the
+  // worker's holder, not to this connection's backend.
   if (PQstatus(conn_) == CONNECTION_BAD) connect();
   Result r(PQexecPrepared(conn_, statement, n, values, nullptr, nullptr, 0));
   if (PQresultStatus(r.get()) != PGRES_TUPLES_OK) throw error_of(conn_, r.get());
   return r;
 }
 
-std::vector<Delivery> PgStore::claim(const std::string& worker, int batch,
+std::vector<Delivery> PgStore::claim(const Worker& worker, int batch,
                                      std::chrono::milliseconds lease,
                                      const std::vector<std::string>& handlers) {
   const std::string batch_text = std::to_string(batch);
   const std::string lease_text = interval_literal(lease);
   const std::string handlers_text = text_array_literal(handlers);
-  const char* values[] = {worker.c_str(), batch_text.c_str(), lease_text.c_str(),
-                          handlers.empty() ? nullptr : handlers_text.c_str()};
-  Result r = run(kClaim.name, 4, values);
+  const char* values[] = {worker.name.c_str(), batch_text.c_str(), lease_text.c_str(),
+                          handlers.empty() ? nullptr : handlers_text.c_str(),
+                          worker.holder.c_str()};
+  Result r = run(kClaim.name, holders_ ? 5 : 4, values);
   std::vector<Delivery> out;
   const int rows = PQntuples(r.get());
   out.reserve(rows);
@@ -121,16 +140,16 @@ bool PgStore::release(const std::string& token) {
   return PQgetvalue(r.get(), 0, 0)[0] == 't';
 }
 
-int PgStore::relinquish(const std::string& worker) {
-  const char* values[] = {worker.c_str()};
-  Result r = run(kRelinquish.name, 1, values);
+int PgStore::relinquish(const Worker& worker) {
+  const char* values[] = {worker.name.c_str(), worker.holder.c_str()};
+  Result r = run(kRelinquish.name, holders_ ? 2 : 1, values);
   return std::atoi(PQgetvalue(r.get(), 0, 0));
 }
 
-int PgStore::extend_lease(const std::string& worker, std::chrono::milliseconds lease) {
+int PgStore::extend_lease(const Worker& worker, std::chrono::milliseconds lease) {
   const std::string lease_text = interval_literal(lease);
-  const char* values[] = {worker.c_str(), lease_text.c_str()};
-  Result r = run(kExtendLease.name, 2, values);
+  const char* values[] = {worker.name.c_str(), lease_text.c_str(), worker.holder.c_str()};
+  Result r = run(kExtendLease.name, holders_ ? 3 : 2, values);
   return std::atoi(PQgetvalue(r.get(), 0, 0));
 }
 

@@ -19,13 +19,13 @@ class PgStore final : public Store {
   PgStore(const PgStore&) = delete;
   PgStore& operator=(const PgStore&) = delete;
 
-  std::vector<Delivery> claim(const std::string& worker, int batch, std::chrono::milliseconds lease,
+  std::vector<Delivery> claim(const Worker& worker, int batch, std::chrono::milliseconds lease,
                               const std::vector<std::string>& handlers) override;
   int complete_many(const std::vector<std::string>& tokens) override;
   std::string fail(const std::string& token, const std::string& error) override;
   bool release(const std::string& token) override;
-  int relinquish(const std::string& worker) override;
-  int extend_lease(const std::string& worker, std::chrono::milliseconds lease) override;
+  int relinquish(const Worker& worker) override;
+  int extend_lease(const Worker& worker, std::chrono::milliseconds lease) override;
   void listen() override;
   bool wait_for_wakeup(std::chrono::milliseconds timeout) override;
 
@@ -42,6 +42,7 @@ class PgStore final : public Store {
   std::string conninfo_;
   pg_conn* conn_ = nullptr;
   bool listening_ = false;
+  bool holders_ = true;  // the server's claim takes a holder (0.2.0; 0.1.0 has none)
 };
 
 // A PostgreSQL array literal of `items`, every element quoted (tokens and names may hold

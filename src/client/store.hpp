@@ -37,6 +37,15 @@ class StoreError : public std::runtime_error {
   std::string sqlstate_;
 };
 
+// Who claims: a worker name, and the holder of this incarnation. Lanes are bound to the
+// pair, so every connection of the process holds them (a pool may close or swap
+// connections), and a restarted process, with another holder, never adopts the lanes of
+// its predecessor while their lease lasts.
+struct Worker {
+  std::string name;
+  std::string holder;
+};
+
 // Not thread-safe: every thread that talks to the store uses its own instance (a libpq
 // connection serves one thread at a time).
 class Store {
@@ -44,7 +53,7 @@ class Store {
   virtual ~Store() = default;
 
   // Leases lanes for `worker` and returns up to `batch` due deliveries of `handlers`.
-  virtual std::vector<Delivery> claim(const std::string& worker, int batch,
+  virtual std::vector<Delivery> claim(const Worker& worker, int batch,
                                       std::chrono::milliseconds lease,
                                       const std::vector<std::string>& handlers) = 0;
   // Deletes the deliveries whose lease is still valid; returns how many.
@@ -54,9 +63,9 @@ class Store {
   // Gives a delivery back without charging an attempt; false = lease lost.
   virtual bool release(const std::string& token) = 0;
   // Hands back every lane of `worker` that runs nothing; returns how many.
-  virtual int relinquish(const std::string& worker) = 0;
+  virtual int relinquish(const Worker& worker) = 0;
   // Renews every lane `worker` holds; returns how many.
-  virtual int extend_lease(const std::string& worker, std::chrono::milliseconds lease) = 0;
+  virtual int extend_lease(const Worker& worker, std::chrono::milliseconds lease) = 0;
   // Subscribes this instance to publish notifications (LISTEN relaybus). Idempotent.
   virtual void listen() = 0;
   // Waits up to `timeout` for a notification; true if one arrived. Polling stays the

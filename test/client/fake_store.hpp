@@ -51,7 +51,7 @@ class FakeStore final : public Store {
     std::lock_guard<std::mutex> lock(b_.mutex);
     ++b_.opened;
   }
-  std::vector<Delivery> claim(const std::string&, int batch, std::chrono::milliseconds,
+  std::vector<Delivery> claim(const Worker&, int batch, std::chrono::milliseconds,
                               const std::vector<std::string>&) override {
     std::lock_guard<std::mutex> lock(b_.mutex);
     b_.calls.push_back("claim");
@@ -81,12 +81,12 @@ class FakeStore final : public Store {
     b_.released.push_back(token);
     return true;
   }
-  int relinquish(const std::string&) override {
+  int relinquish(const Worker&) override {
     std::lock_guard<std::mutex> lock(b_.mutex);
     b_.calls.push_back("relinquish");
     return ++b_.relinquished;
   }
-  int extend_lease(const std::string&, std::chrono::milliseconds) override {
+  int extend_lease(const Worker&, std::chrono::milliseconds) override {
     std::lock_guard<std::mutex> lock(b_.mutex);
     b_.calls.push_back("extend_lease");
     return ++b_.renewals;
