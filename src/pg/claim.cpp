@@ -202,14 +202,12 @@ void Claim::charge(const std::vector<std::size_t>& lane_indexes) {
 void Claim::fetch_candidates(std::size_t first_lane) {
   if (first_lane >= lanes_.size() || planner_.full()) return;
   // Per lane, in due order: pending, due, not in flight, and (per-key order) no earlier
-  // pending delivery of the same handler and key. The inner LIMIT (the batch's places, or
-  // the lane's room if less) keeps each lane's scan short; the outer one merges the lanes
-  // in due order.
+  // pending delivery of the same handler and key: the SQL copy of core's "no pending
+  // predecessor" (batch_planner.hpp), evaluated here where the key index answers it, so
+  // every candidate returned has none. The inner LIMIT (the batch's places, or the lane's
+  // room if less) keeps each lane's scan short; the outer one merges the lanes in due order.
   static Statement candidates(
-      "SELECT c.lane_index, c.event_id, c.key, c.attempts, c.claims,"
-      " c.key IS NOT NULL AND EXISTS (SELECT 1 FROM relaybus.deliveries p"
-      "  WHERE p.handler = c.handler AND p.lane = c.lane AND p.key = c.key"
-      "  AND p.status = 'pending' AND p.sequence < c.sequence)"
+      "SELECT c.lane_index, c.event_id, c.key, c.attempts, c.claims"
       " FROM (SELECT hl.lane_index, d.handler, d.lane, d.event_id, d.key, d.sequence,"
       "   d.attempts, d.claims, d.available_at"
       "  FROM unnest($1::text[], $2::int2[], $6::int4[])"
@@ -253,7 +251,7 @@ void Claim::fetch_candidates(std::size_t first_lane) {
     core::Candidate candidate;
     candidate.handler = &lanes_[lane_index].handler;
     candidate.key = &c.key;
-    candidate.has_pending_predecessor = row::boolean(r, 6);
+    candidate.has_pending_predecessor = false;  // excluded by the query (see above)
     candidate.lane_in_flight =
         lanes_[lane_index].in_flight.size() + lanes_[lane_index].picks.size();
     if (!planner_.offer(candidate)) continue;
