@@ -28,6 +28,12 @@ FailureOutcome after_failed_attempt(const RetryPolicy& policy, std::int32_t atte
   return outcome;
 }
 
+FailureOutcome after_lost_attempt(const RetryPolicy& policy, std::int32_t attempts_before) {
+  FailureOutcome outcome = after_failed_attempt(policy, attempts_before);
+  outcome.delay_us = 0;
+  return outcome;
+}
+
 void validate(const RetryPolicy& policy) {
   if (policy.max_attempts < 1)
     throw Error(sqlstate::kInvalidParameter, "max_attempts must be at least 1");

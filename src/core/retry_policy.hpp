@@ -26,6 +26,14 @@ struct FailureOutcome {
 // attempts_before: the attempts already charged. The failed attempt is charged here.
 FailureOutcome after_failed_attempt(const RetryPolicy& policy, std::int32_t attempts_before);
 
+// A delivery that was in flight in a lane taken over (its holder's lease expired, or its
+// incarnation is gone): the attempt was lost, so it is charged like a failure and
+// dead-lettered at max_attempts, but with no backoff. Nothing says the delivery was at
+// fault (most takeovers follow a crash of its worker), so it stays due and the next claim
+// runs it at once; a poison delivery that crashes every worker still ends dead after
+// max_attempts takeovers.
+FailureOutcome after_lost_attempt(const RetryPolicy& policy, std::int32_t attempts_before);
+
 // Backoff before attempt n+1 after n failed attempts: base * 2^(n-1), capped at max.
 std::int64_t backoff_us(const RetryPolicy& policy, std::int32_t failed_attempts);
 

@@ -40,7 +40,7 @@ void charge_taken_over(const std::vector<InFlightDelivery>& deliveries) {
   std::vector<std::int32_t> u_attempts;
   for (std::uint64_t r = 0; r < n; ++r) {
     const core::RetryPolicy policy = policy_of_row(r, 4);
-    const core::FailureOutcome outcome = core::after_failed_attempt(policy, row::int4(r, 3));
+    const core::FailureOutcome outcome = core::after_lost_attempt(policy, row::int4(r, 3));
     u_handlers.push_back(row::text(r, 1));
     u_event_ids.push_back(row::text(r, 2));
     u_attempts.push_back(outcome.attempts);

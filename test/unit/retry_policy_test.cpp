@@ -252,3 +252,26 @@ TEST(RetryPolicyTest, ClampedBringsStoredPoliciesIntoBounds) {
 
 }  // namespace
 }  // namespace relaybus::core
+
+namespace relaybus::core {
+namespace {
+
+// A takeover charges the lost attempt but applies no backoff (retry_policy.hpp); the budget
+// and the dead letter are the same as for a failure.
+TEST(RetryPolicyTest, ALostAttemptIsChargedWithoutBackoff) {
+  RetryPolicy policy;
+  policy.max_attempts = 3;
+  policy.backoff_base_us = 5'000'000;
+  for (std::int32_t before = 0; before < 3; ++before) {
+    const FailureOutcome lost = after_lost_attempt(policy, before);
+    const FailureOutcome failed = after_failed_attempt(policy, before);
+    EXPECT_EQ(lost.attempts, failed.attempts);
+    EXPECT_EQ(lost.dead, failed.dead);
+    EXPECT_EQ(lost.delay_us, 0);
+  }
+  EXPECT_GT(after_failed_attempt(policy, 0).delay_us, 0);
+  EXPECT_TRUE(after_lost_attempt(policy, 2).dead);
+}
+
+}  // namespace
+}  // namespace relaybus::core
