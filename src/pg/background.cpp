@@ -3,6 +3,8 @@
 #include "settings.hpp"
 #include "worker_support.hpp"
 
+#include "../core/error.hpp"
+
 #include <cstdio>
 
 extern "C" {
@@ -34,22 +36,57 @@ void register_one(const char* name, const char* type, const char* function, int 
   RegisterBackgroundWorker(&worker);
 }
 
+// One step of a round in a transaction of its own. A step that fails is logged and
+// rolled back, and the round goes on: the next round tries again, where exiting would
+// stop maintenance for everyone until the postmaster's restart.
+template <typename Body>
+void maintenance_step(const char* activity, Body&& body) {
+  // Copied out: the error may live in the transaction's memory, gone after the abort.
+  std::string message;
+  int code = 0;
+  try {
+    worker::in_transaction(activity, body);
+    return;
+  } catch (const PgError& e) {
+    message = e.data != nullptr && e.data->message != nullptr ? e.data->message : "error";
+    code = e.data != nullptr ? e.data->sqlerrcode : ERRCODE_INTERNAL_ERROR;
+  } catch (const core::Error& e) {
+    message = e.what();
+    code = MAKE_SQLSTATE(e.sqlstate()[0], e.sqlstate()[1], e.sqlstate()[2], e.sqlstate()[3],
+                         e.sqlstate()[4]);
+  }
+  worker::abort_transaction();
+  pg_call([&] {
+    ereport(WARNING, (errmsg("relaybus: maintenance step \"%s\" failed", activity),
+                      errdetail("%s (SQLSTATE %s)", message.c_str(), unpack_sql_state(code)),
+                      errhint("The next round, after relaybus.maintenance_interval, tries "
+                              "again.")));
+  });
+}
+
 void maintenance_main(Datum) {
   worker::start("relaybus maintenance");
   static Statement take_over("SELECT relaybus.take_over_expired()", {});
   static Statement purge("SELECT relaybus.purge_expired()", {});
+  // What a round allocates outside its transactions (errors it reports) goes with it.
+  MemoryContext round_context = nullptr;
+  pg_call([&] {
+    round_context = AllocSetContextCreate(TopMemoryContext, "relaybus maintenance round",
+                                          ALLOCSET_DEFAULT_SIZES);
+  });
   for (;;) {
     worker::check_signals();
+    MemoryContextSwitchTo(round_context);
     // Each step in its own short transaction; each is bounded (1,000 lanes, 10,000 rows of
     // each kind), so a round never holds many locks for long.
     bool installed = false;
-    worker::in_transaction("relaybus: take over expired lanes", [&] {
+    maintenance_step("relaybus: take over expired lanes", [&] {
       installed = worker::extension_installed();
       if (installed) take_over.run();
     });
-    if (installed) {
-      worker::in_transaction("relaybus: purge expired", [&] { purge.run(); });
-    }
+    if (installed) maintenance_step("relaybus: purge expired", [&] { purge.run(); });
+    MemoryContextSwitchTo(TopMemoryContext);
+    MemoryContextReset(round_context);
     worker::wait(settings::maintenance_interval_ms());
   }
 }

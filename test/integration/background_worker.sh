@@ -214,6 +214,28 @@ wait_for "the maintenance worker purges dead letters and events without deliveri
 check "events that still have a pending delivery are kept" \
   "SELECT EXISTS (SELECT 1 FROM relaybus.events WHERE id = 'x1')"
 
+# A maintenance step that fails (here a trigger refuses the purge) is logged and retried the
+# next round; the worker does not exit, and the takeover step of every round goes on.
+pid=$(q "SELECT pid FROM pg_stat_activity WHERE backend_type = 'relaybus maintenance'")
+q "CREATE FUNCTION refuse_purge() RETURNS trigger LANGUAGE plpgsql AS \$\$
+   BEGIN RAISE EXCEPTION 'purge refused by a trigger'; END \$\$;
+   CREATE TRIGGER refuse_purge BEFORE DELETE ON relaybus.events FOR EACH ROW EXECUTE FUNCTION refuse_purge()" >/dev/null
+q "SELECT relaybus.publish('ext.t', '{}', event_id => 'unpurgeable')" >/dev/null
+q "SELECT relaybus.complete(lease_token) FROM relaybus.claim('w-purge', 10, '30 s', ARRAY['ext'])" >/dev/null
+q "SELECT relaybus.publish('ext.t', '{}', event_id => 'after-failed-rounds')" >/dev/null
+check "a worker claims a delivery with a 300 ms lease while purging fails" \
+  "SELECT count(*) = 1 FROM relaybus.claim('vanishing', 1, '300 ms', ARRAY['ext'])"
+wait_for "the failing purge does not stop the takeover step of the following rounds" \
+  "SELECT NOT EXISTS (SELECT 1 FROM relaybus.lanes WHERE handler = 'ext' AND lease_owner = 'vanishing')" 3
+check "the maintenance worker did not exit (same process), and the event is still there" \
+  "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $pid)
+      AND EXISTS (SELECT 1 FROM relaybus.events WHERE id = 'unpurgeable')"
+grep -q 'maintenance step "relaybus: purge expired" failed' "$dir/server.log" \
+  && ok "the failed step is reported in the server log" || not_ok "the failed step is reported in the server log"
+q "DROP TRIGGER refuse_purge ON relaybus.events" >/dev/null
+wait_for "once the trigger is gone, the next round purges" \
+  "SELECT NOT EXISTS (SELECT 1 FROM relaybus.events WHERE id = 'unpurgeable')" 3
+
 # Termination and restart.
 pid=$(q "SELECT pid FROM pg_stat_activity WHERE backend_type = 'relaybus maintenance'")
 q "SELECT pg_terminate_backend($pid)" >/dev/null
