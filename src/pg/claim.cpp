@@ -99,7 +99,8 @@ void Claim::resolve_handlers(const std::optional<std::vector<std::string>>& requ
       core::validate_name("handler name", h);
       if (!std::binary_search(handlers_.begin(), handlers_.end(), h))
         throw core::Error(core::sqlstate::kUndefinedObject,
-                          "handler \"" + h + "\" is not subscribed");
+                          "handler \"" + h + "\" is not subscribed",
+                          "Subscribe it first with relaybus.subscribe('" + h + "', ...).");
     }
   }
 }

@@ -5,6 +5,10 @@
 #include <cstring>
 #include <new>
 
+extern "C" {
+#include "mb/pg_wchar.h"
+}
+
 namespace relaybus::pg {
 
 namespace {
@@ -12,10 +16,22 @@ namespace {
 // The message survives the catch block in static storage: nothing is allocated while an
 // exception is in flight, and nothing needs freeing when ereport longjmps away.
 char message_buffer[2048];
+char hint_buffer[1024];
+char detail_buffer[1024];
+
+// Cut where it fits, never inside a multibyte character (the server encoding is the
+// database's; the messages hold user names, which may be in any script).
+void keep(char* buffer, std::size_t size, const char* text) {
+  const int length =
+      pg_mbcliplen(text, static_cast<int>(std::strlen(text)), static_cast<int>(size - 1));
+  std::memcpy(buffer, text, static_cast<std::size_t>(length));
+  buffer[length] = '\0';
+}
 
 void keep_message(const char* text) {
-  std::strncpy(message_buffer, text, sizeof message_buffer - 1);
-  message_buffer[sizeof message_buffer - 1] = '\0';
+  keep(message_buffer, sizeof message_buffer, text);
+  hint_buffer[0] = '\0';
+  detail_buffer[0] = '\0';
 }
 
 int sqlstate_code(const char* s) {
@@ -36,6 +52,8 @@ auto guard(Body&& body) -> decltype(body()) {
   } catch (const core::Error& e) {
     sqlstate = e.sqlstate();
     keep_message(e.what());
+    keep(hint_buffer, sizeof hint_buffer, e.hint().c_str());
+    keep(detail_buffer, sizeof detail_buffer, e.detail().c_str());
   } catch (const std::bad_alloc&) {
     sqlstate = "53200";  // out_of_memory
     keep_message("out of memory in relaybus");
@@ -48,7 +66,9 @@ auto guard(Body&& body) -> decltype(body()) {
   }
   // Outside every catch block from here on.
   if (pg_error != nullptr) ReThrowError(pg_error);
-  ereport(ERROR, (errcode(sqlstate_code(sqlstate)), errmsg("%s", message_buffer)));
+  ereport(ERROR, (errcode(sqlstate_code(sqlstate)), errmsg("%s", message_buffer),
+                  hint_buffer[0] != '\0' ? errhint("%s", hint_buffer) : 0,
+                  detail_buffer[0] != '\0' ? errdetail("%s", detail_buffer) : 0));
   pg_unreachable();
 }
 

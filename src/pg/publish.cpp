@@ -96,7 +96,8 @@ Targets target_handlers(const std::string& type,
     for (const auto& h : *given) {
       if (!std::binary_search(found.handlers.begin(), found.handlers.end(), h))
         throw core::Error(core::sqlstate::kUndefinedObject,
-                          "handler \"" + h + "\" is not subscribed");
+                          "handler \"" + h + "\" is not subscribed",
+                          "Subscribe it first with relaybus.subscribe('" + h + "', ...).");
     }
   }
   return found;

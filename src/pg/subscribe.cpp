@@ -3,6 +3,7 @@
 #include "spi.hpp"
 
 extern "C" {
+#include "commands/dbcommands.h"
 #include "utils/acl.h"
 }
 
@@ -42,6 +43,32 @@ void validate_sql_function(Oid function, Oid caller) {
     throw core::Error("42501",  // insufficient_privilege
                       "sql_function runs as its owner: only a role with the privileges of "
                       "that owner may subscribe it");
+}
+
+// An in-database handler runs only where relaybus's background workers run: say so when
+// none will serve this one (the subscription is still made: an external worker may claim
+// it by name, and the setting may be changed).
+void notice_if_no_worker_serves() {
+  pg_call([] {
+    const char* database = GetConfigOption("relaybus.database", true, false);
+    const char* here = get_database_name(MyDatabaseId);
+    const char* workers = GetConfigOption("relaybus.sql_handler_workers", true, false);
+    if (database == nullptr) {
+      ereport(NOTICE, (errmsg("no background worker runs in-database handlers: relaybus is not "
+                              "in shared_preload_libraries"),
+                       errhint("Add relaybus to shared_preload_libraries and restart, or claim "
+                               "this handler by name from an external worker.")));
+    } else if (here == nullptr || strcmp(database, here) != 0) {
+      ereport(NOTICE, (errmsg("no background worker runs in-database handlers in database \"%s\"",
+                              here != nullptr ? here : "?"),
+                       errdetail("The workers connect to relaybus.database = \"%s\".", database),
+                       errhint("Set relaybus.database to this database and restart the server.")));
+    } else if (workers != nullptr && strcmp(workers, "0") == 0) {
+      ereport(NOTICE, (errmsg("no background worker runs in-database handlers: "
+                              "relaybus.sql_handler_workers is 0"),
+                       errhint("Set relaybus.sql_handler_workers and restart the server.")));
+    }
+  });
 }
 
 Datum subscribe_body(FunctionCallInfo fcinfo, Oid caller) {
@@ -102,6 +129,7 @@ Datum subscribe_body(FunctionCallInfo fcinfo, Oid caller) {
   lane_params.text(handler);
   lanes.run(lane_params);
   spi.finish();
+  if (in_database) notice_if_no_worker_serves();
   PG_RETURN_VOID();
 }
 

@@ -236,6 +236,18 @@ q "DROP TRIGGER refuse_purge ON relaybus.events" >/dev/null
 wait_for "once the trigger is gone, the next round purges" \
   "SELECT NOT EXISTS (SELECT 1 FROM relaybus.events WHERE id = 'unpurgeable')" 3
 
+# Subscribing an in-database handler where no worker serves it says so (NOTICE), and still
+# subscribes (an external worker may claim it by name).
+q "CREATE DATABASE unserved" >/dev/null
+out=$(psql -qXAt -d unserved -c "CREATE EXTENSION relaybus" \
+  -c "CREATE FUNCTION h(e jsonb) RETURNS void LANGUAGE sql AS 'SELECT'" \
+  -c "SELECT relaybus.subscribe('h', ARRAY['t'], sql_function => 'h(jsonb)')" \
+  -c "SELECT count(*) FROM relaybus.subscriptions" 2>&1)
+[[ "$out" == *'no background worker runs in-database handlers in database "unserved"'*1 ]] \
+  && ok "subscribing an in-database handler in a database no worker serves raises a NOTICE, and subscribes" \
+  || not_ok "subscribing an in-database handler in a database no worker serves raises a NOTICE, and subscribes (got: $out)"
+q "DROP DATABASE unserved" >/dev/null
+
 # Termination and restart.
 pid=$(q "SELECT pid FROM pg_stat_activity WHERE backend_type = 'relaybus maintenance'")
 q "SELECT pg_terminate_backend($pid)" >/dev/null
