@@ -18,21 +18,7 @@ scripts/cluster start "$dir" "$port"
 trap 'scripts/cluster stop "$dir"' EXIT
 export PGHOST=$dir PGPORT=$port PGUSER=postgres PGDATABASE=postgres
 
-q() { psql -qXAt -v ON_ERROR_STOP=1 -c "$1"; }
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); echo "ok - $1"; }
-not_ok() { failed=$((failed + 1)); echo "not ok - $1"; }
-check() { if [ "$(q "$2")" = t ]; then ok "$1"; else not_ok "$1"; fi; }
-# wait_for DESCRIPTION SQL SECONDS: polls until SQL returns t.
-wait_for() {
-  local deadline=$(($(date +%s%N) + ${3%.*} * 1000000000))
-  while [ "$(date +%s%N)" -lt $deadline ]; do
-    if [ "$(q "$2")" = t ]; then ok "$1"; return; fi
-    sleep 0.05
-  done
-  not_ok "$1 (not within $3 s)"
-}
+. test/integration/lib/checks.bash
 workers() { q "SELECT string_agg(pid::text, ',' ORDER BY pid) FROM pg_stat_activity WHERE backend_type LIKE 'relaybus%'"; }
 
 check "one maintenance and two sql handler workers run" \

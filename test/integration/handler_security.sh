@@ -18,21 +18,9 @@ scripts/cluster start "$dir" "$port"
 trap '[ -n "${KEEP_CLUSTER:-}" ] || scripts/cluster stop "$dir"' EXIT
 export PGHOST=$dir PGPORT=$port PGUSER=postgres PGDATABASE=postgres
 
-q() { psql -qXAt -v ON_ERROR_STOP=1 -c "$1"; }
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); echo "ok - $1"; }
-not_ok() { failed=$((failed + 1)); echo "not ok - $1"; }
-check() { if [ "$(q "$2")" = t ]; then ok "$1"; else not_ok "$1"; fi; }
-wait_for() {
-  local deadline=$(($(date +%s%N) + ${3%.*} * 1000000000))
-  while [ "$(date +%s%N)" -lt $deadline ]; do
-    if [ "$(q "$2")" = t ]; then ok "$1"; return; fi
-    sleep 0.05
-  done
-  not_ok "$1 (not within $3 s)"
-}
-# settled DELIVERY: the delivery is dead (every subscription here has max_attempts 1).
+. test/integration/lib/checks.bash
+# dead DELIVERY: SQL true once the delivery is a dead letter (most subscriptions here have
+# max_attempts 1).
 dead() { echo "SELECT EXISTS (SELECT 1 FROM relaybus.deliveries WHERE event_id = '$1' AND status = 'dead')"; }
 error_of() { q "SELECT last_error FROM relaybus.deliveries WHERE event_id = '$1'"; }
 not_superuser() { echo "SELECT NOT rolsuper FROM pg_roles WHERE rolname = '$1'"; }

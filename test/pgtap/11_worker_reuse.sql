@@ -10,19 +10,6 @@
 SELECT rb_reset();
 SELECT plan(24);
 
-CREATE FUNCTION pg_temp.wait_backend_gone(target int) RETURNS boolean LANGUAGE plpgsql AS $$
-BEGIN
-  FOR i IN 1 .. 500 LOOP
-    PERFORM pg_stat_clear_snapshot();
-    IF NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = target) THEN
-      RETURN true;
-    END IF;
-    PERFORM pg_sleep(0.01);
-  END LOOP;
-  RETURN false;
-END
-$$;
-
 SELECT relaybus.subscribe('reuse', ARRAY['t']);
 
 -- The positive case first: two live connections of one pool, both named 'pool'.
@@ -80,7 +67,7 @@ SELECT results_eq(format($$SELECT lease_owner, holder_pid, lease_expires_at > no
 SELECT epoch AS old_epoch, lease_expires_at AS old_expiry
   FROM relaybus.lanes WHERE handler = 'reuse' AND lane = :lane \gset
 SELECT dblink_disconnect('old');
-SELECT ok(pg_temp.wait_backend_gone(:old_pid), 'the predecessor''s backend is gone');
+SELECT ok(rb_wait_backend_gone(:old_pid), 'the predecessor''s backend is gone');
 
 -- extend_lease under the reused name does not keep the dead predecessor's lane alive.
 SELECT is(relaybus.extend_lease('w', '30 seconds'), 0, 'extend_lease(w) renews nothing');

@@ -10,18 +10,6 @@
 SELECT rb_reset();
 SELECT plan(34);
 
-CREATE FUNCTION pg_temp.wait_backend_gone(target int) RETURNS boolean LANGUAGE plpgsql AS $$
-BEGIN
-  FOR i IN 1 .. 500 LOOP
-    PERFORM pg_stat_clear_snapshot();
-    IF NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = target) THEN
-      RETURN true;
-    END IF;
-    PERFORM pg_sleep(0.01);
-  END LOOP;
-  RETURN false;
-END
-$$;
 -- Two event ids of one lane, so a lane holds more than one delivery.
 CREATE FUNCTION pg_temp.same_lane(prefix text) RETURNS SETOF text LANGUAGE sql AS $$
   SELECT id FROM (SELECT prefix || g AS id FROM generate_series(1, 5000) g) s
@@ -46,7 +34,7 @@ SELECT results_eq(format($$SELECT holder, holder_pid FROM relaybus.lanes WHERE h
                   $$VALUES ('H1'::text, NULL::int)$$, 'the lane is bound to the holder, not to the backend');
 SELECT epoch AS epoch1 FROM relaybus.lanes WHERE handler = 'hold' AND lane = :lane \gset
 SELECT dblink_disconnect('c1');
-SELECT ok(pg_temp.wait_backend_gone(:c1_pid), 'the pool closed connection 1');
+SELECT ok(rb_wait_backend_gone(:c1_pid), 'the pool closed connection 1');
 
 SELECT rb_connect('c2');
 CREATE TEMP TABLE second_claim AS SELECT * FROM dblink('c2',
@@ -126,7 +114,7 @@ CREATE TEMP TABLE old_claim AS SELECT * FROM dblink('old',
   $$SELECT lease_token, event_id FROM relaybus.claim('nul', 1, '30 seconds', ARRAY['hold'])$$)
   AS t(lease_token text, event_id text);
 SELECT dblink_disconnect('old');
-SELECT ok(pg_temp.wait_backend_gone(:old_pid), 'the holder-less claimer''s connection is gone');
+SELECT ok(rb_wait_backend_gone(:old_pid), 'the holder-less claimer''s connection is gone');
 SELECT results_eq($$SELECT event_id, attempts FROM relaybus.claim('nul', 10, '30 seconds', ARRAY['hold'])$$,
                   $$VALUES ('n1', 1)$$, 'the next claim under the name takes the orphan over at once, charging it');
 SELECT ok(NOT relaybus.complete((SELECT lease_token FROM old_claim)), 'the old token is fenced');

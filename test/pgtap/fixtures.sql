@@ -37,3 +37,18 @@ BEGIN
   RETURN false;
 END
 $$;
+
+-- True once backend pid has ended (polls up to about 5 s): for tests of a connection that
+-- closed or crashed.
+CREATE FUNCTION public.rb_wait_backend_gone(pid int) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+  FOR i IN 1 .. 500 LOOP
+    PERFORM pg_stat_clear_snapshot();
+    IF NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = rb_wait_backend_gone.pid) THEN
+      RETURN true;
+    END IF;
+    PERFORM pg_sleep(0.01);
+  END LOOP;
+  RETURN false;
+END
+$$;
