@@ -44,6 +44,9 @@ struct Claimed {
   std::int32_t claims;
 };
 
+// One claim. run() is the whole of it, its steps in the one order that is right: the
+// handlers, the lanes the worker holds (and takeovers of its other incarnations' lanes),
+// free lanes while the batch has room, one write of every changed lane, the rows.
 class Claim {
  public:
   Claim(std::string worker, std::optional<std::string> holder, int batch_size,
@@ -53,13 +56,20 @@ class Claim {
         lease_us_(lease_us),
         planner_(batch_size) {}
 
+  void run(const std::optional<std::vector<std::string>>& requested, ReturnSetInfo* rsinfo) {
+    resolve_handlers(requested);
+    take_held_lanes();
+    acquire_free_lanes();
+    write_lanes();
+    emit(rsinfo);
+  }
+
+ private:
   void resolve_handlers(const std::optional<std::vector<std::string>>& requested);
   void take_held_lanes();
   void acquire_free_lanes();
   void write_lanes();
   void emit(ReturnSetInfo* rsinfo);
-
- private:
   void charge(const std::vector<std::size_t>& lane_indexes);
   void fetch_candidates(std::size_t first_lane);
 
@@ -446,11 +456,7 @@ Datum claim_body(FunctionCallInfo fcinfo) {
   pg_call([&] { InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC); });
   SpiConnection spi;
   Claim claim(std::move(worker), holder_arg(fcinfo, 4), batch_size, lease_us);
-  claim.resolve_handlers(requested);
-  claim.take_held_lanes();
-  claim.acquire_free_lanes();
-  claim.write_lanes();
-  claim.emit(rsinfo);
+  claim.run(requested, rsinfo);
   spi.finish();
   return (Datum)0;
 }
