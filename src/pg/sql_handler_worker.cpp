@@ -23,6 +23,7 @@
 #include "worker_support.hpp"
 
 #include "../core/claim_request.hpp"
+#include "../core/lease_token.hpp"
 #include "../core/sql_timeout.hpp"
 
 #include <chrono>
@@ -333,6 +334,19 @@ void hand_back_at_exit(int, Datum) {
   static Statement fail("SELECT relaybus.fail($1, $2)", {TEXTOID, TEXTOID});
   static Statement release("SELECT relaybus.release($1)", {TEXTOID});
   static Statement relinquish("SELECT relaybus.relinquish($1)", {TEXTOID});
+  // Everything the hand-back will lock, taken first without waiting. An exiting process
+  // holds off interrupts, so no lock_timeout could end a wait: a row somebody else keeps
+  // locked in an open transaction (a worker role completing a guessed token, say) would
+  // keep this worker from ending. NOWAIT raises instead, which ends the hand-back.
+  static Statement lock_lanes_nowait(
+      "SELECT count(*) FROM (SELECT 1 FROM relaybus.lanes l WHERE l.lease_owner = $1"
+      " AND l.holder IS NULL FOR NO KEY UPDATE NOWAIT) locked",
+      {TEXTOID});
+  static Statement lock_deliveries_nowait(
+      "SELECT count(*) FROM (SELECT 1 FROM relaybus.deliveries d"
+      " WHERE (d.event_id, d.handler) IN (SELECT t.event_id, t.handler"
+      "  FROM unnest($1::text[], $2::text[]) AS t(event_id, handler)) FOR UPDATE NOWAIT) locked",
+      {TEXTARRAYOID, TEXTARRAYOID});
   const bool overran = batch.calling && handler_call::overran();
   try {
     pg_call([] {
@@ -341,6 +355,19 @@ void hand_back_at_exit(int, Datum) {
     });
     const std::vector<Job>& jobs = *batch.jobs;
     worker::in_transaction("relaybus: handing back an unfinished batch", [&] {
+      Params lanes;
+      lanes.text(*batch.worker);
+      lock_lanes_nowait.run(lanes);
+      std::vector<std::string> event_ids, handlers;
+      for (std::size_t i = batch.first; i < jobs.size(); ++i) {
+        const core::LeaseToken token = core::parse_lease_token(jobs[i].token);
+        event_ids.push_back(token.event_id);
+        handlers.push_back(token.handler);
+      }
+      Params deliveries;
+      deliveries.text_array(event_ids);
+      deliveries.text_array(handlers);
+      lock_deliveries_nowait.run(deliveries);
       for (std::size_t i = batch.first; i < jobs.size(); ++i) {
         Params params;
         params.text(jobs[i].token);

@@ -358,5 +358,28 @@ check "finding 4: no lane is left leased to the ended workers" \
                         AND cardinality(in_flight) > 0)"
 check "finding 4: mallory never became a superuser along the way" "$(not_superuser mallory)"
 
+# The hand-back of an ending worker does not wait on a row somebody else keeps locked (a
+# worker role that completes a guessed token of the batch in an open transaction holds its
+# delivery row): it gives up at once and the worker ends; what it held is taken over when
+# its lease expires. Without that, the worker hung in its exit until the other transaction
+# ended, whatever the handler's timeout.
+q "SELECT relaybus.subscribe('stubborn3', ARRAY['stubborn3.t'], max_attempts => 1,
+     sql_function => 'mallory.stubborn(jsonb)', sql_timeout => '300 ms');
+   BEGIN;
+   SELECT relaybus.publish('stubborn3.t', '{\"stubborn\": \"yes\"}', event_id => 'stubborn-3a');
+   SELECT relaybus.publish('stubborn3.t', '{}', event_id => 'stubborn-3b');
+   COMMIT" >/dev/null
+wait_for "a worker runs the third stubborn handler" \
+  "SELECT EXISTS (SELECT 1 FROM relaybus.lanes WHERE handler = 'stubborn3' AND lease_owner LIKE 'relaybus-sql-%'
+                    AND 'stubborn-3a' = ANY (in_flight))" 5
+held_by=$(q "SELECT holder_pid FROM relaybus.lanes WHERE handler = 'stubborn3' AND 'stubborn-3a' = ANY (in_flight)")
+psql -qXAt -c "BEGIN" \
+  -c "SELECT count(*) FROM (SELECT 1 FROM relaybus.deliveries WHERE event_id = 'stubborn-3b' FOR UPDATE) d" \
+  -c "SELECT pg_sleep(6)" -c "COMMIT" >/dev/null 2>&1 &
+locker=$!
+wait_for "its worker ends within the timeout and the grace, a row of its batch locked by another transaction" \
+  "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $held_by)" 4
+wait $locker || true
+
 echo "handler security: $passed passed, $failed failed"
 [ $failed = 0 ]
