@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "store.hpp"
+#include "seam.hpp"
 
 namespace relaybus::client {
 

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "completion_batcher.hpp"
-#include "store.hpp"
+#include "seam.hpp"
 
 namespace relaybus::client {
 

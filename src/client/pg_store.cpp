@@ -22,12 +22,14 @@ constexpr Statement kClaim{"relaybus_claim",
                            "FROM relaybus.claim($1, $2::int, $3::interval, $4::text[], $5)"};
 constexpr Statement kCompleteMany{"relaybus_complete_many",
                                   "SELECT relaybus.complete_many($1::text[])"};
-constexpr Statement kFail{"relaybus_fail", "SELECT relaybus.fail($1, $2)"};
+constexpr Statement kFail{"relaybus_fail", "SELECT relaybus.fail($1, $2, now() + $3::interval)"};
+constexpr Statement kBury{"relaybus_bury", "SELECT relaybus.bury($1, $2)"};
 constexpr Statement kRelease{"relaybus_release", "SELECT relaybus.release($1)"};
 constexpr Statement kRelinquish{"relaybus_relinquish", "SELECT relaybus.relinquish($1, $2)"};
 constexpr Statement kExtendLease{"relaybus_extend_lease",
                                  "SELECT relaybus.extend_lease($1, $2::interval, $3)"};
-constexpr Statement kAll[] = {kClaim, kCompleteMany, kFail, kRelease, kRelinquish, kExtendLease};
+constexpr Statement kAll[] = {kClaim,   kCompleteMany, kFail,       kBury,
+                              kRelease, kRelinquish,   kExtendLease};
 // The same without the holder, for relaybus 0.1.0 (the benchmarks' baseline), whose
 // row leases have no incarnation to bind.
 constexpr Statement kWithoutHolder[] = {
@@ -36,19 +38,80 @@ constexpr Statement kWithoutHolder[] = {
      "published_at::text FROM relaybus.claim($1, $2::int, $3::interval, $4::text[])"},
     kCompleteMany,
     kFail,
+    kBury,
     kRelease,
     {"relaybus_relinquish", "SELECT relaybus.relinquish($1)"},
     {"relaybus_extend_lease", "SELECT relaybus.extend_lease($1, $2::interval)"}};
+
+// A transaction on the store's connection. complete() runs complete() inside it: the lane's
+// FOR KEY SHARE lock keeps a takeover out until it ends.
+class PgTransaction final : public Transaction {
+ public:
+  explicit PgTransaction(PGconn* conn) : conn_(conn) { command("BEGIN"); }
+  ~PgTransaction() override {
+    if (open_) PQclear(PQexec(conn_, "ROLLBACK"));
+  }
+  bool complete(const std::string& token) override {
+    const char* values[] = {token.c_str()};
+    PGresult* r = PQexecParams(conn_, "SELECT relaybus.complete($1)", 1, nullptr, values, nullptr,
+                               nullptr, 0);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+      StoreError e = error_of(conn_, r);
+      PQclear(r);
+      throw e;
+    }
+    const bool done = PQgetvalue(r, 0, 0)[0] == 't';
+    PQclear(r);
+    return done;
+  }
+  void commit() override {
+    open_ = false;
+    command("COMMIT");
+  }
+  void rollback() override {
+    open_ = false;
+    command("ROLLBACK");
+  }
+
+ private:
+  void command(const char* sql) {
+    PGresult* r = PQexec(conn_, sql);
+    if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+      StoreError e = error_of(conn_, r);
+      PQclear(r);
+      throw e;
+    }
+    PQclear(r);
+  }
+  PGconn* conn_;
+  bool open_ = true;
+};
+
+}  // namespace
 
 StoreError error_of(PGconn* conn, PGresult* res) {
   const char* state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : nullptr;
   std::string message = res ? PQresultErrorMessage(res) : PQerrorMessage(conn);
   if (message.empty()) message = PQerrorMessage(conn);
   while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
-  return StoreError(state ? state : "", message);
+  const std::string sqlstate = state ? state : "";
+  return StoreError(error_code_of_sqlstate(sqlstate), message, sqlstate);
 }
 
-}  // namespace
+core::ErrorCode error_code_of_sqlstate(const std::string& sqlstate) {
+  using core::ErrorCode;
+  if (sqlstate.empty() || sqlstate.compare(0, 2, "08") == 0 || sqlstate == "57P01")
+    return ErrorCode::kUnavailable;
+  if (sqlstate == "22023") return ErrorCode::kInvalidParameter;
+  if (sqlstate == "22004") return ErrorCode::kNullValue;
+  if (sqlstate == "42704") return ErrorCode::kUndefinedObject;
+  if (sqlstate == "42883") return ErrorCode::kUndefinedFunction;
+  if (sqlstate == "42501") return ErrorCode::kPermissionDenied;
+  if (sqlstate == "40001" || sqlstate == "40P01") return ErrorCode::kConflict;
+  // Other data exceptions (a value out of range, bad JSON) are invalid input too.
+  if (sqlstate.compare(0, 2, "22") == 0) return ErrorCode::kInvalidParameter;
+  return ErrorCode::kInternal;
+}
 
 void PgStore::ResultDeleter::operator()(pg_result* r) const {
   PQclear(r);
@@ -128,10 +191,22 @@ int PgStore::complete_many(const std::vector<std::string>& tokens) {
   return std::atoi(PQgetvalue(r.get(), 0, 0));
 }
 
-std::string PgStore::fail(const std::string& token, const std::string& error) {
+FailOutcome PgStore::fail(const std::string& token, const std::string& error,
+                          std::optional<std::chrono::milliseconds> retry_after) {
+  const std::string delay = retry_after ? interval_literal(*retry_after) : std::string();
+  const char* values[] = {token.c_str(), error.c_str(), retry_after ? delay.c_str() : nullptr};
+  Result r = run(kFail.name, 3, values);
+  const std::string word = PQgetvalue(r.get(), 0, 0);
+  if (word == "retry") return FailOutcome::kRetry;
+  if (word == "dead") return FailOutcome::kDead;
+  if (word == "lost") return FailOutcome::kLost;
+  throw StoreError(core::ErrorCode::kInternal, "relaybus.fail returned \"" + word + "\"");
+}
+
+bool PgStore::bury(const std::string& token, const std::string& error) {
   const char* values[] = {token.c_str(), error.c_str()};
-  Result r = run(kFail.name, 2, values);
-  return PQgetvalue(r.get(), 0, 0);
+  Result r = run(kBury.name, 2, values);
+  return PQgetvalue(r.get(), 0, 0)[0] == 't';
 }
 
 bool PgStore::release(const std::string& token) {
@@ -151,6 +226,79 @@ int PgStore::extend_lease(const Worker& worker, std::chrono::milliseconds lease)
   const char* values[] = {worker.name.c_str(), lease_text.c_str(), worker.holder.c_str()};
   Result r = run(kExtendLease.name, holders_ ? 3 : 2, values);
   return std::atoi(PQgetvalue(r.get(), 0, 0));
+}
+
+PgStore::Result PgStore::exec(const char* sql, int n, const char* const* values) {
+  if (PQstatus(conn_) == CONNECTION_BAD) connect();
+  Result r(PQexecParams(conn_, sql, n, nullptr, values, nullptr, nullptr, 0));
+  const auto status = PQresultStatus(r.get());
+  if (status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK) throw error_of(conn_, r.get());
+  return r;
+}
+
+std::unique_ptr<Transaction> PgStore::begin() {
+  if (PQstatus(conn_) == CONNECTION_BAD) connect();
+  return std::make_unique<PgTransaction>(conn_);
+}
+
+std::string PgStore::publish(const Event& event) {
+  const std::string handlers = event.handlers ? text_array_literal(*event.handlers) : "";
+  const std::string delay = event.delay ? interval_literal(*event.delay) : "";
+  const char* values[] = {event.type.c_str(),
+                          event.payload.c_str(),
+                          event.key ? event.key->c_str() : nullptr,
+                          event.event_id ? event.event_id->c_str() : nullptr,
+                          event.handlers ? handlers.c_str() : nullptr,
+                          event.delay ? delay.c_str() : nullptr};
+  Result r =
+      exec("SELECT relaybus.publish($1, $2::jsonb, $3, $4, $5::text[], now() + $6::interval)", 6,
+           values);
+  return PQgetvalue(r.get(), 0, 0);
+}
+
+std::vector<std::string> PgStore::publish_batch(const std::vector<Event>& events) {
+  const std::string json = events_json(events);
+  const char* values[] = {json.c_str()};
+  // publish_batch takes due times, not delays: each delay_ms becomes now() + delay here.
+  Result r = exec(
+      "SELECT relaybus.publish_batch(coalesce((SELECT jsonb_agg(CASE WHEN e ? 'delay_ms'"
+      " THEN (e - 'delay_ms') || jsonb_build_object('available_at',"
+      "  now() + (e->>'delay_ms')::bigint * interval '1 millisecond') ELSE e END ORDER BY n)"
+      " FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS t(e, n)), '[]'))",
+      1, values);
+  std::vector<std::string> ids;
+  for (int i = 0; i < PQntuples(r.get()); ++i) ids.push_back(PQgetvalue(r.get(), i, 0));
+  return ids;
+}
+
+void PgStore::subscribe(const store::Subscription& s) {
+  const std::string types = text_array_literal(s.event_types);
+  const std::string attempts = std::to_string(s.retry.max_attempts);
+  const std::string base = std::to_string(s.retry.backoff_base_us) + " microseconds";
+  const std::string max = std::to_string(s.retry.backoff_max_us) + " microseconds";
+  const char* values[] = {s.handler.c_str(), types.c_str(), attempts.c_str(), base.c_str(),
+                          max.c_str()};
+  exec("SELECT relaybus.subscribe($1, $2::text[], $3::int, $4::interval, $5::interval)", 5, values);
+}
+
+bool PgStore::requeue(const std::string& event_id, const std::string& handler) {
+  const char* values[] = {event_id.c_str(), handler.c_str()};
+  Result r = exec("SELECT relaybus.requeue($1, $2)", 2, values);
+  return PQgetvalue(r.get(), 0, 0)[0] == 't';
+}
+
+std::optional<store::DeliveryState> PgStore::lookup(const std::string& event_id,
+                                                    const std::string& handler) {
+  const char* values[] = {event_id.c_str(), handler.c_str()};
+  Result r = exec(
+      "SELECT d.status, d.attempts FROM relaybus.list_deliveries(NULL, $2, 2147483647) d"
+      " WHERE d.event_id = $1",
+      2, values);
+  if (PQntuples(r.get()) == 0) return std::nullopt;
+  store::DeliveryState state;
+  state.status = PQgetvalue(r.get(), 0, 0);
+  state.attempts = std::atoi(PQgetvalue(r.get(), 0, 1));
+  return state;
 }
 
 void PgStore::listen() {
@@ -181,6 +329,57 @@ bool PgStore::wait_for_wakeup(std::chrono::milliseconds timeout) {
   if (::poll(&fd, 1, static_cast<int>(timeout.count())) <= 0) return false;
   if (!PQconsumeInput(conn_)) throw error_of(conn_, nullptr);
   return drain_notifications();
+}
+
+namespace {
+void append_json_string(std::string& out, const std::string& text) {
+  static const char hex[] = "0123456789abcdef";
+  out += '"';
+  for (unsigned char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      out += "\\u00";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  out += '"';
+}
+}  // namespace
+
+std::string events_json(const std::vector<Event>& events) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const Event& e = events[i];
+    if (i) out += ',';
+    out += "{\"type\":";
+    append_json_string(out, e.type);
+    out += ",\"payload\":" + e.payload;
+    if (e.key) {
+      out += ",\"key\":";
+      append_json_string(out, *e.key);
+    }
+    if (e.event_id) {
+      out += ",\"id\":";
+      append_json_string(out, *e.event_id);
+    }
+    if (e.handlers) {
+      out += ",\"handlers\":[";
+      for (std::size_t h = 0; h < e.handlers->size(); ++h) {
+        if (h) out += ',';
+        append_json_string(out, (*e.handlers)[h]);
+      }
+      out += ']';
+    }
+    if (e.delay) out += ",\"delay_ms\":" + std::to_string(e.delay->count());
+    out += '}';
+  }
+  out += ']';
+  return out;
 }
 
 std::string text_array_literal(const std::vector<std::string>& items) {

@@ -4,7 +4,7 @@
 #include <memory>
 #include <string>
 
-#include "store.hpp"
+#include "seam.hpp"
 
 struct pg_conn;
 struct pg_result;
@@ -22,12 +22,27 @@ class PgStore final : public Store {
   std::vector<Delivery> claim(const Worker& worker, int batch, std::chrono::milliseconds lease,
                               const std::vector<std::string>& handlers) override;
   int complete_many(const std::vector<std::string>& tokens) override;
-  std::string fail(const std::string& token, const std::string& error) override;
+  FailOutcome fail(const std::string& token, const std::string& error,
+                   std::optional<std::chrono::milliseconds> retry_after) override;
+  bool bury(const std::string& token, const std::string& error) override;
   bool release(const std::string& token) override;
   int relinquish(const Worker& worker) override;
   int extend_lease(const Worker& worker, std::chrono::milliseconds lease) override;
   void listen() override;
   bool wait_for_wakeup(std::chrono::milliseconds timeout) override;
+  // A transaction on this store's connection: the handler's own statements go through
+  // connection() while it is open, and complete() deletes the delivery inside it.
+  std::unique_ptr<Transaction> begin() override;
+
+  std::string publish(const Event& event) override;
+  std::vector<std::string> publish_batch(const std::vector<Event>& events) override;
+  void subscribe(const store::Subscription& subscription) override;
+  bool requeue(const std::string& event_id, const std::string& handler) override;
+  std::optional<store::DeliveryState> lookup(const std::string& event_id,
+                                             const std::string& handler) override;
+
+  // The libpq connection, for a handler's statements inside begin()'s transaction.
+  pg_conn* connection() const { return conn_; }
 
  private:
   struct ResultDeleter {
@@ -37,6 +52,7 @@ class PgStore final : public Store {
 
   void connect();
   Result run(const char* statement, int n, const char* const* values);
+  Result exec(const char* sql, int n, const char* const* values);
   bool drain_notifications();
 
   std::string conninfo_;
@@ -44,6 +60,17 @@ class PgStore final : public Store {
   bool listening_ = false;
   bool holders_ = true;  // the server's claim takes a holder (0.2.0; 0.1.0 has none)
 };
+
+// The store error for a failed libpq call: core's code for the SQLSTATE
+// (error_code_of_sqlstate), the message, and the SQLSTATE itself.
+StoreError error_of(pg_conn* conn, pg_result* res);
+
+// core's error code for a SQLSTATE (the reverse of src/pg/error_codes.cpp, for the codes
+// relaybus raises; a connection-class SQLSTATE or none at all is kUnavailable).
+core::ErrorCode error_code_of_sqlstate(const std::string& sqlstate);
+
+// The JSON of publish_batch's argument for `events`; a delay travels as "delay_ms".
+std::string events_json(const std::vector<Event>& events);
 
 // A PostgreSQL array literal of `items`, every element quoted (tokens and names may hold
 // any character).

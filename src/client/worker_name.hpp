@@ -8,7 +8,7 @@ namespace relaybus::client {
 
 std::string make_worker_name(const std::string& prefix);
 
-// A random holder for this process's incarnation (see Worker in store.hpp).
+// A random holder for this process's incarnation (see Worker in store/store.hpp).
 std::string make_holder();
 
 }  // namespace relaybus::client

@@ -27,7 +27,7 @@ std::optional<std::int64_t> checked_total(const IntervalParts& interval) noexcep
 
 std::int64_t interval_us(const IntervalParts& interval, std::string_view what) {
   const std::optional<std::int64_t> total = checked_total(interval);
-  if (!total) throw Error(sqlstate::kInvalidParameter, std::string(what) + " is out of range");
+  if (!total) throw Error(ErrorCode::kInvalidParameter, std::string(what) + " is out of range");
   return *total;
 }
 

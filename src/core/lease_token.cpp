@@ -12,7 +12,7 @@ namespace {
 constexpr std::string_view kPrefix = "r1.";
 
 [[noreturn]] void malformed(std::string_view why) {
-  throw Error(sqlstate::kInvalidParameter, "malformed lease token: " + std::string(why));
+  throw Error(ErrorCode::kInvalidParameter, "malformed lease token: " + std::string(why));
 }
 
 // Reads a decimal number up to the next '.', strictly: digits only, no sign, no leading

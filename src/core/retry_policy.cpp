@@ -36,15 +36,15 @@ FailureOutcome after_lost_attempt(const RetryPolicy& policy, std::int32_t attemp
 
 void validate(const RetryPolicy& policy) {
   if (policy.max_attempts < 1)
-    throw Error(sqlstate::kInvalidParameter, "max_attempts must be at least 1");
+    throw Error(ErrorCode::kInvalidParameter, "max_attempts must be at least 1");
   if (policy.backoff_base_us < 0)
-    throw Error(sqlstate::kInvalidParameter, "backoff_base must not be negative");
+    throw Error(ErrorCode::kInvalidParameter, "backoff_base must not be negative");
   if (policy.backoff_max_us < policy.backoff_base_us)
-    throw Error(sqlstate::kInvalidParameter, "backoff_max must not be less than backoff_base");
+    throw Error(ErrorCode::kInvalidParameter, "backoff_max must not be less than backoff_base");
   if (policy.backoff_base_us > kMaxBackoffUs)
-    throw Error(sqlstate::kInvalidParameter, "backoff_base must be at most 365 days");
+    throw Error(ErrorCode::kInvalidParameter, "backoff_base must be at most 365 days");
   if (policy.backoff_max_us > kMaxBackoffUs)
-    throw Error(sqlstate::kInvalidParameter, "backoff_max must be at most 365 days");
+    throw Error(ErrorCode::kInvalidParameter, "backoff_max must be at most 365 days");
 }
 
 RetryPolicy clamped(RetryPolicy policy) noexcept {

@@ -8,9 +8,9 @@ namespace relaybus::core {
 
 void validate_sql_timeout(std::int64_t timeout_us) {
   if (timeout_us < kMinSqlTimeoutUs)
-    throw Error(sqlstate::kInvalidParameter, "sql_timeout must be at least 1 ms");
+    throw Error(ErrorCode::kInvalidParameter, "sql_timeout must be at least 1 ms");
   if (timeout_us > kMaxSqlTimeoutUs)
-    throw Error(sqlstate::kInvalidParameter, "sql_timeout must be at most 1 hour");
+    throw Error(ErrorCode::kInvalidParameter, "sql_timeout must be at most 1 hour");
 }
 
 std::int64_t clamped_sql_timeout(std::int64_t timeout_us) noexcept {

@@ -110,7 +110,7 @@ Datum fail_body(FunctionCallInfo fcinfo) {
     retry_at = PG_GETARG_TIMESTAMPTZ(2);
     // 'infinity' would park the delivery forever, '-infinity' sort it before every other.
     if (TIMESTAMP_NOT_FINITE(*retry_at))
-      throw core::Error(core::sqlstate::kInvalidParameter, "retry_at must be a finite timestamp");
+      throw core::Error(core::ErrorCode::kInvalidParameter, "retry_at must be a finite timestamp");
   }
   SpiConnection spi;
   const Result result = end_attempt(token, Ending::kFail, error, retry_at);

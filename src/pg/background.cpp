@@ -1,9 +1,8 @@
 #include "background.hpp"
 
+#include "error_codes.hpp"
 #include "settings.hpp"
 #include "worker_support.hpp"
-
-#include "../core/error.hpp"
 
 #include <cstdio>
 
@@ -52,8 +51,7 @@ void maintenance_step(const char* activity, Body&& body) {
     code = e.data != nullptr ? e.data->sqlerrcode : ERRCODE_INTERNAL_ERROR;
   } catch (const core::Error& e) {
     message = e.what();
-    code = MAKE_SQLSTATE(e.sqlstate()[0], e.sqlstate()[1], e.sqlstate()[2], e.sqlstate()[3],
-                         e.sqlstate()[4]);
+    code = sqlerrcode_of(e.code());
   }
   worker::abort_transaction();
   pg_call([&] {

@@ -108,7 +108,7 @@ void Claim::resolve_handlers(const std::optional<std::vector<std::string>>& requ
     for (const auto& h : *requested) {
       core::validate_name("handler name", h);
       if (!std::binary_search(handlers_.begin(), handlers_.end(), h))
-        throw core::Error(core::sqlstate::kUndefinedObject,
+        throw core::Error(core::ErrorCode::kUndefinedObject,
                           "handler \"" + h + "\" is not subscribed",
                           "Subscribe it first with relaybus.subscribe('" + h + "', ...).");
     }
@@ -415,7 +415,7 @@ void Claim::emit(ReturnSetInfo* rsinfo) {
   params.text_array(ids);
   const std::uint64_t n = events.run(params);
   if (n != claimed_.size())
-    throw core::Error(core::sqlstate::kInternal, "relaybus: a claimed delivery has no event");
+    throw core::Error(core::ErrorCode::kInternal, "relaybus: a claimed delivery has no event");
   for (std::uint64_t r = 0; r < n; ++r) {
     const Claimed& c = claimed_[r];
     const LaneInClaim& lane = lanes_[c.lane_index];
@@ -441,8 +441,8 @@ void Claim::emit(ReturnSetInfo* rsinfo) {
 }
 
 Datum claim_body(FunctionCallInfo fcinfo) {
-  if (PG_ARGISNULL(1)) throw core::Error(core::sqlstate::kNullValue, "batch_size must not be NULL");
-  if (PG_ARGISNULL(2)) throw core::Error(core::sqlstate::kNullValue, "lease must not be NULL");
+  if (PG_ARGISNULL(1)) throw core::Error(core::ErrorCode::kNullValue, "batch_size must not be NULL");
+  if (PG_ARGISNULL(2)) throw core::Error(core::ErrorCode::kNullValue, "lease must not be NULL");
   std::string worker = worker_arg(fcinfo, 0);
   const int batch_size = PG_GETARG_INT32(1);
   core::validate_batch_size(batch_size);

@@ -70,7 +70,7 @@ Datum complete_body(FunctionCallInfo fcinfo) {
 
 Datum complete_many_body(FunctionCallInfo fcinfo) {
   if (PG_ARGISNULL(0))
-    throw core::Error(core::sqlstate::kNullValue, "lease_tokens must not be NULL");
+    throw core::Error(core::ErrorCode::kNullValue, "lease_tokens must not be NULL");
   std::vector<core::LeaseToken> tokens;
   // Every token is parsed before anything is written: one malformed token fails the call.
   for (const auto& text : text_array_of(PG_GETARG_DATUM(0), "lease_tokens"))

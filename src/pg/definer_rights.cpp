@@ -24,7 +24,7 @@ Oid owner_of_function(Oid function) {
     }
   });
   if (owner == InvalidOid)
-    throw core::Error(core::sqlstate::kInternal, "relaybus: cannot find the called function");
+    throw core::Error(core::ErrorCode::kInternal, "relaybus: cannot find the called function");
   return owner;
 }
 

@@ -1,6 +1,6 @@
 #include "guard.hpp"
 
-#include "../core/error.hpp"
+#include "error_codes.hpp"
 
 #include <cstring>
 #include <new>
@@ -34,39 +34,35 @@ void keep_message(const char* text) {
   detail_buffer[0] = '\0';
 }
 
-int sqlstate_code(const char* s) {
-  return MAKE_SQLSTATE(s[0], s[1], s[2], s[3], s[4]);
-}
-
 // Runs body; any exception is caught and, once outside every catch block, raised as a
 // PostgreSQL ERROR (a caught PostgreSQL error is re-raised as it was). In a background
 // worker that ERROR reaches the worker's top-level handler, which reports it and exits.
 template <typename Body>
 auto guard(Body&& body) -> decltype(body()) {
   ErrorData* pg_error = nullptr;
-  const char* sqlstate = nullptr;
+  int sqlerrcode = ERRCODE_INTERNAL_ERROR;
   try {
     return body();
   } catch (const PgError& e) {
     pg_error = e.data;
   } catch (const core::Error& e) {
-    sqlstate = e.sqlstate();
+    sqlerrcode = sqlerrcode_of(e.code());
     keep_message(e.what());
     keep(hint_buffer, sizeof hint_buffer, e.hint().c_str());
     keep(detail_buffer, sizeof detail_buffer, e.detail().c_str());
   } catch (const std::bad_alloc&) {
-    sqlstate = "53200";  // out_of_memory
+    sqlerrcode = ERRCODE_OUT_OF_MEMORY;
     keep_message("out of memory in relaybus");
   } catch (const std::exception& e) {
-    sqlstate = core::sqlstate::kInternal;
+    sqlerrcode = ERRCODE_INTERNAL_ERROR;
     keep_message(e.what());
   } catch (...) {
-    sqlstate = core::sqlstate::kInternal;
+    sqlerrcode = ERRCODE_INTERNAL_ERROR;
     keep_message("unknown C++ exception in relaybus");
   }
   // Outside every catch block from here on.
   if (pg_error != nullptr) ReThrowError(pg_error);
-  ereport(ERROR, (errcode(sqlstate_code(sqlstate)), errmsg("%s", message_buffer),
+  ereport(ERROR, (errcode(sqlerrcode), errmsg("%s", message_buffer),
                   hint_buffer[0] != '\0' ? errhint("%s", hint_buffer) : 0,
                   detail_buffer[0] != '\0' ? errdetail("%s", detail_buffer) : 0));
   pg_unreachable();

@@ -19,7 +19,7 @@ constexpr int kTakeoverBatch = 1000;
 
 Datum extend_lease_body(FunctionCallInfo fcinfo) {
   const std::string worker = worker_arg(fcinfo, 0);
-  if (PG_ARGISNULL(1)) throw core::Error(core::sqlstate::kNullValue, "lease must not be NULL");
+  if (PG_ARGISNULL(1)) throw core::Error(core::ErrorCode::kNullValue, "lease must not be NULL");
   const std::int64_t lease_us = interval_us_of(PG_GETARG_DATUM(1), "lease");
   core::validate_lease(lease_us);
   // Only the caller's incarnation's lanes (holder.hpp): a successor reusing the name must not

@@ -24,7 +24,7 @@ struct PublishInput {
 };
 
 [[noreturn]] void invalid(const std::string& message) {
-  throw core::Error(core::sqlstate::kInvalidParameter, message);
+  throw core::Error(core::ErrorCode::kInvalidParameter, message);
 }
 
 bool jsonb_is_object(Datum value) {
@@ -41,7 +41,7 @@ std::string new_event_id() {
   unsigned char bytes[16];
   bool ok = false;
   pg_call([&] { ok = pg_strong_random(bytes, sizeof bytes); });
-  if (!ok) throw core::Error(core::sqlstate::kInternal, "could not generate a random event id");
+  if (!ok) throw core::Error(core::ErrorCode::kInternal, "could not generate a random event id");
   bytes[6] = (bytes[6] & 0x0f) | 0x40;
   bytes[8] = (bytes[8] & 0x3f) | 0x80;
   static const char hex[] = "0123456789abcdef";
@@ -95,7 +95,7 @@ Targets target_handlers(const std::string& type,
   if (given) {
     for (const auto& h : *given) {
       if (!std::binary_search(found.handlers.begin(), found.handlers.end(), h))
-        throw core::Error(core::sqlstate::kUndefinedObject,
+        throw core::Error(core::ErrorCode::kUndefinedObject,
                           "handler \"" + h + "\" is not subscribed",
                           "Subscribe it first with relaybus.subscribe('" + h + "', ...).");
     }
@@ -166,7 +166,8 @@ void publish_repeat(const std::string& event_id, const PublishInput& in) {
   Params lock_params;
   lock_params.text(event_id);
   if (lock_event.run(lock_params) != 1)
-    throw core::Error("40001", "event \"" + event_id + "\" was purged while being republished");
+    throw core::Error(core::ErrorCode::kConflict,
+                      "event \"" + event_id + "\" was purged while being republished");
   const std::string stored_type = row::text(0, 1);
   const std::optional<std::string> stored_key = row::text_or_null(0, 2);
   std::vector<std::string> had = row::text_array(0, 3);
@@ -217,8 +218,8 @@ std::string publish_one(PublishInput& in, const std::string& where) {
 }
 
 Datum publish_body(FunctionCallInfo fcinfo) {
-  if (PG_ARGISNULL(0)) throw core::Error(core::sqlstate::kNullValue, "type must not be NULL");
-  if (PG_ARGISNULL(1)) throw core::Error(core::sqlstate::kNullValue, "payload must not be NULL");
+  if (PG_ARGISNULL(0)) throw core::Error(core::ErrorCode::kNullValue, "type must not be NULL");
+  if (PG_ARGISNULL(1)) throw core::Error(core::ErrorCode::kNullValue, "payload must not be NULL");
   PublishInput in;
   in.type = text_of(PG_GETARG_DATUM(0));
   in.payload = PG_GETARG_DATUM(1);
@@ -240,7 +241,7 @@ Datum publish_body(FunctionCallInfo fcinfo) {
 }
 
 Datum publish_batch_body(FunctionCallInfo fcinfo) {
-  if (PG_ARGISNULL(0)) throw core::Error(core::sqlstate::kNullValue, "events must not be NULL");
+  if (PG_ARGISNULL(0)) throw core::Error(core::ErrorCode::kNullValue, "events must not be NULL");
   Datum events = PG_GETARG_DATUM(0);
   bool is_array = false;
   pg_call([&] {

@@ -8,7 +8,7 @@ namespace relaybus::pg {
 SpiConnection::SpiConnection() {
   int rc = 0;
   pg_call([&] { rc = SPI_connect(); });
-  if (rc != SPI_OK_CONNECT) throw core::Error(core::sqlstate::kInternal, "SPI_connect failed");
+  if (rc != SPI_OK_CONNECT) throw core::Error(core::ErrorCode::kInternal, "SPI_connect failed");
 }
 
 void SpiConnection::finish() {
@@ -131,7 +131,7 @@ Statement::Statement(const char* sql, std::initializer_list<Oid> argument_types,
 
 std::uint64_t Statement::run(Params& params) {
   if (params.size() != types_.size())
-    throw core::Error(core::sqlstate::kInternal, "relaybus: statement parameter count mismatch");
+    throw core::Error(core::ErrorCode::kInternal, "relaybus: statement parameter count mismatch");
   plan();
   int rc = 0;
   std::uint64_t processed = 0;
@@ -139,7 +139,7 @@ std::uint64_t Statement::run(Params& params) {
     rc = SPI_execute_plan(plan_, params.values(), params.nulls(), false, 0);
     processed = SPI_processed;
   });
-  if (rc < 0) throw core::Error(core::sqlstate::kInternal, "relaybus: SPI_execute_plan failed");
+  if (rc < 0) throw core::Error(core::ErrorCode::kInternal, "relaybus: SPI_execute_plan failed");
   return processed;
 }
 
@@ -157,7 +157,7 @@ SPIPlanPtr Statement::plan() {
       if (prepared != nullptr) SPI_keepplan(prepared);
     });
     if (prepared == nullptr)
-      throw core::Error(core::sqlstate::kInternal, "relaybus: could not prepare a statement");
+      throw core::Error(core::ErrorCode::kInternal, "relaybus: could not prepare a statement");
     plan_ = prepared;
   }
   return plan_;
@@ -191,7 +191,7 @@ std::optional<std::string> text_or_null(std::uint64_t r, int c) {
 
 std::string text(std::uint64_t r, int c) {
   auto value = text_or_null(r, c);
-  if (!value) throw core::Error(core::sqlstate::kInternal, "relaybus: unexpected NULL text");
+  if (!value) throw core::Error(core::ErrorCode::kInternal, "relaybus: unexpected NULL text");
   return *value;
 }
 
@@ -199,7 +199,7 @@ template <typename T, typename FromDatum>
 T scalar(std::uint64_t r, int c, FromDatum from) {
   bool null = false;
   Datum d = datum(r, c, &null);
-  if (null) throw core::Error(core::sqlstate::kInternal, "relaybus: unexpected NULL value");
+  if (null) throw core::Error(core::ErrorCode::kInternal, "relaybus: unexpected NULL value");
   return from(d);
 }
 
@@ -251,13 +251,13 @@ std::vector<std::string> text_array_of(Datum value, const char* what) {
     deconstruct_array(array, TEXTOID, -1, false, TYPALIGN_INT, &elements, &nulls, &count);
   });
   if (dims > 1)
-    throw core::Error(core::sqlstate::kInvalidParameter,
+    throw core::Error(core::ErrorCode::kInvalidParameter,
                       std::string(what) + " must be a one-dimensional array");
   std::vector<std::string> out;
   out.reserve(count);
   for (int i = 0; i < count; ++i) {
     if (nulls[i])
-      throw core::Error(core::sqlstate::kNullValue, std::string(what) + " must not contain NULL");
+      throw core::Error(core::ErrorCode::kNullValue, std::string(what) + " must not contain NULL");
     const struct varlena* t = reinterpret_cast<const struct varlena*>(DatumGetPointer(elements[i]));
     out.emplace_back(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
   }

@@ -30,9 +30,9 @@ void validate_sql_function(Oid function, Oid caller) {
   Params params;
   params.datum(ObjectIdGetDatum(function), false);
   if (signature.run(params) != 1)
-    throw core::Error(core::sqlstate::kUndefinedObject, "sql_function does not exist");
+    throw core::Error(core::ErrorCode::kUndefinedObject, "sql_function does not exist");
   if (!row::boolean(0, 1) || !row::boolean(0, 2))
-    throw core::Error("42883",  // undefined_function
+    throw core::Error(core::ErrorCode::kUndefinedFunction,
                       "sql_function must be a function (not a procedure or set-returning) "
                       "taking exactly one jsonb argument");
   bool null = false;
@@ -40,7 +40,7 @@ void validate_sql_function(Oid function, Oid caller) {
   bool allowed = false;
   pg_call([&] { allowed = has_privs_of_role(caller, owner); });
   if (!allowed)
-    throw core::Error("42501",  // insufficient_privilege
+    throw core::Error(core::ErrorCode::kPermissionDenied,
                       "sql_function runs as its owner: only a role with the privileges of "
                       "that owner may subscribe it");
 }
@@ -75,12 +75,12 @@ Datum subscribe_body(FunctionCallInfo fcinfo, Oid caller) {
   const char* names[] = {"handler", "event_types", "max_attempts", "backoff_base", "backoff_max"};
   for (int i = 0; i < 5; ++i)
     if (PG_ARGISNULL(i))
-      throw core::Error(core::sqlstate::kNullValue, std::string(names[i]) + " must not be NULL");
+      throw core::Error(core::ErrorCode::kNullValue, std::string(names[i]) + " must not be NULL");
   const std::string handler = text_of(PG_GETARG_DATUM(0));
   core::validate_name("handler", handler);
   const std::vector<std::string> types = text_array_of(PG_GETARG_DATUM(1), "event_types");
   if (types.empty())
-    throw core::Error(core::sqlstate::kInvalidParameter, "event_types must not be empty");
+    throw core::Error(core::ErrorCode::kInvalidParameter, "event_types must not be empty");
   for (const auto& t : types) core::validate_name("event type", t);
   core::RetryPolicy policy;
   policy.max_attempts = PG_GETARG_INT32(2);
@@ -93,7 +93,7 @@ Datum subscribe_body(FunctionCallInfo fcinfo, Oid caller) {
       has_timeout ? interval_us_of(PG_GETARG_DATUM(6), "sql_timeout") : 0;
   if (has_timeout) core::validate_sql_timeout(timeout_us);
   if (has_timeout && !in_database)
-    throw core::Error(core::sqlstate::kInvalidParameter,
+    throw core::Error(core::ErrorCode::kInvalidParameter,
                       "sql_timeout applies to in-database handlers: give sql_function too");
 
   static Statement upsert(

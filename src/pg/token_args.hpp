@@ -11,7 +11,7 @@ namespace relaybus::pg {
 
 inline core::LeaseToken token_arg(FunctionCallInfo fcinfo, int n) {
   if (PG_ARGISNULL(n))
-    throw core::Error(core::sqlstate::kNullValue, "lease_token must not be NULL");
+    throw core::Error(core::ErrorCode::kNullValue, "lease_token must not be NULL");
   return core::parse_lease_token(text_of(PG_GETARG_DATUM(n)));
 }
 

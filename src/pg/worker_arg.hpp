@@ -14,11 +14,11 @@
 namespace relaybus::pg {
 
 inline std::string worker_arg(FunctionCallInfo fcinfo, int n) {
-  if (PG_ARGISNULL(n)) throw core::Error(core::sqlstate::kNullValue, "worker must not be NULL");
+  if (PG_ARGISNULL(n)) throw core::Error(core::ErrorCode::kNullValue, "worker must not be NULL");
   std::string worker = text_of(PG_GETARG_DATUM(n));
   core::validate_worker(worker);
   if (core::is_sql_handler_worker_name(worker) && !worker::acting_as_sql_handler_worker())
-    throw core::Error("42501",  // insufficient_privilege
+    throw core::Error(core::ErrorCode::kPermissionDenied,
                       "worker names starting with \"" + std::string(core::kSqlHandlerWorkerPrefix) +
                           "\" are reserved for relaybus's in-database handler workers");
   return worker;

@@ -5,11 +5,13 @@
 #include <chrono>
 #include <deque>
 #include <mutex>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "client/store.hpp"
+#include "client/seam.hpp"
 
 namespace relaybus::client::testing {
 
@@ -69,11 +71,18 @@ class FakeStore final : public Store {
     b_.complete_batches.push_back(tokens);
     return static_cast<int>(tokens.size());
   }
-  std::string fail(const std::string& token, const std::string& error) override {
+  FailOutcome fail(const std::string& token, const std::string& error,
+                   std::optional<std::chrono::milliseconds>) override {
     std::lock_guard<std::mutex> lock(b_.mutex);
     b_.calls.push_back("fail");
     b_.failures.emplace_back(token, error);
-    return "retry";
+    return FailOutcome::kRetry;
+  }
+  bool bury(const std::string& token, const std::string& error) override {
+    std::lock_guard<std::mutex> lock(b_.mutex);
+    b_.calls.push_back("bury");
+    b_.failures.emplace_back(token, error);
+    return true;
   }
   bool release(const std::string& token) override {
     std::lock_guard<std::mutex> lock(b_.mutex);
@@ -96,8 +105,30 @@ class FakeStore final : public Store {
     std::this_thread::sleep_for(timeout);
     return false;
   }
+  // The dispatcher never publishes or administers: these record the call and refuse.
+  std::string publish(const Event&) override { return refuse("publish"); }
+  std::vector<std::string> publish_batch(const std::vector<Event>&) override {
+    refuse("publish_batch");
+    return {};
+  }
+  void subscribe(const store::Subscription&) override { refuse("subscribe"); }
+  bool requeue(const std::string&, const std::string&) override {
+    refuse("requeue");
+    return false;
+  }
+  std::optional<store::DeliveryState> lookup(const std::string&, const std::string&) override {
+    refuse("lookup");
+    return std::nullopt;
+  }
 
  private:
+  std::string refuse(const char* call) {
+    {
+      std::lock_guard<std::mutex> lock(b_.mutex);
+      b_.calls.push_back(call);
+    }
+    throw std::logic_error(std::string("FakeStore: the dispatcher called ") + call);
+  }
   FakeBackend& b_;
 };
 

@@ -1,4 +1,4 @@
-// Shared by the core unit tests: asserts that a call throws core::Error with a given SQLSTATE
+// Shared by the core unit tests: asserts that a call throws core::Error with a given code
 // (and not some other exception, and not nothing).
 #pragma once
 
@@ -7,23 +7,17 @@
 #include <gtest/gtest.h>
 
 #include <exception>
-#include <string_view>
 
 namespace relaybus::core::testing {
 
-// The SQLSTATE written out here, not taken from core, so a changed constant fails a test.
-inline constexpr const char* kInvalidParameterValue = "22023";
-
 template <typename F>
-::testing::AssertionResult ThrowsCoreError(F&& call, std::string_view expected_sqlstate) {
+::testing::AssertionResult ThrowsCoreError(F&& call, ErrorCode expected) {
   try {
     call();
   } catch (const Error& e) {
-    if (e.sqlstate() != nullptr && std::string_view(e.sqlstate()) == expected_sqlstate)
-      return ::testing::AssertionSuccess();
-    return ::testing::AssertionFailure()
-           << "threw core::Error with SQLSTATE " << (e.sqlstate() ? e.sqlstate() : "(null)") << " ("
-           << e.what() << "), expected " << expected_sqlstate;
+    if (e.code() == expected) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "threw core::Error " << name_of(e.code()) << " ("
+                                         << e.what() << "), expected " << name_of(expected);
   } catch (const std::exception& e) {
     return ::testing::AssertionFailure() << "threw a non-core exception: " << e.what();
   } catch (...) {
@@ -34,7 +28,7 @@ template <typename F>
 
 template <typename F>
 ::testing::AssertionResult ThrowsInvalidParameter(F&& call) {
-  return ThrowsCoreError(std::forward<F>(call), kInvalidParameterValue);
+  return ThrowsCoreError(std::forward<F>(call), ErrorCode::kInvalidParameter);
 }
 
 }  // namespace relaybus::core::testing

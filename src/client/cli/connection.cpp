@@ -6,18 +6,11 @@
 
 #include <libpq-fe.h>
 
-#include "client/store.hpp"
+#include "client/pg_store.hpp"
 
 namespace relaybus::cli {
 
-namespace {
-client::StoreError error_of(PGconn* conn, PGresult* res) {
-  const char* state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : nullptr;
-  std::string message = res ? PQresultErrorMessage(res) : PQerrorMessage(conn);
-  while (!message.empty() && message.back() == '\n') message.pop_back();
-  return client::StoreError(state ? state : "", message);
-}
-}  // namespace
+using client::error_of;
 
 Connection::Connection(const std::string& conninfo) : conn_(PQconnectdb(conninfo.c_str())) {
   if (PQstatus(conn_) != CONNECTION_OK) {

@@ -3,7 +3,7 @@
 #include <iostream>
 #include <string>
 
-#include "client/store.hpp"
+#include "client/seam.hpp"
 #include "commands.hpp"
 
 namespace {
@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const relaybus::client::StoreError& e) {
     std::cerr << "relaybus: " << e.what();
-    if (!e.sqlstate().empty()) std::cerr << " (SQLSTATE " << e.sqlstate() << ")";
+    if (!e.native_code().empty()) std::cerr << " (SQLSTATE " << e.native_code() << ")";
     std::cerr << std::endl;
     return 1;
   } catch (const std::exception& e) {

@@ -1,0 +1,153 @@
+// The store-neutral seam: what a worker runtime and a publisher need from a relaybus store,
+// and nothing about how the store is reached. Implemented by the PostgreSQL store on libpq
+// (src/client/pg_store), by the in-memory reference store (src/store/memory_store), and
+// next by the MongoDB store; test/contract runs one suite over every implementation.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/retry_policy.hpp"
+
+namespace relaybus::store {
+
+// One claimed (event, handler) pair. `token` is opaque: it is passed back unchanged.
+struct Delivery {
+  std::string token;
+  std::string event_id;
+  std::string handler;
+  std::string type;
+  std::string key;  // empty when the event has no ordering key
+  bool has_key = false;
+  std::string payload;  // the payload object as JSON text
+  int attempts = 0;     // attempts charged before this one
+  std::string published_at;
+};
+
+// A store error: a core error code, the message, and the store's own code where it has one
+// (the SQLSTATE for PostgreSQL), for logs only: callers decide on code().
+class StoreError : public std::runtime_error {
+ public:
+  StoreError(core::ErrorCode code, const std::string& message, std::string native_code = {})
+      : std::runtime_error(message), code_(code), native_code_(std::move(native_code)) {}
+  core::ErrorCode code() const noexcept { return code_; }
+  const std::string& native_code() const noexcept { return native_code_; }
+
+ private:
+  core::ErrorCode code_;
+  std::string native_code_;
+};
+
+// Who claims: a worker name, and the holder of this incarnation. Lanes are bound to the
+// pair, so every connection of the process holds them (a pool may close or swap
+// connections), and a restarted process, with another holder, never adopts the lanes of
+// its predecessor while their lease lasts.
+struct Worker {
+  std::string name;
+  std::string holder;
+};
+
+// How fail() ended the attempt.
+enum class FailOutcome {
+  kRetry,  // charged; claimable again after the backoff
+  kDead,   // charged; the budget is spent, it is dead-lettered
+  kLost,   // the token's lease was lost (taken over, or ended already): nothing changed
+};
+
+// One event to publish. Everything but the type is optional.
+struct Event {
+  std::string type;
+  std::string payload = "{}";  // a JSON object
+  std::optional<std::string> key;
+  std::optional<std::string> event_id;  // publishing an id again adds only new handlers
+  std::optional<std::vector<std::string>> handlers;  // default: every subscriber of the type
+  std::optional<std::chrono::milliseconds> delay;    // due this long after publish
+};
+
+// An external handler's subscription: the event types it gets ("*": every type) and what
+// a failed attempt costs.
+struct Subscription {
+  std::string handler;
+  std::vector<std::string> event_types;
+  core::RetryPolicy retry;
+};
+
+// What the store knows of one (event, handler) delivery, for operators and tests.
+struct DeliveryState {
+  std::string status;  // "pending" or "dead" (a completed delivery has no state)
+  int attempts = 0;
+};
+
+// Completion inside the caller's own transaction, where the store has transactions: the
+// handler's writes and the completion commit together or not at all (effectively-once for
+// transactional handlers). Destroying it uncommitted rolls back.
+class Transaction {
+ public:
+  virtual ~Transaction() = default;
+  // Deletes the delivery inside this transaction if its lease is still valid. While this
+  // transaction is open no other worker can take the delivery's lane over.
+  virtual bool complete(const std::string& token) = 0;
+  virtual void commit() = 0;
+  virtual void rollback() = 0;
+};
+
+// Not thread-safe: every thread that talks to the store uses its own instance (a libpq
+// connection serves one thread at a time).
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // --- the worker half
+  // Leases lanes for `worker` and returns up to `batch` due deliveries of `handlers`
+  // (empty: every handler that external workers run).
+  virtual std::vector<Delivery> claim(const Worker& worker, int batch,
+                                      std::chrono::milliseconds lease,
+                                      const std::vector<std::string>& handlers) = 0;
+  // Deletes the deliveries whose lease is still valid; returns how many.
+  virtual int complete_many(const std::vector<std::string>& tokens) = 0;
+  // Charges one attempt; retried after the handler's backoff, or after `retry_after`.
+  virtual FailOutcome fail(const std::string& token, const std::string& error,
+                           std::optional<std::chrono::milliseconds> retry_after = {}) = 0;
+  // Dead-letters the delivery at once (charging the attempt); false = lease lost.
+  virtual bool bury(const std::string& token, const std::string& error) = 0;
+  // Gives a delivery back without charging an attempt; false = lease lost.
+  virtual bool release(const std::string& token) = 0;
+  // Hands back every lane of `worker` that runs nothing; returns how many.
+  virtual int relinquish(const Worker& worker) = 0;
+  // Renews every lane `worker` holds; returns how many.
+  virtual int extend_lease(const Worker& worker, std::chrono::milliseconds lease) = 0;
+  // Subscribes this instance to publish notifications. Idempotent.
+  virtual void listen() = 0;
+  // Waits up to `timeout` for a notification; true if one arrived. Polling stays the
+  // correctness path: a false return only means "look anyway".
+  virtual bool wait_for_wakeup(std::chrono::milliseconds timeout) = 0;
+  // A transaction to complete in, or nullptr when the store has none.
+  virtual std::unique_ptr<Transaction> begin() { return nullptr; }
+
+  // --- the publisher half
+  // Publishes one event atomically with its deliveries; returns its id.
+  virtual std::string publish(const Event& event) = 0;
+  // Publishes every event or none; returns their ids in order.
+  virtual std::vector<std::string> publish_batch(const std::vector<Event>& events) = 0;
+
+  // --- the operator half
+  // Subscribes (or updates) an external handler.
+  virtual void subscribe(const Subscription& subscription) = 0;
+  // Moves a dead delivery back to pending with a fresh budget; false if it is not dead.
+  virtual bool requeue(const std::string& event_id, const std::string& handler) = 0;
+  // The delivery's state; nullopt once completed (or never published).
+  virtual std::optional<DeliveryState> lookup(const std::string& event_id,
+                                              const std::string& handler) = 0;
+};
+
+// Opens a new store instance (a new connection) for a thread of the dispatcher.
+using StoreFactory = std::function<std::unique_ptr<Store>()>;
+
+}  // namespace relaybus::store
