@@ -64,10 +64,12 @@ unit: test/unit/core_tests
 # The libpq worker runtime (dispatcher) and the `relaybus` command-line tool. Built apart
 # from the extension: the extension never links libpq.
 CLIENT_CXXFLAGS = -std=c++17 -O2 -g -Wall -Wextra -Isrc -I$(shell $(PG_CONFIG) --includedir 2>/dev/null)
-# The store-neutral seam needs core's error codes; the runtime links nothing else of core.
-CLIENT_SRCS = $(sort $(wildcard src/client/*.cpp)) src/core/error.cpp
+# The runtime links core (the in-memory store runs the protocol) and the store seam's
+# implementations that need no server (src/store).
+STORE_SRCS = $(sort $(wildcard src/store/*.cpp))
+CLIENT_SRCS = $(sort $(wildcard src/client/*.cpp)) $(CORE_SRCS) $(STORE_SRCS)
 CLIENT_CLI_SRCS = $(sort $(wildcard src/client/cli/*.cpp))
-CLIENT_HDRS = $(wildcard src/client/*.hpp src/client/cli/*.hpp src/store/*.hpp)
+CLIENT_HDRS = $(wildcard src/client/*.hpp src/client/cli/*.hpp src/store/*.hpp src/core/*.hpp)
 bin/relaybus: $(CLIENT_SRCS) $(CLIENT_CLI_SRCS) $(CLIENT_HDRS)
 	@mkdir -p bin
 	$(CXX) $(CLIENT_CXXFLAGS) -o $@ $(CLIENT_SRCS) $(CLIENT_CLI_SRCS) -lpq -pthread

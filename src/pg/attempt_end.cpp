@@ -1,4 +1,5 @@
-// fail, bury and release: end a claim without completing it. Each updates the delivery
+// fail, bury and release: end a claim without completing it. core::end_attempt
+// (src/core/attempt_end.hpp) decides; this reads the fence and writes. Each updates the delivery
 // (a rare path: not HOT, accepted) and takes it off its lane's in-flight list so it can be
 // claimed again; each bumps the claims counter so the token that ended it is dead.
 #include "spi.hpp"
@@ -6,87 +7,84 @@
 #include "token_args.hpp"
 
 #include "../core/error.hpp"
-#include "../core/retry_policy.hpp"
+#include "../core/attempt_end.hpp"
 
 namespace relaybus::pg {
 
 namespace {
 
-enum class Ending { kFail, kBury, kRelease };
+using core::AttemptResult;
+using core::Ending;
 
-enum class Result { kRetry, kDead, kReleased, kLost };
-
-Result end_attempt(const core::LeaseToken& token, Ending ending,
-                   const std::optional<std::string>& error,
-                   const std::optional<TimestampTz>& retry_at) {
+AttemptResult end_attempt(const core::LeaseToken& token, Ending ending,
+                          const std::optional<std::string>& error,
+                          const std::optional<TimestampTz>& retry_at) {
   // Lane first, then delivery: the lock order of every path (claim, complete, takeover).
+  // Each is read as it is, and core judges the token against it (core::token_holds).
   static Statement lock_lane(
-      "SELECT 1 FROM relaybus.lanes l WHERE l.handler = $1 AND l.lane = $2 AND l.epoch = $3"
-      " AND $4 = ANY (l.in_flight) FOR NO KEY UPDATE",
-      {TEXTOID, INT2OID, INT8OID, TEXTOID});
+      "SELECT l.epoch, $3 = ANY (l.in_flight) FROM relaybus.lanes l"
+      " WHERE l.handler = $1 AND l.lane = $2 FOR NO KEY UPDATE",
+      {TEXTOID, INT2OID, TEXTOID});
   static Statement lock_delivery(
-      "SELECT d.attempts, " RELAYBUS_POLICY_COLUMNS_SQL
+      "SELECT d.status = 'pending', d.claims, d.attempts, " RELAYBUS_POLICY_COLUMNS_SQL
       " FROM relaybus.deliveries d"
       " LEFT JOIN relaybus.subscriptions s ON s.handler = d.handler"
-      " WHERE d.event_id = $1 AND d.handler = $2 AND d.claims = $3 AND d.status = 'pending'"
-      " FOR UPDATE OF d",
-      {TEXTOID, TEXTOID, INT4OID});
+      " WHERE d.event_id = $1 AND d.handler = $2 FOR UPDATE OF d",
+      {TEXTOID, TEXTOID});
   static Statement update_delivery(
       "UPDATE relaybus.deliveries SET status = $3, attempts = $4, claims = claims + 1,"
-      " available_at = coalesce($5, available_at), last_error = coalesce($6, last_error),"
-      " updated_at = now() WHERE event_id = $1 AND handler = $2",
-      {TEXTOID, TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, TEXTOID});
+      " available_at = coalesce($5, now() + $7, available_at),"
+      " last_error = coalesce($6, last_error), updated_at = now()"
+      " WHERE event_id = $1 AND handler = $2",
+      {TEXTOID, TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, TEXTOID, INTERVALOID});
   static Statement off_lane(
       "UPDATE relaybus.lanes SET in_flight = array_remove(in_flight, $3)"
       " WHERE handler = $1 AND lane = $2",
       {TEXTOID, INT2OID, TEXTOID});
-  static Statement now_plus("SELECT now() + $1", {INTERVALOID});
 
+  core::FenceView fence;
   Params lane_params;
   lane_params.text(token.handler);
   lane_params.int2(token.lane);
-  lane_params.int8(token.epoch);
   lane_params.text(token.event_id);
-  if (lock_lane.run(lane_params) != 1) return Result::kLost;
+  if (lock_lane.run(lane_params) == 1) {
+    fence.lane_found = true;
+    fence.lane_epoch = row::int8(0, 1);
+    fence.listed_in_flight = row::boolean(0, 2);
+  }
+  // A lane that fences the token out settles it: its delivery is not even locked.
+  if (!core::lane_holds(token, fence)) return AttemptResult::kLost;
 
   Params delivery_params;
   delivery_params.text(token.event_id);
   delivery_params.text(token.handler);
-  delivery_params.int4(token.claims);
-  if (lock_delivery.run(delivery_params) != 1) return Result::kLost;
-  const std::int32_t attempts = row::int4(0, 1);
-  const core::RetryPolicy policy = policy_of_row(0, 2);
-
-  Result result = Result::kReleased;
-  std::int32_t new_attempts = attempts;
-  std::optional<TimestampTz> available_at;
-  if (ending != Ending::kRelease) {
-    core::FailureOutcome outcome = core::after_failed_attempt(policy, attempts);
-    if (ending == Ending::kBury) outcome.dead = true;
-    new_attempts = outcome.attempts;
-    result = outcome.dead ? Result::kDead : Result::kRetry;
-    if (!outcome.dead) {
-      if (retry_at) {
-        available_at = retry_at;
-      } else {
-        // Cannot overflow: the policy is clamped to a backoff of at most 365 days
-        // (core::kMaxBackoffUs), and the timestamp range ends in the year 294276.
-        Params delay;
-        delay.interval_us(outcome.delay_us);
-        now_plus.run(delay);
-        bool null = false;
-        available_at = DatumGetTimestampTz(row::datum(0, 1, &null));
-      }
-    }
+  std::int32_t attempts = 0;
+  core::RetryPolicy policy;
+  if (lock_delivery.run(delivery_params) == 1) {
+    fence.delivery_found = true;
+    fence.delivery_pending = row::boolean(0, 1);
+    fence.delivery_claims = row::int4(0, 2);
+    attempts = row::int4(0, 3);
+    policy = policy_of_row(0, 4);
   }
+  const core::AttemptEnd end =
+      core::end_attempt(ending, token, fence, policy, attempts, retry_at.has_value());
+  if (end.result == AttemptResult::kLost) return end.result;
 
+  // Cannot overflow: the policy is clamped to a backoff of at most 365 days
+  // (core::kMaxBackoffUs), and the timestamp range ends in the year 294276.
   Params update;
   update.text(token.event_id);
   update.text(token.handler);
-  update.text(result == Result::kDead ? "dead" : "pending");
-  update.int4(new_attempts);
-  update.timestamptz(available_at);
+  update.text(end.dead ? "dead" : "pending");
+  update.int4(end.attempts);
+  update.timestamptz(end.result == AttemptResult::kRetry ? retry_at : std::nullopt);
   update.text(error);
+  if (end.use_delay) {
+    update.interval_us(end.delay_us);
+  } else {
+    update.datum(0, true);
+  }
   update_delivery.run(update);
 
   Params lane_update;
@@ -94,7 +92,7 @@ Result end_attempt(const core::LeaseToken& token, Ending ending,
   lane_update.int2(token.lane);
   lane_update.text(token.event_id);
   off_lane.run(lane_update);
-  return result;
+  return end.result;
 }
 
 std::optional<std::string> optional_text_arg(FunctionCallInfo fcinfo, int n) {
@@ -113,9 +111,11 @@ Datum fail_body(FunctionCallInfo fcinfo) {
       throw core::Error(core::ErrorCode::kInvalidParameter, "retry_at must be a finite timestamp");
   }
   SpiConnection spi;
-  const Result result = end_attempt(token, Ending::kFail, error, retry_at);
+  const AttemptResult result = end_attempt(token, Ending::kFail, error, retry_at);
   spi.finish();
-  const char* word = result == Result::kRetry ? "retry" : result == Result::kDead ? "dead" : "lost";
+  const char* word = result == AttemptResult::kRetry  ? "retry"
+                     : result == AttemptResult::kDead ? "dead"
+                                                      : "lost";
   Datum out = 0;
   pg_call([&] { out = PointerGetDatum(cstring_to_text(word)); });
   return out;
@@ -125,17 +125,17 @@ Datum bury_body(FunctionCallInfo fcinfo) {
   const core::LeaseToken token = token_arg(fcinfo, 0);
   const auto error = optional_text_arg(fcinfo, 1);
   SpiConnection spi;
-  const Result result = end_attempt(token, Ending::kBury, error, std::nullopt);
+  const AttemptResult result = end_attempt(token, Ending::kBury, error, std::nullopt);
   spi.finish();
-  return BoolGetDatum(result != Result::kLost);
+  return BoolGetDatum(result != AttemptResult::kLost);
 }
 
 Datum release_body(FunctionCallInfo fcinfo) {
   const core::LeaseToken token = token_arg(fcinfo, 0);
   SpiConnection spi;
-  const Result result = end_attempt(token, Ending::kRelease, std::nullopt, std::nullopt);
+  const AttemptResult result = end_attempt(token, Ending::kRelease, std::nullopt, std::nullopt);
   spi.finish();
-  return BoolGetDatum(result != Result::kLost);
+  return BoolGetDatum(result != AttemptResult::kLost);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include "takeover.hpp"
 #include "worker_arg.hpp"
 
+#include "../core/claim_protocol.hpp"
 #include "../core/claim_request.hpp"
 #include "../core/error.hpp"
 
@@ -77,18 +78,31 @@ Datum relinquish_body(FunctionCallInfo fcinfo) {
 }
 
 // Takes over these lanes, locked by the caller: charges their in-flight deliveries, then
-// moves each lane to a new epoch with no owner.
-void take_over(const LaneList& lanes, const std::vector<InFlightDelivery>& in_flight) {
+// writes each lane as core plans a takeover that picks nothing (a new epoch, no owner).
+void take_over(const std::vector<core::LaneSnapshot>& lanes) {
   static Statement release(
-      "UPDATE relaybus.lanes l SET epoch = l.epoch + 1, lease_owner = NULL,"
+      "UPDATE relaybus.lanes l SET epoch = u.epoch, lease_owner = NULL,"
       " lease_expires_at = NULL, holder_pid = NULL, holder_started = NULL, holder = NULL,"
       " in_flight = '{}'"
-      " FROM unnest($1::text[], $2::int2[]) AS u(handler, lane)"
+      " FROM unnest($1::text[], $2::int2[], $3::int8[]) AS u(handler, lane, epoch)"
       " WHERE l.handler = u.handler AND l.lane = u.lane",
-      {TEXTARRAYOID, INT2ARRAYOID});
-  charge_taken_over(in_flight);
+      {TEXTARRAYOID, INT2ARRAYOID, INT8ARRAYOID});
+  PgChargeStore charges;
+  std::vector<const core::LaneSnapshot*> taken;
+  LaneList list;
+  std::vector<std::int64_t> epochs;
+  for (const auto& lane : lanes) {
+    taken.push_back(&lane);
+    list.add(lane.handler, lane.lane);
+    const core::LaneWrite w = core::plan_lane_write(core::LaneOrigin::kExpired, lane.epoch,
+                                                    /*has_live_in_flight=*/false,
+                                                    /*got_picks=*/false);
+    epochs.push_back(w.epoch);
+  }
+  core::charge_in_flight(charges, taken);
   Params params;
-  lanes.bind(params);
+  list.bind(params);
+  params.int8_array(epochs);
   release.run(params);
 }
 
@@ -111,7 +125,7 @@ Datum take_over_expired_body(FunctionCallInfo) {
   // taking right now is left for a later round. The locks are the caller's transaction's,
   // so they outlast the subtransactions below.
   static Statement lock_expired(
-      "SELECT l.handler, l.lane, l.in_flight FROM relaybus.lanes l"
+      "SELECT l.handler, l.lane, l.epoch, l.in_flight FROM relaybus.lanes l"
       " WHERE l.lease_owner IS NOT NULL AND l.lease_expires_at <= now()"
       " ORDER BY l.lease_expires_at LIMIT $1 FOR UPDATE OF l SKIP LOCKED",
       {INT4OID});
@@ -119,31 +133,24 @@ Datum take_over_expired_body(FunctionCallInfo) {
   Params params;
   params.int4(kTakeoverBatch);
   const std::uint64_t n = lock_expired.run(params);
-  const LaneList expired = LaneList::from_rows(n);
-  std::vector<std::vector<InFlightDelivery>> lane_in_flight(n);
-  std::vector<InFlightDelivery> in_flight;
-  for (std::uint64_t r = 0; r < n; ++r) {
-    for (auto& id : row::text_array(r, 3)) {
-      lane_in_flight[r].push_back({expired.handlers[r], id});
-      in_flight.push_back({expired.handlers[r], std::move(id)});
-    }
-  }
+  std::vector<core::LaneSnapshot> expired;
+  for (std::uint64_t r = 0; r < n; ++r)
+    expired.push_back({row::text(r, 1), row::int2(r, 2), row::int8(r, 3), row::text_array(r, 4)});
   std::int32_t taken = static_cast<std::int32_t>(n);
   // The whole batch in one go (two statements), in a subtransaction so that one lane that
   // cannot be taken over (say, a trigger on deliveries raising for one handler) does not
   // stop the others: then lane by lane, each in its own subtransaction.
   ErrorData* batch_error =
-      expired.empty() ? nullptr : in_subtransaction([&] { take_over(expired, in_flight); });
+      expired.empty() ? nullptr : in_subtransaction([&] { take_over(expired); });
   if (batch_error != nullptr) {
     pg_call([&] { FreeErrorData(batch_error); });
     taken = 0;
-    for (std::size_t i = 0; i < expired.size(); ++i) {
-      const LaneList one = expired.slice(i, i + 1);
-      ErrorData* error = in_subtransaction([&] { take_over(one, lane_in_flight[i]); });
+    for (const auto& lane : expired) {
+      ErrorData* error = in_subtransaction([&] { take_over({lane}); });
       if (error == nullptr) {
         ++taken;
       } else {
-        report_skipped(expired.handlers[i], expired.lanes[i], error);
+        report_skipped(lane.handler, lane.lane, error);
       }
     }
   }

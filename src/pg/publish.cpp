@@ -5,6 +5,7 @@
 #include "../core/claim_request.hpp"
 #include "../core/error.hpp"
 #include "../core/lane.hpp"
+#include "../core/republish.hpp"
 
 #include <algorithm>
 
@@ -154,8 +155,8 @@ void insert_deliveries(const std::string& event_id, const std::optional<std::str
   insert.run(params);
 }
 
-// A repeated event id: add deliveries only for handlers the event never had, with the
-// stored event's key (its lane and order), never the repeat's.
+// A repeated event id: deliveries for the handlers core::handlers_to_add names
+// (src/core/republish.hpp), with the stored event's key (its lane and order).
 void publish_repeat(const std::string& event_id, const PublishInput& in) {
   static Statement lock_event(
       "SELECT e.type, e.key, e.handlers FROM relaybus.events e WHERE e.id = $1 FOR UPDATE",
@@ -170,13 +171,9 @@ void publish_repeat(const std::string& event_id, const PublishInput& in) {
                       "event \"" + event_id + "\" was purged while being republished");
   const std::string stored_type = row::text(0, 1);
   const std::optional<std::string> stored_key = row::text_or_null(0, 2);
-  std::vector<std::string> had = row::text_array(0, 3);
-  std::sort(had.begin(), had.end());
-
+  std::vector<std::string> had = row::text_array(0, 3);  // before the next statement
   const Targets targets = target_handlers(stored_type, in.handlers);
-  std::vector<std::string> added;
-  for (const auto& h : targets.handlers)
-    if (!std::binary_search(had.begin(), had.end(), h)) added.push_back(h);
+  const std::vector<std::string> added = core::handlers_to_add(targets.handlers, std::move(had));
   if (added.empty()) return;
 
   Params update_params;

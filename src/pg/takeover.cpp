@@ -3,12 +3,10 @@
 #include "spi.hpp"
 #include "subscription_policy.hpp"
 
-#include "../core/retry_policy.hpp"
-
 namespace relaybus::pg {
 
-void charge_taken_over(const std::vector<InFlightDelivery>& deliveries) {
-  if (deliveries.empty()) return;
+std::vector<core::LostDelivery> PgChargeStore::lock_lost(
+    const std::vector<core::DeliveryRef>& deliveries) {
   static Statement lock_deliveries(
       "SELECT d.handler, d.event_id, d.attempts, " RELAYBUS_POLICY_COLUMNS_SQL
       " FROM unnest($1::text[], $2::text[]) AS f(handler, event_id)"
@@ -17,6 +15,23 @@ void charge_taken_over(const std::vector<InFlightDelivery>& deliveries) {
       " LEFT JOIN relaybus.subscriptions s ON s.handler = d.handler"
       " FOR UPDATE OF d",
       {TEXTARRAYOID, TEXTARRAYOID});
+  std::vector<std::string> handlers, event_ids;
+  for (const auto& d : deliveries) {
+    handlers.push_back(d.handler);
+    event_ids.push_back(d.event_id);
+  }
+  Params params;
+  params.text_array(handlers);
+  params.text_array(event_ids);
+  const std::uint64_t n = lock_deliveries.run(params);
+  std::vector<core::LostDelivery> lost;
+  lost.reserve(n);
+  for (std::uint64_t r = 0; r < n; ++r)
+    lost.push_back({row::text(r, 1), row::text(r, 2), row::int4(r, 3), policy_of_row(r, 4)});
+  return lost;
+}
+
+void PgChargeStore::write_charges(const std::vector<core::Charge>& charges) {
   static Statement charge(
       "UPDATE relaybus.deliveries d SET attempts = u.attempts, claims = d.claims + 1,"
       " status = u.status, updated_at = now(),"
@@ -25,34 +40,20 @@ void charge_taken_over(const std::vector<InFlightDelivery>& deliveries) {
       "  AS u(handler, event_id, attempts, status)"
       " WHERE d.event_id = u.event_id AND d.handler = u.handler",
       {TEXTARRAYOID, TEXTARRAYOID, INT4ARRAYOID, TEXTARRAYOID});
-
-  std::vector<std::string> handlers, event_ids;
-  for (const auto& d : deliveries) {
-    handlers.push_back(d.handler);
-    event_ids.push_back(d.event_id);
+  std::vector<std::string> handlers, event_ids, status;
+  std::vector<std::int32_t> attempts;
+  for (const auto& c : charges) {
+    handlers.push_back(c.handler);
+    event_ids.push_back(c.event_id);
+    attempts.push_back(c.attempts);
+    status.push_back(c.dead ? "dead" : "pending");
   }
-  Params lock_params;
-  lock_params.text_array(handlers);
-  lock_params.text_array(event_ids);
-  const std::uint64_t n = lock_deliveries.run(lock_params);
-
-  std::vector<std::string> u_handlers, u_event_ids, u_status;
-  std::vector<std::int32_t> u_attempts;
-  for (std::uint64_t r = 0; r < n; ++r) {
-    const core::RetryPolicy policy = policy_of_row(r, 4);
-    const core::FailureOutcome outcome = core::after_lost_attempt(policy, row::int4(r, 3));
-    u_handlers.push_back(row::text(r, 1));
-    u_event_ids.push_back(row::text(r, 2));
-    u_attempts.push_back(outcome.attempts);
-    u_status.push_back(outcome.dead ? "dead" : "pending");
-  }
-  if (u_handlers.empty()) return;
-  Params charge_params;
-  charge_params.text_array(u_handlers);
-  charge_params.text_array(u_event_ids);
-  charge_params.int4_array(u_attempts);
-  charge_params.text_array(u_status);
-  charge.run(charge_params);
+  Params params;
+  params.text_array(handlers);
+  params.text_array(event_ids);
+  params.int4_array(attempts);
+  params.text_array(status);
+  charge.run(params);
 }
 
 }  // namespace relaybus::pg

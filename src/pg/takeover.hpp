@@ -1,19 +1,18 @@
-// Charging the deliveries a lane had in flight when it was taken over (lease expired, or
-// its holder's incarnation is gone): one attempt each, dead-lettered when out of attempts,
-// claims counter bumped so the old tokens are dead. Used by claim and take_over_expired.
+// The PostgreSQL side of a takeover's charges (core::ChargeStore): locks what a lane taken
+// over had in flight and writes the charges core decided (claim_protocol.hpp,
+// charges_for). Used by claim and take_over_expired.
 #pragma once
 
-#include <string>
-#include <vector>
+#include "../core/claim_protocol.hpp"
 
 namespace relaybus::pg {
 
-struct InFlightDelivery {
-  std::string handler;
-  std::string event_id;
+// Must run with the lanes of the deliveries locked FOR UPDATE by the caller.
+class PgChargeStore : public core::ChargeStore {
+ public:
+  std::vector<core::LostDelivery> lock_lost(
+      const std::vector<core::DeliveryRef>& deliveries) override;
+  void write_charges(const std::vector<core::Charge>& charges) override;
 };
-
-// Must run with the lanes of these deliveries locked FOR UPDATE by the caller.
-void charge_taken_over(const std::vector<InFlightDelivery>& deliveries);
 
 }  // namespace relaybus::pg

@@ -1,0 +1,208 @@
+#include "claim_protocol.hpp"
+
+#include <algorithm>
+
+#include "batch_planner.hpp"
+#include "claim_request.hpp"
+#include "error.hpp"
+
+namespace relaybus::core {
+
+std::vector<Charge> charges_for(const std::vector<LostDelivery>& lost) {
+  std::vector<Charge> charges;
+  charges.reserve(lost.size());
+  for (const auto& d : lost) {
+    const FailureOutcome outcome = after_lost_attempt(clamped(d.policy), d.attempts);
+    charges.push_back({d.handler, d.event_id, outcome.attempts, outcome.dead});
+  }
+  return charges;
+}
+
+bool has_pending_predecessor(std::int64_t sequence,
+                             const std::vector<std::int64_t>& pending_sequences_of_key) noexcept {
+  return std::any_of(pending_sequences_of_key.begin(), pending_sequences_of_key.end(),
+                     [&](std::int64_t s) { return s < sequence; });
+}
+
+void charge_in_flight(ChargeStore& store, const std::vector<const LaneSnapshot*>& lanes) {
+  std::vector<DeliveryRef> lost;
+  for (const LaneSnapshot* lane : lanes)
+    for (const auto& id : lane->in_flight) lost.push_back({lane->handler, id});
+  if (lost.empty()) return;
+  const std::vector<Charge> charges = charges_for(store.lock_lost(lost));
+  if (!charges.empty()) store.write_charges(charges);
+}
+
+namespace {
+
+struct LaneInClaim {
+  LaneSnapshot lane;
+  LaneOrigin origin = LaneOrigin::kFree;
+  std::vector<std::string> picks;  // event ids claimed into this lane now
+  LaneWrite write;
+};
+
+struct Pick {
+  std::size_t lane_index;
+  CandidateRow row;
+};
+
+class Claim {
+ public:
+  Claim(ClaimStore& store, int batch_size, bool caller_has_holder)
+      : store_(store), planner_(batch_size), caller_has_holder_(caller_has_holder) {}
+
+  std::vector<ClaimedDelivery> run(const std::optional<std::vector<std::string>>& requested) {
+    resolve_handlers(requested);
+    if (handlers_.empty()) return {};
+    keep_held_lanes();
+    acquire_lanes();
+    write_lanes();
+    return claimed();
+  }
+
+ private:
+  void resolve_handlers(const std::optional<std::vector<std::string>>& requested) {
+    if (requested) {
+      for (const auto& h : *requested) validate_name("handler name", h);
+    }
+    handlers_ = store_.subscribed_handlers(requested);
+    if (!requested) return;
+    for (const auto& h : *requested) {
+      if (!std::binary_search(handlers_.begin(), handlers_.end(), h))
+        throw Error(ErrorCode::kUndefinedObject, "handler \"" + h + "\" is not subscribed",
+                    "Subscribe it first with relaybus.subscribe('" + h + "', ...).");
+    }
+  }
+
+  void keep_held_lanes() {
+    std::vector<LaneRef> take_over;
+    for (auto& held : store_.held_lanes(handlers_)) {
+      const LaneOrigin origin = classify_held_lane(held.binding, caller_has_holder_);
+      if (origin == LaneOrigin::kHeld) {
+        for (const auto& key : held.in_flight_keys) planner_.key_in_flight(held.lane.handler, key);
+        lanes_.push_back({std::move(held.lane), origin, {}, {}});
+      } else if (charges_in_flight(origin)) {
+        take_over.push_back({held.lane.handler, held.lane.lane});
+      }  // kOthers: another live incarnation's, left alone
+    }
+    if (!take_over.empty()) {
+      const std::size_t first = lanes_.size();
+      for (auto& snapshot : store_.lock_for_takeover(take_over))
+        lanes_.push_back({std::move(snapshot), LaneOrigin::kOrphaned, {}, {}});
+      charge_from(first, lanes_.size());
+    }
+    offer_candidates(0);
+  }
+
+  void acquire_lanes() {
+    if (planner_.full()) return;
+    const std::vector<LaneRef> work = store_.lanes_with_work(handlers_);
+    std::size_t next = 0;
+    for (int round = 0; !planner_.full() && next < work.size(); ++round) {
+      const int wanted = lanes_to_acquire(round, planner_.remaining());
+      // Each round looks at a window of the list four times the lanes it wants, so lanes
+      // that others took or locked meanwhile are passed over in the same call, and goes on
+      // after the last lane it took (or after the window, if it fell short).
+      const std::size_t end = std::min(work.size(), next + 4 * static_cast<std::size_t>(wanted));
+      const std::vector<LaneRef> window(work.begin() + next, work.begin() + end);
+      std::vector<AcquiredLane> got = store_.lock_acquirable(window, wanted);
+      next = got.size() < static_cast<std::size_t>(wanted) || got.empty()
+                 ? end
+                 : next + got.back().window_position;
+      const std::size_t first = lanes_.size();
+      std::vector<const LaneSnapshot*> expired;
+      for (auto& a : got) {
+        // A free lane's list is what its last holder left: nothing of it runs.
+        if (!a.had_owner) a.lane.in_flight.clear();
+        lanes_.push_back(
+            {std::move(a.lane), a.had_owner ? LaneOrigin::kExpired : LaneOrigin::kFree, {}, {}});
+      }
+      charge_from(first, lanes_.size());
+      offer_candidates(first);
+    }
+  }
+
+  // Charges the in-flight deliveries of lanes_[first, last) that a takeover took; a lane
+  // taken over runs none of them any more.
+  void charge_from(std::size_t first, std::size_t last) {
+    std::vector<const LaneSnapshot*> taken;
+    for (std::size_t i = first; i < last; ++i)
+      if (charges_in_flight(lanes_[i].origin)) taken.push_back(&lanes_[i].lane);
+    charge_in_flight(store_, taken);
+    for (std::size_t i = first; i < last; ++i)
+      if (charges_in_flight(lanes_[i].origin)) lanes_[i].lane.in_flight.clear();
+  }
+
+  // Offers the due deliveries of lanes_[first..] to the planner, in due order.
+  void offer_candidates(std::size_t first) {
+    if (first >= lanes_.size() || planner_.full()) return;
+    std::vector<CandidateLane> asked;
+    for (std::size_t i = first; i < lanes_.size(); ++i) {
+      CandidateLane c;
+      c.lane = &lanes_[i].lane;
+      c.excluded = lanes_[i].lane.in_flight;
+      c.excluded.insert(c.excluded.end(), lanes_[i].picks.begin(), lanes_[i].picks.end());
+      c.room = lane_room(lanes_[i].lane.in_flight.size() + lanes_[i].picks.size());
+      asked.push_back(std::move(c));
+    }
+    for (auto& row : store_.candidates(asked, planner_.remaining())) {
+      if (planner_.full()) break;
+      const std::size_t index = first + row.lane_index;
+      LaneInClaim& lane = lanes_[index];
+      Candidate candidate;
+      candidate.handler = &lane.lane.handler;
+      candidate.key = &row.key;
+      candidate.has_pending_predecessor = row.has_pending_predecessor;
+      candidate.lane_in_flight = lane.lane.in_flight.size() + lane.picks.size();
+      if (!planner_.offer(candidate)) continue;
+      lane.picks.push_back(row.event_id);
+      picks_.push_back({index, std::move(row)});
+    }
+  }
+
+  void write_lanes() {
+    std::vector<LaneUpdate> updates;
+    for (auto& lane : lanes_) {
+      lane.write = plan_lane_write(lane.origin, lane.lane.epoch, !lane.lane.in_flight.empty(),
+                                   !lane.picks.empty());
+      if (!lane.write.write) continue;
+      LaneUpdate u{lane.lane.handler, lane.lane.lane, lane.write, {}};
+      if (lane.write.hold) {
+        u.in_flight = lane.lane.in_flight;
+        u.in_flight.insert(u.in_flight.end(), lane.picks.begin(), lane.picks.end());
+      }
+      updates.push_back(std::move(u));
+    }
+    if (!updates.empty()) store_.write_lanes(updates);
+  }
+
+  std::vector<ClaimedDelivery> claimed() {
+    std::vector<ClaimedDelivery> out;
+    out.reserve(picks_.size());
+    for (auto& p : picks_) {
+      const LaneInClaim& lane = lanes_[p.lane_index];
+      LeaseToken token{lane.lane.lane, lane.write.epoch, p.row.claims, lane.lane.handler,
+                       std::move(p.row.event_id)};
+      out.push_back({std::move(token), std::move(p.row.key), p.row.attempts});
+    }
+    return out;
+  }
+
+  ClaimStore& store_;
+  BatchPlanner planner_;
+  bool caller_has_holder_;
+  std::vector<std::string> handlers_;
+  std::vector<LaneInClaim> lanes_;
+  std::vector<Pick> picks_;
+};
+
+}  // namespace
+
+std::vector<ClaimedDelivery> run_claim(ClaimStore& store,
+                                       const std::optional<std::vector<std::string>>& requested,
+                                       int batch_size, bool caller_has_holder) {
+  return Claim(store, batch_size, caller_has_holder).run(requested);
+}
+
+}  // namespace relaybus::core

@@ -1,0 +1,176 @@
+// The claim, as one protocol every store runs: which lanes a worker keeps, takes over and
+// acquires, in which order, what each costs, which deliveries it picks and what it writes.
+// A store implements ClaimStore (reads of lane and delivery state, writes of decisions,
+// each a set-based statement in the PostgreSQL store) and run_claim() makes every decision.
+//
+// The steps, in the one order that is right:
+//   1. the handlers (the requested ones must be subscribed);
+//   2. the lanes held under the worker's name, locked: its own incarnation's are kept, an
+//      orphan or another incarnation's expired lane is taken over, another live
+//      incarnation's is left alone (lane_lease.hpp, classify_held_lane);
+//   3. takeovers charge the deliveries in flight one lost attempt each, with no backoff
+//      (retry_policy.hpp, after_lost_attempt), then the kept lanes' due deliveries are
+//      offered to the batch;
+//   4. while the batch has room: free or expired lanes with due work, oldest work first,
+//      acquired in rounds of 4, 8, 16, ... (lanes_to_acquire), their expired ones charged,
+//      their due deliveries offered;
+//   5. one write of every lane whose state changed (plan_lane_write: the epoch moves when
+//      a lane changes hands, which fences the previous holder's tokens);
+//   6. a token per picked delivery (lease_token.hpp).
+// Per-key order is decided by BatchPlanner (batch_planner.hpp) over the candidates.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lane_lease.hpp"
+#include "lease_token.hpp"
+#include "retry_policy.hpp"
+
+namespace relaybus::core {
+
+struct LaneRef {
+  std::string handler;
+  std::int16_t lane = 0;
+};
+
+struct DeliveryRef {
+  std::string handler;
+  std::string event_id;
+};
+
+// A lane as a store read it, locked for this claim.
+struct LaneSnapshot {
+  std::string handler;
+  std::int16_t lane = 0;
+  std::int64_t epoch = 0;
+  std::vector<std::string> in_flight;  // event ids of its live in-flight deliveries
+};
+
+// A lane held under the caller's worker name, with whose incarnation it is bound to.
+struct HeldLane {
+  LaneSnapshot lane;
+  LaneBinding binding;
+  std::vector<std::string> in_flight_keys;  // the ordering keys of its in-flight deliveries
+};
+
+// A free or expired lane a claim locked from a window of lanes_with_work().
+struct AcquiredLane {
+  LaneSnapshot lane;
+  bool had_owner = false;           // another worker's expired lease (a takeover), not a free lane
+  std::size_t window_position = 0;  // 1-based, in the window it was locked from
+};
+
+// A delivery that was in flight in a lane taken over, locked, as it is now.
+struct LostDelivery {
+  std::string handler;
+  std::string event_id;
+  std::int32_t attempts = 0;
+  RetryPolicy policy;
+};
+
+// What a takeover writes to one lost delivery: its attempts, dead or still pending (due
+// as it was), its claims counter bumped, last_error saying the lease was lost.
+struct Charge {
+  std::string handler;
+  std::string event_id;
+  std::int32_t attempts = 0;
+  bool dead = false;
+};
+
+// The charges of deliveries lost in a takeover (after_lost_attempt for each).
+std::vector<Charge> charges_for(const std::vector<LostDelivery>& lost);
+
+// A lane whose due deliveries a claim asks for, and how many it may still take.
+struct CandidateLane {
+  const LaneSnapshot* lane = nullptr;
+  std::vector<std::string> excluded;  // in flight, or already picked: not candidates
+  int room = 0;                       // lane_room() of its in-flight deliveries and picks
+};
+
+// A due pending delivery of one of the lanes asked for.
+struct CandidateRow {
+  std::size_t lane_index = 0;  // into the CandidateLane list passed
+  std::string event_id;
+  std::optional<std::string> key;
+  std::int32_t attempts = 0;
+  std::int32_t claims = 0;
+  // An earlier pending delivery of its handler and key exists. A store may answer it in
+  // its query instead and return no such candidate (the PostgreSQL store does: the SQL
+  // copy of has_pending_predecessor() is RELAYBUS_NO_PENDING_PREDECESSOR_SQL in
+  // src/pg/claim.cpp).
+  bool has_pending_predecessor = false;
+};
+
+// The per-key rule for one keyed delivery: an earlier delivery (lower sequence) of its
+// handler and key is still pending (a running one is pending too; dead or completed ones
+// are not).
+bool has_pending_predecessor(std::int64_t sequence,
+                             const std::vector<std::int64_t>& pending_sequences_of_key) noexcept;
+
+// The takeover step a claim and the maintenance worker share: lock what was in flight,
+// write the charges.
+class ChargeStore {
+ public:
+  virtual ~ChargeStore() = default;
+  // Locks those of `deliveries` that are still pending, and reads them.
+  virtual std::vector<LostDelivery> lock_lost(const std::vector<DeliveryRef>& deliveries) = 0;
+  virtual void write_charges(const std::vector<Charge>& charges) = 0;
+};
+
+// Charges everything in flight in `lanes` (taken over): after_lost_attempt for each.
+void charge_in_flight(ChargeStore& store, const std::vector<const LaneSnapshot*>& lanes);
+
+// One lane's write at the end of a claim.
+struct LaneUpdate {
+  std::string handler;
+  std::int16_t lane = 0;
+  LaneWrite write;
+  std::vector<std::string> in_flight;  // when held: its in-flight deliveries and the picks
+};
+
+// What a claim reads and writes. Locks are the store's business; the comments say what
+// each call must guarantee.
+class ClaimStore : public ChargeStore {
+ public:
+  // The handlers external workers run (requested: nullopt), or those of `requested` that
+  // are subscribed, sorted.
+  virtual std::vector<std::string> subscribed_handlers(
+      const std::optional<std::vector<std::string>>& requested) = 0;
+  // The lanes of `handlers` held under the worker's name, locked against other claims of
+  // it, with their live in-flight deliveries read after the lock.
+  virtual std::vector<HeldLane> held_lanes(const std::vector<std::string>& handlers) = 0;
+  // Locks lanes to take over, waiting for completions in progress, and re-reads them.
+  virtual std::vector<LaneSnapshot> lock_for_takeover(const std::vector<LaneRef>& lanes) = 0;
+  // Lanes of `handlers` with due work that the worker may acquire (free, or another
+  // worker's expired lease), oldest work first; unlocked.
+  virtual std::vector<LaneRef> lanes_with_work(const std::vector<std::string>& handlers) = 0;
+  // Locks up to `wanted` lanes of `window` that are still acquirable, in window order,
+  // skipping lanes another transaction has locked (never waiting).
+  virtual std::vector<AcquiredLane> lock_acquirable(const std::vector<LaneRef>& window,
+                                                    int wanted) = 0;
+  // Due pending deliveries of `lanes` not excluded, in due order (available_at, event id),
+  // at most `limit` in all and at most each lane's room from it.
+  virtual std::vector<CandidateRow> candidates(const std::vector<CandidateLane>& lanes,
+                                               int limit) = 0;
+  // Writes every lane update (one statement in a set-based store).
+  virtual void write_lanes(const std::vector<LaneUpdate>& updates) = 0;
+};
+
+struct ClaimedDelivery {
+  LeaseToken token;  // lane, epoch, claims, handler, event id
+  std::optional<std::string> key;
+  std::int32_t attempts = 0;
+};
+
+// Runs one claim of up to `batch_size` deliveries (validated by the caller) for a worker
+// whose incarnation is an explicit holder (`caller_has_holder`) or its backend. Throws
+// core::Error kUndefinedObject for a requested handler that is not subscribed.
+std::vector<ClaimedDelivery> run_claim(ClaimStore& store,
+                                       const std::optional<std::vector<std::string>>& requested,
+                                       int batch_size, bool caller_has_holder);
+
+}  // namespace relaybus::core

@@ -1,0 +1,637 @@
+#include "memory_store.hpp"
+
+#include <algorithm>
+#include <ctime>
+#include <random>
+
+#include "core/claim_protocol.hpp"
+#include "core/claim_request.hpp"
+#include "core/error.hpp"
+#include "core/lane.hpp"
+#include "core/republish.hpp"
+
+namespace relaybus::store {
+
+namespace {
+
+using Clock = MemoryBus::Clock;
+
+Clock::duration us(std::int64_t microseconds) {
+  return std::chrono::microseconds(microseconds);
+}
+
+[[noreturn]] void invalid(const std::string& message) {
+  throw StoreError(core::ErrorCode::kInvalidParameter, message);
+}
+
+// core::Error as the seam reports errors.
+template <typename Body>
+auto reported(Body&& body) -> decltype(body()) {
+  try {
+    return body();
+  } catch (const core::Error& e) {
+    throw StoreError(e.code(), e.what());
+  }
+}
+
+// The payload must be a JSON object. This store does not parse JSON; it checks the shape
+// a caller is most likely to get wrong (an array, a string, a number).
+bool looks_like_object(const std::string& json) {
+  const auto first = json.find_first_not_of(" \t\r\n");
+  const auto last = json.find_last_not_of(" \t\r\n");
+  return first != std::string::npos && json[first] == '{' && json[last] == '}';
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%d %H:%M:%S+00", &tm);
+  return text;
+}
+
+std::string new_event_id() {
+  static thread_local std::mt19937_64 random{std::random_device{}()};
+  static const char hex[] = "0123456789abcdef";
+  std::string id;
+  for (int i = 0; i < 32; ++i) {
+    if (i == 8 || i == 12 || i == 16 || i == 20) id += '-';
+    id += hex[random() & 15];
+  }
+  id[14] = '4';
+  return id;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- the bus
+
+MemoryBus::MemoryBus() : now_([] { return Clock::now(); }) {}
+
+void MemoryBus::set_clock(std::function<Clock::time_point()> now) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  now_ = std::move(now);
+}
+
+const MemoryBus::Delivery* MemoryBus::pending(const std::string& handler,
+                                              const std::string& event_id) const {
+  auto it = deliveries_.find({handler, event_id});
+  return it == deliveries_.end() || it->second.dead ? nullptr : &it->second;
+}
+
+std::vector<std::string> MemoryBus::live_in_flight(const std::string& handler,
+                                                   const Lane& lane) const {
+  std::vector<std::string> live;
+  for (const auto& id : lane.in_flight)
+    if (pending(handler, id) != nullptr) live.push_back(id);
+  return live;
+}
+
+// ---------------------------------------------------------------- the claim's reads/writes
+
+// core::ClaimStore on the bus, for one claim, under the bus's lock.
+class MemoryClaimStore final : public core::ClaimStore {
+ public:
+  MemoryClaimStore(MemoryBus& bus, const Worker& worker, std::uint64_t instance,
+                   std::chrono::milliseconds lease)
+      : bus_(bus), worker_(worker), instance_(instance), lease_(lease), now_(bus.now()) {}
+
+  std::vector<std::string> subscribed_handlers(
+      const std::optional<std::vector<std::string>>& requested) override {
+    std::vector<std::string> out;
+    for (const auto& [handler, s] : bus_.subscriptions_) {
+      if (!requested || std::binary_search(requested->begin(), requested->end(), handler))
+        out.push_back(handler);
+    }
+    return out;  // std::map: sorted
+  }
+
+  std::vector<core::HeldLane> held_lanes(const std::vector<std::string>& handlers) override {
+    std::vector<core::HeldLane> out;
+    for (auto& [key, lane] : bus_.lanes_) {
+      if (lane.owner != worker_.name ||
+          !std::binary_search(handlers.begin(), handlers.end(), key.first))
+        continue;
+      core::HeldLane held;
+      held.lane = snapshot(key, lane, bus_.live_in_flight(key.first, lane));
+      held.binding.to_holder = lane.holder.has_value();
+      held.binding.same_holder = lane.holder && *lane.holder == worker_.holder;
+      held.binding.backend_alive =
+          !lane.holder && lane.instance && bus_.live_instances_.count(*lane.instance) > 0;
+      held.binding.lease_expired = lane.expires <= now_;
+      for (const auto& id : held.lane.in_flight) {
+        const auto* d = bus_.pending(key.first, id);
+        if (d->key && std::find(held.in_flight_keys.begin(), held.in_flight_keys.end(), *d->key) ==
+                          held.in_flight_keys.end())
+          held.in_flight_keys.push_back(*d->key);
+      }
+      out.push_back(std::move(held));
+    }
+    return out;
+  }
+
+  std::vector<core::LaneSnapshot> lock_for_takeover(
+      const std::vector<core::LaneRef>& lanes) override {
+    std::vector<core::LaneSnapshot> out;
+    for (const auto& ref : lanes) {
+      auto& lane = bus_.lane(ref.handler, ref.lane);
+      // A completion in an open transaction keeps the lane: the PostgreSQL store waits for
+      // it; one call here cannot wait under the lock, so the lane is left for a later claim.
+      if (lane.pins > 0) continue;
+      out.push_back(snapshot({ref.handler, ref.lane}, lane, lane.in_flight));
+    }
+    return out;
+  }
+
+  std::vector<core::LostDelivery> lock_lost(
+      const std::vector<core::DeliveryRef>& deliveries) override {
+    std::vector<core::LostDelivery> out;
+    for (const auto& ref : deliveries) {
+      if (const auto* d = bus_.pending(ref.handler, ref.event_id))
+        out.push_back({ref.handler, ref.event_id, d->attempts, policy_of(ref.handler)});
+    }
+    return out;
+  }
+
+  void write_charges(const std::vector<core::Charge>& charges) override {
+    for (const auto& c : charges) {
+      auto& d = bus_.deliveries_.at({c.handler, c.event_id});
+      d.attempts = c.attempts;
+      d.dead = c.dead;
+      ++d.claims;
+      d.last_error = "lease lost: lane taken over while the delivery was in flight";
+    }
+  }
+
+  std::vector<core::LaneRef> lanes_with_work(const std::vector<std::string>& handlers) override {
+    // The earliest pending delivery of each lane, as the PostgreSQL store's index walk.
+    std::map<MemoryBus::LaneKey, Clock::time_point> earliest;
+    for (const auto& [key, d] : bus_.deliveries_) {
+      if (d.dead || !std::binary_search(handlers.begin(), handlers.end(), key.first)) continue;
+      auto [it, fresh] = earliest.try_emplace({key.first, d.lane}, d.available_at);
+      if (!fresh) it->second = std::min(it->second, d.available_at);
+    }
+    std::vector<std::pair<Clock::time_point, MemoryBus::LaneKey>> due;
+    for (const auto& [lane_key, at] : earliest) {
+      if (at <= now_ && acquirable(bus_.lane(lane_key.first, lane_key.second)))
+        due.push_back({at, lane_key});
+    }
+    std::sort(due.begin(), due.end());
+    std::vector<core::LaneRef> out;
+    for (const auto& [at, k] : due) out.push_back({k.first, k.second});
+    return out;
+  }
+
+  std::vector<core::AcquiredLane> lock_acquirable(const std::vector<core::LaneRef>& window,
+                                                  int wanted) override {
+    std::vector<core::AcquiredLane> out;
+    for (std::size_t i = 0; i < window.size() && static_cast<int>(out.size()) < wanted; ++i) {
+      auto& lane = bus_.lane(window[i].handler, window[i].lane);
+      if (!acquirable(lane) || lane.pins > 0) continue;  // pinned: as SKIP LOCKED
+      out.push_back({snapshot({window[i].handler, window[i].lane}, lane, lane.in_flight),
+                     lane.owner.has_value(), i + 1});
+    }
+    return out;
+  }
+
+  std::vector<core::CandidateRow> candidates(const std::vector<core::CandidateLane>& lanes,
+                                             int limit) override {
+    struct Row {
+      Clock::time_point at;
+      core::CandidateRow row;
+    };
+    const auto by_due = [](const Row& a, const Row& b) {
+      return a.at != b.at ? a.at < b.at : a.row.event_id < b.row.event_id;
+    };
+    std::vector<Row> all;
+    for (std::size_t i = 0; i < lanes.size(); ++i) {
+      const core::LaneSnapshot& lane = *lanes[i].lane;
+      std::vector<Row> of_lane;
+      for (auto it = bus_.deliveries_.lower_bound({lane.handler, std::string()});
+           it != bus_.deliveries_.end() && it->first.first == lane.handler; ++it) {
+        const auto& d = it->second;
+        const std::string& id = it->first.second;
+        if (d.dead || d.lane != lane.lane || d.available_at > now_) continue;
+        if (std::find(lanes[i].excluded.begin(), lanes[i].excluded.end(), id) !=
+            lanes[i].excluded.end())
+          continue;
+        // The per-key rule, answered here before the lane's limit, as the PostgreSQL
+        // store's query does.
+        if (d.key && core::has_pending_predecessor(d.sequence, sequences_of(lane.handler, d)))
+          continue;
+        of_lane.push_back({d.available_at, {i, id, d.key, d.attempts, d.claims, false}});
+      }
+      std::sort(of_lane.begin(), of_lane.end(), by_due);
+      const auto take =
+          std::min<std::size_t>(of_lane.size(), std::max(0, std::min(limit, lanes[i].room)));
+      all.insert(all.end(), of_lane.begin(), of_lane.begin() + take);
+    }
+    std::sort(all.begin(), all.end(), by_due);
+    if (all.size() > static_cast<std::size_t>(std::max(limit, 0))) all.resize(limit);
+    std::vector<core::CandidateRow> out;
+    for (auto& r : all) out.push_back(std::move(r.row));
+    return out;
+  }
+
+  void write_lanes(const std::vector<core::LaneUpdate>& updates) override {
+    for (const auto& u : updates) {
+      auto& lane = bus_.lane(u.handler, u.lane);
+      lane.epoch = u.write.epoch;
+      if (!u.write.hold) {
+        lane.owner.reset();
+        lane.holder.reset();
+        lane.instance.reset();
+        lane.in_flight.clear();
+        continue;
+      }
+      lane.owner = worker_.name;
+      lane.expires = now_ + lease_;
+      if (u.write.new_holder) {
+        lane.holder.reset();
+        lane.instance.reset();
+        if (worker_.holder.empty()) {
+          lane.instance = instance_;
+        } else {
+          lane.holder = worker_.holder;
+        }
+      }
+      lane.in_flight = u.in_flight;
+    }
+  }
+
+ private:
+  static core::LaneSnapshot snapshot(const MemoryBus::LaneKey& key, const MemoryBus::Lane& lane,
+                                     std::vector<std::string> in_flight) {
+    return {key.first, key.second, lane.epoch, std::move(in_flight)};
+  }
+
+  bool acquirable(const MemoryBus::Lane& lane) const {
+    return !lane.owner || (lane.expires <= now_ && *lane.owner != worker_.name);
+  }
+
+  std::vector<std::int64_t> sequences_of(const std::string& handler,
+                                         const MemoryBus::Delivery& of) const {
+    std::vector<std::int64_t> out;
+    for (auto it = bus_.deliveries_.lower_bound({handler, std::string()});
+         it != bus_.deliveries_.end() && it->first.first == handler; ++it) {
+      const auto& d = it->second;
+      if (!d.dead && d.lane == of.lane && d.key == of.key) out.push_back(d.sequence);
+    }
+    return out;
+  }
+
+  core::RetryPolicy policy_of(const std::string& handler) const {
+    auto it = bus_.subscriptions_.find(handler);
+    return it == bus_.subscriptions_.end() ? core::RetryPolicy{} : it->second.retry;
+  }
+
+  MemoryBus& bus_;
+  const Worker& worker_;
+  std::uint64_t instance_;
+  std::chrono::milliseconds lease_;
+  Clock::time_point now_;
+};
+
+// ---------------------------------------------------------------- transactions
+
+class MemoryTransaction final : public Transaction {
+ public:
+  explicit MemoryTransaction(std::shared_ptr<MemoryBus> bus) : bus_(std::move(bus)) {}
+  ~MemoryTransaction() override {
+    if (open_) rollback();
+  }
+
+  bool complete(const std::string& token_text) override {
+    return reported([&] {
+      const core::LeaseToken token = core::parse_lease_token(token_text);
+      std::lock_guard<std::mutex> lock(bus_->mutex_);
+      if (!core::token_holds(token, fence_of(*bus_, token))) return false;
+      ++bus_->lane(token.handler, token.lane).pins;
+      done_.push_back(token);
+      return true;
+    });
+  }
+
+  void commit() override { finish(true); }
+  void rollback() override { finish(false); }
+
+  static core::FenceView fence_of(MemoryBus& bus, const core::LeaseToken& token) {
+    core::FenceView fence;
+    auto lane = bus.lanes_.find({token.handler, token.lane});
+    if (lane != bus.lanes_.end()) {
+      fence.lane_found = true;
+      fence.lane_epoch = lane->second.epoch;
+      const auto& f = lane->second.in_flight;
+      fence.listed_in_flight = std::find(f.begin(), f.end(), token.event_id) != f.end();
+    }
+    auto d = bus.deliveries_.find({token.handler, token.event_id});
+    if (d != bus.deliveries_.end()) {
+      fence.delivery_found = true;
+      fence.delivery_pending = !d->second.dead;
+      fence.delivery_claims = d->second.claims;
+    }
+    return fence;
+  }
+
+ private:
+  void finish(bool commit) {
+    std::lock_guard<std::mutex> lock(bus_->mutex_);
+    if (!open_) return;
+    open_ = false;
+    for (const auto& token : done_) {
+      --bus_->lane(token.handler, token.lane).pins;
+      // Still held: nothing could take the lane over while it was pinned.
+      if (commit && core::token_holds(token, fence_of(*bus_, token)))
+        bus_->deliveries_.erase({token.handler, token.event_id});
+    }
+  }
+
+  std::shared_ptr<MemoryBus> bus_;
+  std::vector<core::LeaseToken> done_;
+  bool open_ = true;
+};
+
+// ---------------------------------------------------------------- the store
+
+MemoryStore::MemoryStore(std::shared_ptr<MemoryBus> bus) : bus_(std::move(bus)) {
+  std::lock_guard<std::mutex> lock(bus_->mutex_);
+  instance_ = bus_->next_instance_++;
+  bus_->live_instances_.insert(instance_);
+  seen_publications_ = bus_->publications_;
+}
+
+MemoryStore::~MemoryStore() {
+  std::lock_guard<std::mutex> lock(bus_->mutex_);
+  bus_->live_instances_.erase(instance_);
+}
+
+std::vector<Delivery> MemoryStore::claim(const Worker& worker, int batch,
+                                         std::chrono::milliseconds lease,
+                                         const std::vector<std::string>& handlers) {
+  return reported([&] {
+    core::validate_worker(worker.name);
+    core::validate_batch_size(batch);
+    core::validate_lease(std::chrono::duration_cast<std::chrono::microseconds>(lease).count());
+    std::optional<std::vector<std::string>> requested;
+    if (!handlers.empty()) {
+      requested = handlers;
+      std::sort(requested->begin(), requested->end());
+    }
+    std::lock_guard<std::mutex> lock(bus_->mutex_);
+    MemoryClaimStore store(*bus_, worker, instance_, lease);
+    std::vector<Delivery> out;
+    for (auto& c : core::run_claim(store, requested, batch, !worker.holder.empty())) {
+      const auto& event = bus_->events_.at(c.token.event_id);
+      Delivery d;
+      d.token = core::encode(c.token);
+      d.event_id = c.token.event_id;
+      d.handler = c.token.handler;
+      d.type = event.type;
+      d.has_key = c.key.has_value();
+      d.key = c.key.value_or("");
+      d.payload = event.payload;
+      d.attempts = c.attempts;
+      d.published_at = event.published_at;
+      out.push_back(std::move(d));
+    }
+    return out;
+  });
+}
+
+int MemoryStore::complete_many(const std::vector<std::string>& tokens) {
+  return reported([&] {
+    std::vector<core::LeaseToken> parsed;
+    for (const auto& t : tokens) parsed.push_back(core::parse_lease_token(t));
+    std::lock_guard<std::mutex> lock(bus_->mutex_);
+    int n = 0;
+    for (const auto& token : parsed) {
+      if (!core::token_holds(token, MemoryTransaction::fence_of(*bus_, token))) continue;
+      // Deleted; the lane's in-flight list is pruned lazily, as in the PostgreSQL store.
+      bus_->deliveries_.erase({token.handler, token.event_id});
+      ++n;
+    }
+    return n;
+  });
+}
+
+core::AttemptResult MemoryStore::end(const std::string& token_text, core::Ending ending,
+                                     const std::string& error,
+                                     std::optional<std::chrono::milliseconds> retry_after) {
+  return reported([&] {
+    const core::LeaseToken token = core::parse_lease_token(token_text);
+    std::lock_guard<std::mutex> lock(bus_->mutex_);
+    const core::FenceView fence = MemoryTransaction::fence_of(*bus_, token);
+    auto it = bus_->deliveries_.find({token.handler, token.event_id});
+    const std::int32_t attempts = it == bus_->deliveries_.end() ? 0 : it->second.attempts;
+    auto sub = bus_->subscriptions_.find(token.handler);
+    const core::RetryPolicy policy =
+        sub == bus_->subscriptions_.end() ? core::RetryPolicy{} : sub->second.retry;
+    const core::AttemptEnd end =
+        core::end_attempt(ending, token, fence, policy, attempts, retry_after.has_value());
+    if (end.result == core::AttemptResult::kLost) return end.result;
+    auto& d = it->second;
+    d.dead = end.dead;
+    d.attempts = end.attempts;
+    ++d.claims;
+    if (end.result == core::AttemptResult::kRetry)
+      d.available_at = bus_->now() + (retry_after ? *retry_after : us(end.delay_us));
+    if (ending != core::Ending::kRelease && !error.empty()) d.last_error = error;
+    auto& f = bus_->lane(token.handler, token.lane).in_flight;
+    f.erase(std::remove(f.begin(), f.end(), token.event_id), f.end());
+    return end.result;
+  });
+}
+
+FailOutcome MemoryStore::fail(const std::string& token, const std::string& error,
+                              std::optional<std::chrono::milliseconds> retry_after) {
+  switch (end(token, core::Ending::kFail, error, retry_after)) {
+    case core::AttemptResult::kRetry:
+      return FailOutcome::kRetry;
+    case core::AttemptResult::kDead:
+      return FailOutcome::kDead;
+    default:
+      return FailOutcome::kLost;
+  }
+}
+
+bool MemoryStore::bury(const std::string& token, const std::string& error) {
+  return end(token, core::Ending::kBury, error, std::nullopt) != core::AttemptResult::kLost;
+}
+
+bool MemoryStore::release(const std::string& token) {
+  return end(token, core::Ending::kRelease, "", std::nullopt) != core::AttemptResult::kLost;
+}
+
+int MemoryStore::relinquish(const Worker& worker) {
+  return reported([&] {
+    core::validate_worker(worker.name);
+    std::lock_guard<std::mutex> lock(bus_->mutex_);
+    int n = 0;
+    for (auto& [key, lane] : bus_->lanes_) {
+      if (lane.owner != worker.name) continue;
+      const bool same = lane.holder && *lane.holder == worker.holder;
+      if (!core::relinquish_covers(lane.holder.has_value(), same, !worker.holder.empty())) continue;
+      if (!core::relinquishes(bus_->live_in_flight(key.first, lane).size())) continue;
+      lane.owner.reset();
+      lane.holder.reset();
+      lane.instance.reset();
+      lane.in_flight.clear();
+      ++n;
+    }
+    return n;
+  });
+}
+
+int MemoryStore::extend_lease(const Worker& worker, std::chrono::milliseconds lease) {
+  return reported([&] {
+    core::validate_worker(worker.name);
+    core::validate_lease(std::chrono::duration_cast<std::chrono::microseconds>(lease).count());
+    std::lock_guard<std::mutex> lock(bus_->mutex_);
+    int n = 0;
+    for (auto& [key, lane] : bus_->lanes_) {
+      if (lane.owner != worker.name) continue;
+      core::LaneBinding binding;
+      binding.to_holder = lane.holder.has_value();
+      binding.same_holder = lane.holder && *lane.holder == worker.holder;
+      binding.backend_alive = !lane.holder && lane.instance == instance_;
+      if (!core::is_callers(binding, !worker.holder.empty())) continue;
+      lane.expires = bus_->now() + lease;
+      ++n;
+    }
+    return n;
+  });
+}
+
+void MemoryStore::listen() {
+  listening_ = true;
+}
+
+bool MemoryStore::wait_for_wakeup(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(bus_->mutex_);
+  const bool woke = bus_->published_.wait_for(
+      lock, timeout, [&] { return listening_ && bus_->publications_ != seen_publications_; });
+  seen_publications_ = bus_->publications_;
+  return woke;
+}
+
+std::unique_ptr<Transaction> MemoryStore::begin() {
+  return std::make_unique<MemoryTransaction>(bus_);
+}
+
+void MemoryStore::check_publishable(const Event& event) const {
+  reported([&] {
+    core::validate_name("type", event.type);
+    if (event.key) core::validate_name("key", *event.key);
+    if (event.event_id) core::validate_name("event_id", *event.event_id);
+    if (event.handlers) {
+      for (const auto& h : *event.handlers) {
+        core::validate_name("handler name", h);
+        if (bus_->subscriptions_.count(h) == 0)
+          throw core::Error(core::ErrorCode::kUndefinedObject,
+                            "handler \"" + h + "\" is not subscribed");
+      }
+    }
+  });
+  if (!looks_like_object(event.payload)) invalid("payload must be a JSON object");
+  if (event.delay && event.delay->count() < 0) invalid("delay must not be negative");
+}
+
+std::string MemoryStore::publish_locked(const Event& in) {
+  const std::string event_id = in.event_id ? *in.event_id : new_event_id();
+  auto existing = bus_->events_.find(event_id);
+  const std::string& type = existing == bus_->events_.end() ? in.type : existing->second.type;
+  std::vector<std::string> targets;
+  if (in.handlers) {
+    targets = *in.handlers;
+  } else {
+    for (const auto& [handler, s] : bus_->subscriptions_) {
+      for (const auto& t : s.event_types)
+        if (t == type || t == "*") {
+          targets.push_back(handler);
+          break;
+        }
+    }
+  }
+  std::vector<std::string> added;
+  if (existing == bus_->events_.end()) {
+    added = core::handlers_to_add(targets, {});
+    bus_->events_[event_id] = {in.type, in.key, in.payload, added, utc_now()};
+  } else {
+    added = core::handlers_to_add(targets, existing->second.handlers);
+    auto& had = existing->second.handlers;
+    had.insert(had.end(), added.begin(), added.end());
+  }
+  const MemoryBus::Event& event = bus_->events_.at(event_id);
+  const Clock::time_point due = bus_->now() + in.delay.value_or(std::chrono::milliseconds(0));
+  for (const auto& handler : added) {
+    MemoryBus::Delivery d;
+    d.key = event.key;  // the stored event's: its lane and order
+    d.lane = core::lane_of(event.key ? *event.key : event_id);
+    if (event.key) d.sequence = ++bus_->key_counters_[*event.key];
+    d.available_at = due;
+    bus_->deliveries_[{handler, event_id}] = d;
+  }
+  if (!added.empty()) ++bus_->publications_;
+  return event_id;
+}
+
+std::string MemoryStore::publish(const Event& event) {
+  std::lock_guard<std::mutex> lock(bus_->mutex_);
+  check_publishable(event);
+  const std::string id = publish_locked(event);
+  bus_->published_.notify_all();
+  return id;
+}
+
+std::vector<std::string> MemoryStore::publish_batch(const std::vector<Event>& events) {
+  std::lock_guard<std::mutex> lock(bus_->mutex_);
+  // Every event is checked before any is published: all or none.
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    try {
+      check_publishable(events[i]);
+    } catch (const StoreError& e) {
+      throw StoreError(e.code(), "events[" + std::to_string(i) + "]: " + e.what());
+    }
+  }
+  std::vector<std::string> ids;
+  for (const auto& e : events) ids.push_back(publish_locked(e));
+  bus_->published_.notify_all();
+  return ids;
+}
+
+void MemoryStore::subscribe(const Subscription& s) {
+  reported([&] {
+    core::validate_name("handler name", s.handler);
+    if (s.event_types.empty())
+      throw core::Error(core::ErrorCode::kInvalidParameter, "event_types must not be empty");
+    for (const auto& t : s.event_types) core::validate_name("event type", t);
+    core::validate(s.retry);
+  });
+  std::lock_guard<std::mutex> lock(bus_->mutex_);
+  bus_->subscriptions_[s.handler] = s;
+}
+
+bool MemoryStore::requeue(const std::string& event_id, const std::string& handler) {
+  std::lock_guard<std::mutex> lock(bus_->mutex_);
+  auto it = bus_->deliveries_.find({handler, event_id});
+  if (it == bus_->deliveries_.end() || !core::requeues(it->second.dead)) return false;
+  auto& d = it->second;
+  d.dead = false;
+  d.attempts = core::kRequeuedAttempts;
+  ++d.claims;
+  d.available_at = bus_->now();
+  ++bus_->publications_;
+  bus_->published_.notify_all();
+  return true;
+}
+
+std::optional<DeliveryState> MemoryStore::lookup(const std::string& event_id,
+                                                 const std::string& handler) {
+  std::lock_guard<std::mutex> lock(bus_->mutex_);
+  auto it = bus_->deliveries_.find({handler, event_id});
+  if (it == bus_->deliveries_.end()) return std::nullopt;
+  return DeliveryState{it->second.dead ? "dead" : "pending", it->second.attempts};
+}
+
+}  // namespace relaybus::store
