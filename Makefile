@@ -37,7 +37,10 @@ missing-pgxs all install installcheck:
 endif
 
 all: $(SQL_SCRIPTS)
-$(SQL_SCRIPTS) &: $(wildcard sql/parts/*.sql) scripts/build-sql
+# The 0.2.0 parts take constants from these headers (scripts/build-sql reads them).
+SQL_CONSTANT_HEADERS = $(addprefix src/core/,lane.hpp lane_lease.hpp claim_request.hpp \
+                                             retry_policy.hpp sql_timeout.hpp)
+$(SQL_SCRIPTS) &: $(wildcard sql/parts/*.sql) scripts/build-sql $(SQL_CONSTANT_HEADERS)
 	scripts/build-sql
 
 # Header dependencies (PGXS tracks none without --enable-depend).

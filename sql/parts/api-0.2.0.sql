@@ -14,12 +14,12 @@
 -- every call.
 --------------------------------------------------------------------------------
 
--- lane_of(key_or_event_id): the lane (0..255) a delivery with that ordering key, or with
+-- lane_of(key_or_event_id): the lane (0..@LANE_MAX@) a delivery with that ordering key, or with
 -- that event id when it has no key, lives in. Touches nothing.
 CREATE FUNCTION relaybus.lane_of(key_or_event_id text) RETURNS smallint
   AS 'MODULE_PATHNAME', 'relaybus_lane_of' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
--- create_lanes: the 256 lanes of handler that do not exist yet, each on a heap page with
+-- create_lanes: the @LANE_COUNT@ lanes of handler that do not exist yet, each on a heap page with
 -- at most two other lanes (see the lanes table). Internal: run by subscribe and by the
 -- upgrade from 0.1.0; no role is granted it. Writes lanes.
 CREATE FUNCTION relaybus.create_lanes(handler text) RETURNS void
@@ -33,7 +33,7 @@ AS $fn$
   -- that holds one or two idle lanes, never to one that holds three.
   -- The placeholder starts with a NULL, which no real in-flight list holds.
   INSERT INTO relaybus.lanes (handler, lane, in_flight)
-  SELECT create_lanes.handler, n, ARRAY[NULL, repeat('-', 900)] FROM generate_series(0, 255) n
+  SELECT create_lanes.handler, n, ARRAY[NULL, repeat('-', 900)] FROM generate_series(0, @LANE_MAX@) n
   ON CONFLICT DO NOTHING;
   UPDATE relaybus.lanes l SET in_flight = '{}'
    WHERE l.handler = create_lanes.handler AND l.in_flight[1] IS NULL
@@ -43,16 +43,16 @@ $fn$;
 -- subscribe: registers or updates handler for event_types ('*' = every type) with its
 -- retry policy; sql_function(jsonb) makes it an in-database handler, run by the background
 -- workers as the function's owner in a security-restricted operation, each call bounded by
--- sql_timeout (1 ms..1 hour; NULL: relaybus.sql_handler_timeout). backoff_base and
--- backoff_max: 0..365 days, a month counting 30 days; stored as the microseconds checked.
+-- sql_timeout (@SQL_TIMEOUT_MIN@..@SQL_TIMEOUT_MAX@; NULL: relaybus.sql_handler_timeout). backoff_base and
+-- backoff_max: 0..@BACKOFF_LIMIT@, a month counting 30 days; stored as the microseconds checked.
 -- 42501 unless the calling role has the privileges of sql_function's owner.
--- Creates the handler's 256 lanes. Returns nothing. Writes subscriptions, lanes.
+-- Creates the handler's @LANE_COUNT@ lanes. Returns nothing. Writes subscriptions, lanes.
 -- Not SECURITY DEFINER: the C body takes its owner's rights itself (src/pg/definer_rights.hpp),
 -- because it must check sql_function's owner against the role that called it, which
 -- PostgreSQL no longer knows inside a SECURITY DEFINER function.
 CREATE FUNCTION relaybus.subscribe(
-  handler text, event_types text[], max_attempts integer DEFAULT 25,
-  backoff_base interval DEFAULT '1 second', backoff_max interval DEFAULT '1 hour',
+  handler text, event_types text[], max_attempts integer DEFAULT @RETRY_MAX_ATTEMPTS@,
+  backoff_base interval DEFAULT '@RETRY_BACKOFF_BASE@', backoff_max interval DEFAULT '@RETRY_BACKOFF_MAX@',
   sql_function regprocedure DEFAULT NULL, sql_timeout interval DEFAULT NULL) RETURNS void
   AS 'MODULE_PATHNAME', 'relaybus_subscribe' LANGUAGE C VOLATILE
   SET search_path = pg_catalog, pg_temp;
@@ -100,7 +100,7 @@ CREATE FUNCTION relaybus.publish_batch(events jsonb) RETURNS SETOF text
 -- (default: every handler without sql_function), respecting per-key order. holder binds
 -- the lanes to (worker, holder), so any connection passing the pair holds them; NULL binds
 -- them to this backend. Takes over lanes whose lease expired, and the worker's lanes of an
--- incarnation that is gone. lease: more than 0, at most 1 day (22023 otherwise). Writes
+-- incarnation that is gone. lease: more than 0, at most @LEASE_MAX@ (22023 otherwise). Writes
 -- lanes only (plus, on a takeover, the charged deliveries). Locks: FOR NO KEY UPDATE on
 -- held lanes, FOR UPDATE SKIP LOCKED on free ones.
 CREATE FUNCTION relaybus.claim(
@@ -115,7 +115,7 @@ CREATE FUNCTION relaybus.claim(
 
 -- extend_lease: renews every lane worker holds under the caller's incarnation ((worker,
 -- holder), or with holder NULL this live backend's lanes), for lease (more than 0, at most
--- 1 day). Returns how many. Writes lanes.
+-- @LEASE_MAX@). Returns how many. Writes lanes.
 CREATE FUNCTION relaybus.extend_lease(worker text, lease interval DEFAULT '30 seconds',
                                       holder text DEFAULT NULL)
   RETURNS integer

@@ -1,6 +1,6 @@
--- Lane leases: 256 per handler. No secondary index, so an update can always be heap-only
+-- Lane leases: @LANE_COUNT@ per handler. No secondary index, so an update can always be heap-only
 -- (HOT) when the new version fits on its page. A lane row is ~100 bytes when created but
--- carries its in-flight event ids (at most 32: ~1.3 kB of uuids), and every claim that
+-- carries its in-flight event ids (at most @LANE_MAX_IN_FLIGHT@: ~1.3 kB of uuids), and every claim that
 -- picks from a lane writes a new version. create_lanes spreads lanes at most three to
 -- a page: at fillfactor 10 alone (eight lanes to a page), four dispatcher processes draining
 -- a deep queue left 5-7% of lane updates non-HOT, the versions of busy neighbours filling
@@ -10,7 +10,7 @@
 -- holder_pid/holder_started (the backend that acquired it).
 CREATE TABLE relaybus.lanes (
   handler          text NOT NULL,
-  lane             smallint NOT NULL CHECK (lane >= 0 AND lane < 256),
+  lane             smallint NOT NULL CHECK (lane >= 0 AND lane < @LANE_COUNT@),
   epoch            bigint NOT NULL DEFAULT 0,
   lease_owner      text,
   lease_expires_at timestamptz,

@@ -8,9 +8,9 @@
 CREATE TABLE relaybus.subscriptions (
   handler      text PRIMARY KEY CHECK (handler <> ''),
   event_types  text[] NOT NULL CHECK (cardinality(event_types) > 0),
-  max_attempts integer NOT NULL DEFAULT 25 CHECK (max_attempts >= 1),
-  backoff_base interval NOT NULL DEFAULT '1 second',
-  backoff_max  interval NOT NULL DEFAULT '1 hour',
+  max_attempts integer NOT NULL DEFAULT @RETRY_MAX_ATTEMPTS@ CHECK (max_attempts >= 1),
+  backoff_base interval NOT NULL DEFAULT '@RETRY_BACKOFF_BASE@',
+  backoff_max  interval NOT NULL DEFAULT '@RETRY_BACKOFF_MAX@',
   sql_function regprocedure,
   sql_timeout  interval CHECK (sql_timeout > '0'),
   created_at   timestamptz NOT NULL DEFAULT now(),
@@ -39,7 +39,7 @@ CREATE INDEX events_published_at_brin ON relaybus.events USING brin (published_a
 CREATE TABLE relaybus.deliveries (
   event_id     text NOT NULL,
   handler      text NOT NULL,
-  lane         smallint NOT NULL CHECK (lane >= 0 AND lane < 256),
+  lane         smallint NOT NULL CHECK (lane >= 0 AND lane < @LANE_COUNT@),
   key          text,
   sequence     bigint,
   status       text NOT NULL DEFAULT 'pending',

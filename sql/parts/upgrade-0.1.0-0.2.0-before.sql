@@ -60,6 +60,6 @@ ALTER TABLE relaybus.deliveries
   DROP COLUMN lease_token,
   DROP COLUMN lease_expires_at,
   DROP CONSTRAINT deliveries_status_check,  -- re-added once completed rows have moved
-  ADD COLUMN lane smallint CHECK (lane >= 0 AND lane < 256),
+  ADD COLUMN lane smallint CHECK (lane >= 0 AND lane < @LANE_COUNT@),
   ADD COLUMN claims integer NOT NULL DEFAULT 0,
   SET (autovacuum_vacuum_scale_factor = 0.02);

@@ -6,10 +6,6 @@
 
 namespace relaybus::core {
 
-namespace {
-constexpr std::size_t kMaxNameLength = 1000;
-}
-
 void validate_name(std::string_view what, std::string_view value) {
   if (value.empty())
     throw Error(ErrorCode::kInvalidParameter, std::string(what) + " must not be empty");

@@ -7,6 +7,11 @@
 
 namespace relaybus::core {
 
+// Lanes per handler. One source: scripts/build-sql reads this line and writes it into the
+// 0.2.0 scripts as @LANE_COUNT@ (the lane CHECKs of lanes and deliveries, fresh and
+// upgraded; comments) and @LANE_MAX@ = kLaneCount - 1 (create_lanes' generate_series, the
+// range in lane_of's comment). 0.1.0 had no lanes. test/unit/sql_constants_test.cpp checks
+// the generated scripts against it.
 inline constexpr int kLaneCount = 256;
 
 // The lane of an ordering key (or of the event id when the event has no key): FNV-1a over

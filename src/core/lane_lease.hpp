@@ -64,6 +64,9 @@ LaneWrite plan_lane_write(LaneOrigin origin, std::int64_t epoch, bool has_live_i
 // claim of 200 from four lanes wrote rows of 50 event ids and a few percent of lane
 // updates moved to other pages (and into the lanes index). A batch larger than this
 // simply spreads over more lanes; a lane's ordering keys are unaffected.
+//
+// One source: scripts/build-sql writes it into the 0.2.0 scripts as @LANE_MAX_IN_FLIGHT@
+// (the lanes table's comment; no SQL enforces it, claim does).
 inline constexpr int kMaxInFlightPerLane = 32;
 
 // How many more deliveries a lane with `in_flight` deliveries in flight (picks included)

@@ -8,13 +8,25 @@
 namespace relaybus::core {
 
 // Longest backoff_base and backoff_max: a year of 365 days. With it, now() + any backoff
-// stays far inside the timestamp range.
+// stays far inside the timestamp range. One source: scripts/build-sql writes it into the
+// 0.2.0 scripts as @BACKOFF_LIMIT@ (as interval text, '365 days': subscribe's comment).
 inline constexpr std::int64_t kMaxBackoffUs = 365LL * 24 * 3600 * 1'000'000;
 
+// The default policy (RetryPolicy{}: subscribe's defaults, and the policy of a delivery
+// whose handler is not subscribed). One source: scripts/build-sql writes them into the
+// 0.2.0 scripts as @RETRY_MAX_ATTEMPTS@, @RETRY_BACKOFF_BASE@ and @RETRY_BACKOFF_MAX@ (the
+// backoffs as interval text, '1 second' and '1 hour'): the DEFAULTs of the subscriptions
+// columns and of subscribe's arguments. The 0.1.0 baseline spells them out too; its
+// subscriptions DEFAULTs survive the upgrade, so test/unit/sql_constants_test.cpp fails
+// when they differ from these and the upgrade does not set them again.
+inline constexpr std::int32_t kDefaultMaxAttempts = 25;
+inline constexpr std::int64_t kDefaultBackoffBaseUs = 1'000'000;     // 1 second
+inline constexpr std::int64_t kDefaultBackoffMaxUs = 3'600'000'000;  // 1 hour
+
 struct RetryPolicy {
-  std::int32_t max_attempts = 25;
-  std::int64_t backoff_base_us = 1'000'000;     // 1 second
-  std::int64_t backoff_max_us = 3'600'000'000;  // 1 hour
+  std::int32_t max_attempts = kDefaultMaxAttempts;
+  std::int64_t backoff_base_us = kDefaultBackoffBaseUs;
+  std::int64_t backoff_max_us = kDefaultBackoffMaxUs;
 };
 
 struct FailureOutcome {

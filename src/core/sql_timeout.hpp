@@ -7,6 +7,9 @@
 
 namespace relaybus::core {
 
+// One source: scripts/build-sql writes them into the 0.2.0 scripts as @SQL_TIMEOUT_MIN@ and
+// @SQL_TIMEOUT_MAX@ (as interval text, '1 ms' and '1 hour': subscribe's comment), and
+// src/pg/settings.cpp bounds relaybus.sql_handler_timeout (in ms) by them.
 inline constexpr std::int64_t kMinSqlTimeoutUs = 1'000;               // 1 ms
 inline constexpr std::int64_t kMaxSqlTimeoutUs = 3600LL * 1'000'000;  // 1 hour
 

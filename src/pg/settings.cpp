@@ -1,6 +1,9 @@
 #include "settings.hpp"
 
 #include "postgres.hpp"
+#include "wakeup.hpp"
+
+#include "../core/sql_timeout.hpp"
 
 namespace relaybus::pg::settings {
 
@@ -15,6 +18,12 @@ int sql_handler_timeout_value = 30000;
 int sql_handler_batch_value = 10;
 int sql_handler_poll_interval_value = 1000;
 bool notify_value = true;
+
+// relaybus.sql_handler_timeout is the sql_timeout of handlers subscribed without one: the
+// same bounds, in the setting's unit.
+constexpr int kMinSqlTimeoutMs = static_cast<int>(core::kMinSqlTimeoutUs / 1000);
+constexpr int kMaxSqlTimeoutMs = static_cast<int>(core::kMaxSqlTimeoutUs / 1000);
+static_assert(core::kMinSqlTimeoutUs % 1000 == 0 && core::kMaxSqlTimeoutUs % 1000 == 0);
 }  // namespace
 
 void define() {
@@ -43,8 +52,8 @@ void define() {
                           "Statement timeout of one in-database handler call.",
                           "For handlers subscribed without sql_timeout. A call that runs "
                           "longer is cancelled and counts as a failed attempt.",
-                          &sql_handler_timeout_value, 30000, 1, 3600 * 1000, PGC_SIGHUP,
-                          GUC_UNIT_MS, nullptr, nullptr, nullptr);
+                          &sql_handler_timeout_value, 30000, kMinSqlTimeoutMs, kMaxSqlTimeoutMs,
+                          PGC_SIGHUP, GUC_UNIT_MS, nullptr, nullptr, nullptr);
   DefineCustomIntVariable(
       "relaybus.sql_handler_batch", "Deliveries an in-database handler worker claims at once.",
       nullptr, &sql_handler_batch_value, 10, 1, 50, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
@@ -66,8 +75,8 @@ void define() {
         PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
     DefineCustomIntVariable("relaybus.sql_handler_workers",
                             "Number of background workers running in-database handlers.", nullptr,
-                            &sql_handler_workers_value, 2, 0, 32, PGC_POSTMASTER, 0, nullptr,
-                            nullptr, nullptr);
+                            &sql_handler_workers_value, 2, 0, wakeup::kMaxSqlWorkers, PGC_POSTMASTER, 0,
+                            nullptr, nullptr, nullptr);
   }
   MarkGUCPrefixReserved("relaybus");
 }

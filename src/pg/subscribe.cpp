@@ -1,4 +1,5 @@
-// subscribe: a handler, its event types and its retry policy; creates its 256 lanes.
+// subscribe: a handler, its event types and its retry policy; creates its core::kLaneCount
+// lanes.
 #include "definer_rights.hpp"
 #include "spi.hpp"
 
