@@ -44,7 +44,12 @@ const std::string& run_id() {
                                 base36(static_cast<unsigned long long>(::getpid()));
   return id;
 }
+unsigned long long serial = 0;
 }  // namespace
+
+void next_test() {
+  ++serial;
+}
 
 std::string unique_name(const std::string& stem) {
   std::string test = "none";
@@ -54,7 +59,7 @@ std::string unique_name(const std::string& stem) {
   }
   for (char& c : test)
     if (c == '/') c = '.';
-  return "c" + run_id() + "-" + test + "-" + stem;
+  return "c" + run_id() + "." + base36(serial) + "-" + test + "-" + stem;
 }
 
 }  // namespace relaybus::contract

@@ -40,9 +40,12 @@ struct RegisterBackend {
   explicit RegisterBackend(BackendInfo info);
 };
 
-// A name that no other test, and no earlier run against the same database, uses:
-// "c<run id>-<test>-<stem>". Handlers, types, workers, holders, event ids and keys of a
-// test are all made with it, so tests sharing a database never see each other's work.
+// A name that no other test, no repetition of this one (--gtest_repeat) and no earlier or
+// concurrent run against the same database uses: "c<run id>.<test serial>-<test>-<stem>".
+// Handlers, types, workers, holders, event ids and keys of a test are all made with it, so
+// tests sharing a database never see each other's work.
 std::string unique_name(const std::string& stem);
+// Starts a new test serial for unique_name (the fixture's SetUp calls it).
+void next_test();
 
 }  // namespace relaybus::contract

@@ -52,7 +52,10 @@ inline void sleep_past(std::chrono::milliseconds d) {
 
 class Contract : public ::testing::TestWithParam<std::string> {
  protected:
-  void SetUp() override { backend_ = backend_named(GetParam()).make(); }
+  void SetUp() override {
+    next_test();
+    backend_ = backend_named(GetParam()).make();
+  }
 
   // A new store instance (connection) on this test's bus.
   std::unique_ptr<Store> open() { return backend_->open(); }
