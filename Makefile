@@ -93,8 +93,23 @@ test/client/client_tests: $(CLIENT_TEST_SRCS) $(filter-out src/client/pg_store.c
 client-tests: test/client/client_tests
 	./test/client/client_tests
 
+# The store contract suite: one GoogleTest suite over the seam (src/store/store.hpp), run
+# against every backend in test/contract/*_backend.cpp: the in-memory store (when
+# src/store/memory_store.hpp exists) and PgStore on the database RELAYBUS_CONTRACT_PG
+# names (a libpq connection string; unset: that backend is skipped).
+CONTRACT_SRCS = $(sort $(wildcard test/contract/*.cpp)) src/client/pg_store.cpp $(CORE_SRCS) \
+                $(sort $(wildcard src/store/*.cpp))
+test/contract/contract_tests: $(CONTRACT_SRCS) $(wildcard test/contract/*.hpp src/core/*.hpp) \
+                              $(CLIENT_HDRS)
+	$(CXX) -std=c++17 -O1 -g -Wall -Wextra -Isrc -Itest \
+	  -I$(shell $(PG_CONFIG) --includedir 2>/dev/null) -o $@ $(CONTRACT_SRCS) \
+	  -lpq -lgtest -lgtest_main -pthread
+.PHONY: contract-tests
+contract-tests: test/contract/contract_tests
+	./test/contract/contract_tests
+
 # Everything: build, install, throwaway cluster, unit + pg_regress + pgTAP + integration.
 test:
 	./scripts/run-tests
 
-EXTRA_CLEAN = $(OBJS:.o=.d) test/unit/core_tests test/client/client_tests bin results regression.diffs regression.out
+EXTRA_CLEAN = $(OBJS:.o=.d) test/unit/core_tests test/client/client_tests test/contract/contract_tests bin results regression.diffs regression.out

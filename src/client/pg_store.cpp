@@ -290,9 +290,11 @@ bool PgStore::requeue(const std::string& event_id, const std::string& handler) {
 std::optional<store::DeliveryState> PgStore::lookup(const std::string& event_id,
                                                     const std::string& handler) {
   const char* values[] = {event_id.c_str(), handler.c_str()};
+  // The seam's states are the stored ones, pending and dead: list_deliveries calls a pending
+  // delivery in some lane's in-flight list "processing", which is still pending.
   Result r = exec(
-      "SELECT d.status, d.attempts FROM relaybus.list_deliveries(NULL, $2, 2147483647) d"
-      " WHERE d.event_id = $1",
+      "SELECT CASE d.status WHEN 'processing' THEN 'pending' ELSE d.status END, d.attempts"
+      " FROM relaybus.list_deliveries(NULL, $2, 2147483647) d WHERE d.event_id = $1",
       2, values);
   if (PQntuples(r.get()) == 0) return std::nullopt;
   store::DeliveryState state;
