@@ -125,62 +125,102 @@ bool overran() noexcept {
   return deadline_passed != 0;
 }
 
+namespace {
+
+// The caller's identity and where the call started from, restored whichever way it ends.
+struct CallFrame {
+  MemoryContext context;
+  ResourceOwner owner;
+  Oid user;
+  int security_context;
+};
+
+// function(event) as the function's owner, restricted, under the timeout, with every
+// setting it changes undone; back as the worker when it returns. Raises what the call
+// raised (the caller's PG_TRY catches it).
+void call_restricted(const CallFrame& frame, Oid function, int timeout_ms, const char* event_text) {
+  // Deferrable constraints are checked at the end of each of the handler's statements:
+  // inside the restriction PostgreSQL refuses to queue a deferred trigger event (it would
+  // fire after the call, as the worker), so a deferrable foreign key or unique constraint
+  // must not be deferred. A handler that defers one itself gets 42501 from PostgreSQL.
+  all_constraints_immediate();
+  const Datum event = DirectFunctionCall1(jsonb_in, CStringGetDatum(event_text));
+  // The owner from the same catalog entry fmgr_info and the language handler read the
+  // function from (no invalidation is taken in between).
+  const Oid owner = current_owner(function);
+  FmgrInfo flinfo;
+  fmgr_info(function, &flinfo);
+  SetUserIdAndSecContext(
+      owner, frame.security_context | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
+  const int guc_nest_level = NewGUCNestLevel();
+  (void)set_config_option("search_path", worker::handler_search_path(), PGC_SUSET, PGC_S_SESSION,
+                          GUC_ACTION_SAVE, true, 0, false);
+  LOCAL_FCINFO(fcinfo, 1);
+  InitFunctionCallInfoData(*fcinfo, &flinfo, 1, InvalidOid, nullptr, nullptr);
+  fcinfo->args[0].value = event;
+  fcinfo->args[0].isnull = false;
+  worker::call_started();
+  enable_timeout_after(STATEMENT_TIMEOUT, timeout_ms);
+  enable_timeout_after(deadline_timeout, timeout_ms + kCancelGraceMs);
+  (void)FunctionCallInvoke(fcinfo);  // the result, NULL or not, is ignored
+  // Still as the owner, restricted and under the timeout.
+  all_constraints_immediate();
+  clear_session_leftovers();
+  stop_timers();
+  if (take_late_deadline())
+    ereport(ERROR, (errcode(ERRCODE_QUERY_CANCELED),
+                    errmsg("canceling statement due to statement timeout: the handler went on "
+                           "after its cancellation")));
+  QueryCancelPending = false;  // a timeout that fired as the call returned cancels nothing
+  worker::call_ended();
+  AtEOXact_GUC(false, guc_nest_level);
+  SetUserIdAndSecContext(frame.user, frame.security_context);
+}
+
+// As the worker: complete(token) with the kept plan; true if the lease still held.
+bool complete_delivery(SPIPlanPtr complete, Datum token) {
+  Datum values[1] = {token};
+  if (SPI_execute_plan(complete, values, nullptr, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+    return false;
+  bool is_null = true;
+  const Datum d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &is_null);
+  return !is_null && DatumGetBool(d);
+}
+
+// After an error of the call (or of its completion): back as the worker, the
+// subtransaction rolled back (which also unwinds the GUC level and the snapshot, and drops
+// the call's portals), what a rollback keeps cleared, and the error described in `out`.
+void recover(const CallFrame& frame, CallOutcome* out) {
+  stop_timers();
+  (void)take_late_deadline();
+  QueryCancelPending = false;
+  worker::call_ended();
+  SetUserIdAndSecContext(frame.user, frame.security_context);
+  MemoryContextSwitchTo(frame.context);
+  ErrorData* error = CopyErrorData();
+  FlushErrorState();
+  RollbackAndReleaseCurrentSubTransaction();
+  MemoryContextSwitchTo(frame.context);
+  CurrentResourceOwner = frame.owner;
+  clear_non_transactional_state();
+  describe_error(error, out->error, sizeof out->error);
+  FreeErrorData(error);
+  out->outcome = Outcome::kFailed;
+}
+
+}  // namespace
+
 void run(Oid function, int timeout_ms, const char* event_text, SPIPlanPtr complete, Datum token,
          CallOutcome* out) {
-  MemoryContext outer_context = CurrentMemoryContext;
-  ResourceOwner outer_owner = CurrentResourceOwner;
-  Oid saved_user = InvalidOid;
-  int saved_context = 0;
-  GetUserIdAndSecContext(&saved_user, &saved_context);
+  CallFrame frame{CurrentMemoryContext, CurrentResourceOwner, InvalidOid, 0};
+  GetUserIdAndSecContext(&frame.user, &frame.security_context);
   BeginInternalSubTransaction(nullptr);
-  MemoryContextSwitchTo(outer_context);
+  MemoryContextSwitchTo(frame.context);
   PG_TRY();
   {
     PushActiveSnapshot(GetTransactionSnapshot());
-    // Deferrable constraints are checked at the end of each of the handler's statements:
-    // inside the restriction PostgreSQL refuses to queue a deferred trigger event (it would
-    // fire after the call, as the worker), so a deferrable foreign key or unique constraint
-    // must not be deferred. A handler that defers one itself gets 42501 from PostgreSQL.
-    all_constraints_immediate();
-    const Datum event = DirectFunctionCall1(jsonb_in, CStringGetDatum(event_text));
-    // The owner from the same catalog entry fmgr_info and the language handler read the
-    // function from (no invalidation is taken in between).
-    const Oid owner = current_owner(function);
-    FmgrInfo flinfo;
-    fmgr_info(function, &flinfo);
-    SetUserIdAndSecContext(
-        owner, saved_context | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
-    const int guc_nest_level = NewGUCNestLevel();
-    (void)set_config_option("search_path", worker::handler_search_path(), PGC_SUSET, PGC_S_SESSION,
-                            GUC_ACTION_SAVE, true, 0, false);
-    LOCAL_FCINFO(fcinfo, 1);
-    InitFunctionCallInfoData(*fcinfo, &flinfo, 1, InvalidOid, nullptr, nullptr);
-    fcinfo->args[0].value = event;
-    fcinfo->args[0].isnull = false;
-    worker::call_started();
-    enable_timeout_after(STATEMENT_TIMEOUT, timeout_ms);
-    enable_timeout_after(deadline_timeout, timeout_ms + kCancelGraceMs);
-    (void)FunctionCallInvoke(fcinfo);  // the result, NULL or not, is ignored
-    // Still as the owner, restricted and under the timeout.
-    all_constraints_immediate();
-    clear_session_leftovers();
-    stop_timers();
-    if (take_late_deadline())
-      ereport(ERROR, (errcode(ERRCODE_QUERY_CANCELED),
-                      errmsg("canceling statement due to statement timeout: the handler went on "
-                             "after its cancellation")));
-    QueryCancelPending = false;  // a timeout that fired as the call returned cancels nothing
-    worker::call_ended();
-    AtEOXact_GUC(false, guc_nest_level);
-    SetUserIdAndSecContext(saved_user, saved_context);
-    Datum values[1] = {token};
-    bool completed = false;
-    if (SPI_execute_plan(complete, values, nullptr, false, 1) == SPI_OK_SELECT &&
-        SPI_processed == 1) {
-      bool is_null = true;
-      Datum d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &is_null);
-      completed = !is_null && DatumGetBool(d);
-    }
+    call_restricted(frame, function, timeout_ms, event_text);
+    const bool completed = complete_delivery(complete, token);
     PopActiveSnapshot();
     if (completed) {
       ReleaseCurrentSubTransaction();
@@ -190,28 +230,11 @@ void run(Oid function, int timeout_ms, const char* event_text, SPIPlanPtr comple
       RollbackAndReleaseCurrentSubTransaction();
       out->outcome = Outcome::kLeaseLost;
     }
-    MemoryContextSwitchTo(outer_context);
-    CurrentResourceOwner = outer_owner;
+    MemoryContextSwitchTo(frame.context);
+    CurrentResourceOwner = frame.owner;
   }
   PG_CATCH();
-  {
-    stop_timers();
-    (void)take_late_deadline();
-    QueryCancelPending = false;
-    worker::call_ended();
-    SetUserIdAndSecContext(saved_user, saved_context);
-    MemoryContextSwitchTo(outer_context);
-    ErrorData* error = CopyErrorData();
-    FlushErrorState();
-    // Also unwinds the GUC level and the snapshot, and drops the portals of the call.
-    RollbackAndReleaseCurrentSubTransaction();
-    MemoryContextSwitchTo(outer_context);
-    CurrentResourceOwner = outer_owner;
-    clear_non_transactional_state();
-    describe_error(error, out->error, sizeof out->error);
-    FreeErrorData(error);
-    out->outcome = Outcome::kFailed;
-  }
+  { recover(frame, out); }
   PG_END_TRY();
 }
 
