@@ -83,6 +83,10 @@ struct Subscription {
 struct DeliveryState {
   std::string status;  // "pending" or "dead" (a completed delivery has no state)
   int attempts = 0;
+
+  bool operator==(const DeliveryState& o) const {
+    return status == o.status && attempts == o.attempts;
+  }
 };
 
 // Completion inside the caller's own transaction, where the store has transactions: the

@@ -20,10 +20,7 @@
 #include "store/store.hpp"
 
 namespace relaybus::store {
-// Comparison and readable gtest output for the seam's values (the seam itself needs none).
-inline bool operator==(const DeliveryState& a, const DeliveryState& b) {
-  return a.status == b.status && a.attempts == b.attempts;
-}
+// Readable gtest output for the seam's values.
 inline void PrintTo(FailOutcome o, std::ostream* os) {
   *os << (o == FailOutcome::kRetry ? "kRetry" : o == FailOutcome::kDead ? "kDead" : "kLost");
 }
