@@ -60,8 +60,9 @@ class Dispatcher {
   void start();
   // Graceful shutdown: stop claiming, release deliveries not started yet, let running
   // handlers finish within shutdown_grace (release the others), flush completions,
-  // relinquish the worker's lanes. Returns when done; a handler that never returns is
-  // only waited for by the destructor.
+  // relinquish the worker's lanes. Returns when done. A handler still running after the
+  // grace is not waited for, neither here nor by the destructor: its thread is left to
+  // end when the handler returns, and what it returns is ignored.
   void stop();
 
   const std::string& worker() const { return worker_.name; }

@@ -1,80 +1,114 @@
 #include "handler_pool.hpp"
 
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <set>
 #include <stdexcept>
 
 namespace relaybus::client {
 
+struct HandlerPool::State {
+  struct Running {
+    std::thread::id thread;  // the pool thread running it
+    bool abandoned = false;  // released at shutdown: its outcome is ignored
+  };
+
+  State(std::map<std::string, Handler> h, Sinks s) : handlers(std::move(h)), sinks(std::move(s)) {}
+
+  const std::map<std::string, Handler> handlers;
+  const Sinks sinks;
+
+  mutable std::mutex mutex;
+  std::condition_variable work;  // a delivery was queued, or finishing
+  std::condition_variable idle;  // nothing runs any more
+  std::deque<Delivery> queue;    // claimed, not started
+  std::map<std::string, Running> running;
+  bool finishing = false;  // threads end once the queue is empty
+  Counters counters;
+};
+
 HandlerPool::HandlerPool(std::map<std::string, Handler> handlers, Sinks sinks)
-    : handlers_(std::move(handlers)), sinks_(std::move(sinks)) {}
+    : state_(std::make_shared<State>(std::move(handlers), std::move(sinks))) {}
 
 HandlerPool::~HandlerPool() {
   shutdown(std::chrono::milliseconds::zero());
-  for (auto& t : threads_)
-    if (t.joinable()) t.join();
 }
 
 void HandlerPool::start(int threads) {
-  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { work(); });
+  for (int i = 0; i < threads; ++i) threads_.emplace_back([state = state_] { work(state); });
 }
 
 void HandlerPool::submit(std::vector<Delivery> deliveries) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (auto& d : deliveries) queue_.push_back(std::move(d));
-  work_.notify_all();
+  State& s = *state_;
+  std::lock_guard<std::mutex> lock(s.mutex);
+  for (auto& d : deliveries) s.queue.push_back(std::move(d));
+  s.work.notify_all();
 }
 
 std::vector<Delivery> HandlerPool::take_queued() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<Delivery> out(std::make_move_iterator(queue_.begin()),
-                            std::make_move_iterator(queue_.end()));
-  queue_.clear();
+  State& s = *state_;
+  std::lock_guard<std::mutex> lock(s.mutex);
+  std::vector<Delivery> out(std::make_move_iterator(s.queue.begin()),
+                            std::make_move_iterator(s.queue.end()));
+  s.queue.clear();
   return out;
 }
 
 std::vector<std::string> HandlerPool::shutdown(std::chrono::milliseconds grace) {
+  State& s = *state_;
   std::vector<std::string> abandoned;
+  std::set<std::thread::id> busy;
   {
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (finishing_) return abandoned;
-    for (auto& d : queue_) abandoned.push_back(std::move(d.token));
-    queue_.clear();
-    idle_.wait_for(lock, grace, [this] { return running_.empty(); });
-    for (auto& [token, running] : running_) {
+    std::unique_lock<std::mutex> lock(s.mutex);
+    if (s.finishing) return abandoned;
+    for (auto& d : s.queue) abandoned.push_back(std::move(d.token));
+    s.queue.clear();
+    s.idle.wait_for(lock, grace, [&] { return s.running.empty(); });
+    for (auto& [token, running] : s.running) {
       running.abandoned = true;
       abandoned.push_back(token);
+      busy.insert(running.thread);
     }
-    finishing_ = true;
-    work_.notify_all();
+    s.finishing = true;
+    s.work.notify_all();
   }
-  // A thread still running an abandoned handler is joined by the destructor.
-  if (abandoned.empty()) {
-    for (auto& t : threads_)
-      if (t.joinable()) t.join();
+  // The queue is empty and finishing is set: a thread not running a handler now never
+  // starts one, and ends at once.
+  for (auto& t : threads_) {
+    if (busy.count(t.get_id())) {
+      t.detach();
+    } else {
+      t.join();
+    }
   }
+  threads_.clear();
   return abandoned;
 }
 
 HandlerPool::Counters HandlerPool::counters() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return counters_;
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->counters;
 }
 
-void HandlerPool::work() {
+void HandlerPool::work(const std::shared_ptr<State>& state) {
+  State& s = *state;
   for (;;) {
     Delivery d;
     {
-      std::unique_lock<std::mutex> lock(mutex_);
-      work_.wait(lock, [this] { return !queue_.empty() || finishing_; });
-      if (queue_.empty()) return;
-      d = std::move(queue_.front());
-      queue_.pop_front();
-      running_.emplace(d.token, Running{});
+      std::unique_lock<std::mutex> lock(s.mutex);
+      s.work.wait(lock, [&] { return !s.queue.empty() || s.finishing; });
+      if (s.queue.empty()) return;
+      d = std::move(s.queue.front());
+      s.queue.pop_front();
+      s.running.emplace(d.token, State::Running{std::this_thread::get_id()});
     }
     bool ok = true;
     std::string error;
     try {
-      auto it = handlers_.find(d.handler);
-      if (it == handlers_.end()) throw std::runtime_error("no handler registered for " + d.handler);
+      auto it = s.handlers.find(d.handler);
+      if (it == s.handlers.end())
+        throw std::runtime_error("no handler registered for " + d.handler);
       it->second(d);
     } catch (const std::exception& e) {
       ok = false;
@@ -83,20 +117,20 @@ void HandlerPool::work() {
       ok = false;
       error = "handler threw a non-standard exception";
     }
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = running_.find(d.token);
+    std::lock_guard<std::mutex> lock(s.mutex);
+    auto it = s.running.find(d.token);
     const bool abandoned = it->second.abandoned;
-    running_.erase(it);
-    if (running_.empty()) idle_.notify_all();
+    s.running.erase(it);
+    if (s.running.empty()) s.idle.notify_all();
     if (abandoned) continue;  // released at shutdown: the outcome no longer counts
-    // Handed over under our lock, so shutdown() cannot return (and the sinks' owner stop
+    // Handed over under the lock, so shutdown() cannot return (and the sinks' owner stop
     // them) between the handler's return and this hand-over.
     if (ok) {
-      ++counters_.succeeded;
-      sinks_.complete(std::move(d.token));
+      ++s.counters.succeeded;
+      s.sinks.complete(std::move(d.token));
     } else {
-      ++counters_.failed;
-      sinks_.fail(std::move(d.token), std::move(error));
+      ++s.counters.failed;
+      s.sinks.fail(std::move(d.token), std::move(error));
     }
   }
 }

@@ -2,15 +2,18 @@
 // deliveries are running, gives them a grace period at shutdown and hands back the tokens
 // of those it abandons. Outcomes leave through Sinks, always under the pool's lock and
 // never for an abandoned delivery: once shutdown() has returned no sink is called again.
+//
+// A handler that never returns never blocks shutdown: shutdown() detaches the threads that
+// run abandoned handlers. Everything such a thread touches once its handler returns (the
+// queue, the running set, the handlers themselves) lives in a block the threads share with
+// the pool, so it outlives the pool.
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
-#include <deque>
 #include <functional>
 #include <map>
-#include <mutex>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,8 +36,9 @@ class HandlerPool {
     std::size_t succeeded = 0;  // handlers that returned
     std::size_t failed = 0;     // handlers that threw
   };
+
   HandlerPool(std::map<std::string, Handler> handlers, Sinks sinks);
-  ~HandlerPool();  // shutdown() if start() ran and shutdown() did not
+  ~HandlerPool();  // shutdown(0) unless shutdown() ran
   HandlerPool(const HandlerPool&) = delete;
   HandlerPool& operator=(const HandlerPool&) = delete;
 
@@ -44,27 +48,18 @@ class HandlerPool {
   // Takes back the deliveries not started yet.
   std::vector<Delivery> take_queued();
   // Waits up to `grace` for the running handlers, then abandons the ones still running
-  // (whatever they return is ignored) and lets the idle threads end. Returns the abandoned
-  // tokens, and any delivery still queued. Idempotent.
+  // (whatever they return is ignored), joins the idle threads and detaches the others.
+  // Returns the abandoned tokens, and any delivery still queued. Idempotent.
   std::vector<std::string> shutdown(std::chrono::milliseconds grace);
   Counters counters() const;
 
  private:
-  struct Running {
-    bool abandoned = false;  // released at shutdown: its outcome is ignored
-  };
-  void work();
+  struct State;
+  // A thread's body. It holds the state, not the pool: a thread whose handler returns
+  // after the pool is gone only finds its delivery abandoned and ends.
+  static void work(const std::shared_ptr<State>& state);
 
-  const std::map<std::string, Handler> handlers_;
-  const Sinks sinks_;
-
-  mutable std::mutex mutex_;
-  std::condition_variable work_;  // a delivery was queued, or finishing
-  std::condition_variable idle_;  // nothing runs any more
-  std::deque<Delivery> queue_;    // claimed, not started
-  std::map<std::string, Running> running_;
-  bool finishing_ = false;  // threads end once the queue is empty
-  Counters counters_;
+  std::shared_ptr<State> state_;
   std::vector<std::thread> threads_;
 };
 

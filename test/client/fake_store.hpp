@@ -41,6 +41,9 @@ struct FakeBackend {
   }
   std::size_t completed_count() {
     std::lock_guard<std::mutex> lock(mutex);
+    return completed_count_locked();
+  }
+  std::size_t completed_count_locked() const {
     std::size_t n = 0;
     for (const auto& b : complete_batches) n += b.size();
     return n;
