@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <future>
 #include <memory>
 #include <thread>
 
 #include "client/dispatcher.hpp"
+#include "dispatcher_support.hpp"
 #include "fake_store.hpp"
 
 using namespace std::chrono_literals;
@@ -15,48 +15,11 @@ using relaybus::client::Delivery;
 using relaybus::client::Dispatcher;
 using relaybus::client::DispatcherConfig;
 using relaybus::client::Handler;
+using relaybus::client::testing::eventually;
 using relaybus::client::testing::fake_factory;
 using relaybus::client::testing::FakeBackend;
-
-namespace {
-
-DispatcherConfig quick_config() {
-  DispatcherConfig c;
-  c.worker_prefix = "test";
-  c.poll_interval = 20ms;
-  c.lease = 3000ms;
-  c.log = [](const std::string&) {};
-  return c;
-}
-
-bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds within = 3s) {
-  const auto deadline = std::chrono::steady_clock::now() + within;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return condition();
-}
-
-// A gate handlers wait on until the test opens it.
-struct Gate {
-  std::mutex m;
-  std::condition_variable cv;
-  bool open = false;
-  std::atomic<int> waiting{0};
-  void pass() {
-    std::unique_lock<std::mutex> lock(m);
-    ++waiting;
-    cv.wait(lock, [this] { return open; });
-  }
-  void release() {
-    std::lock_guard<std::mutex> lock(m);
-    open = true;
-    cv.notify_all();
-  }
-};
-
-}  // namespace
+using relaybus::client::testing::Gate;
+using relaybus::client::testing::quick_config;
 
 TEST(Dispatcher, WorkerNameIsPrefixPlusRandomSuffix) {
   FakeBackend backend;
