@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iostream>
+#include <stdexcept>
 
 #include "worker_name.hpp"
 
@@ -21,10 +22,26 @@ std::function<void(const std::string&)> make_log(std::function<void(const std::s
   };
 }
 
-std::vector<std::string> names_of(const std::map<std::string, Handler>& handlers) {
+std::vector<std::string> names_of(
+    const std::map<std::string, Handler>& handlers,
+    const std::map<std::string, TransactionalHandler>& transactional) {
   std::vector<std::string> names;
   for (const auto& entry : handlers) names.push_back(entry.first);
+  for (const auto& entry : transactional) names.push_back(entry.first);
+  std::sort(names.begin(), names.end());
   return names;
+}
+
+// A transactional handler needs begin(): asks one store instance before anything runs.
+const StoreFactory& checked_for_transactions(
+    const StoreFactory& stores, const std::map<std::string, TransactionalHandler>& handlers) {
+  if (handlers.empty()) return stores;
+  std::unique_ptr<Store> probe = stores();
+  if (!probe || !probe->begin())
+    throw std::invalid_argument(
+        "relaybus: the store has no transactions, so transactional handler " +
+        handlers.begin()->first + " cannot complete inside one");
+  return stores;
 }
 
 ClaimLoop::Options claim_options(const DispatcherConfig& c) {
@@ -40,21 +57,24 @@ ClaimLoop::Options claim_options(const DispatcherConfig& c) {
 }  // namespace
 
 Dispatcher::Dispatcher(StoreFactory stores, DispatcherConfig config,
-                       std::map<std::string, Handler> handlers)
-    : stores_(std::move(stores)),
+                       std::map<std::string, Handler> handlers,
+                       std::map<std::string, TransactionalHandler> transactional)
+    : stores_(checked_for_transactions(stores, transactional)),
       config_(std::move(config)),
       worker_{make_worker_name(config_.worker_prefix), make_holder()},
       log_(make_log(config_.log, worker_.name)),
       batcher_(
           config_.completion_window, config_.max_completion_batch,
           [this](std::size_t n) { claims_.settled(n); }, log_),
-      pool_(handlers,
+      pool_(handlers, transactional, stores_,
             HandlerPool::Sinks{[this](std::string token) { batcher_.complete(std::move(token)); },
                                [this](std::string token, std::string error) {
                                  batcher_.fail(std::move(token), std::move(error));
-                               }}),
+                               },
+                               [this](std::size_t n) { claims_.settled(n); }},
+            log_),
       claims_(
-          stores_, worker_, names_of(handlers), claim_options(config_),
+          stores_, worker_, names_of(handlers, transactional), claim_options(config_),
           [this](std::vector<Delivery> got) { pool_.submit(std::move(got)); }, log_),
       renewer_(
           stores_, worker_, config_.lease, [this] { return claims_.in_flight() > 0; }, log_) {}
@@ -86,6 +106,7 @@ DispatcherCounters Dispatcher::counters() const {
   c.wakeups = claimed.wakeups;
   c.succeeded = handled.succeeded;
   c.failed = handled.failed;
+  c.lost = handled.lost;
   std::lock_guard<std::mutex> lock(mutex_);
   c.released = released_;
   return c;

@@ -6,6 +6,13 @@
 // to the free capacity, owns the in-flight count), the HandlerPool (runs handlers), the
 // CompletionBatcher (the settlement connection) and the LeaseRenewer. The Dispatcher itself
 // only wires them together and orders the shutdown.
+//
+// Transactional handlers (see TransactionalHandler in handler_pool.hpp) complete inside
+// their own transaction, on a store instance of the handler thread: effectively-once where
+// the store has transactions (PostgreSQL). A store without them (begin() returns nullptr)
+// cannot run one, so the constructor opens one store instance to check, and throws
+// std::invalid_argument if it has none: a misconfiguration is reported before anything is
+// claimed, not as failed attempts. An error opening that instance propagates too.
 #pragma once
 
 #include <chrono>
@@ -46,13 +53,16 @@ struct DispatcherCounters {
   std::size_t claimed = 0;    // deliveries received
   std::size_t succeeded = 0;  // handlers that returned
   std::size_t failed = 0;     // handlers that threw
+  std::size_t lost = 0;       // transactional handlers rolled back because the lease was lost
   std::size_t released = 0;   // deliveries given back at shutdown
   std::size_t wakeups = 0;    // notifications that ended a poll wait
 };
 
 class Dispatcher {
  public:
-  Dispatcher(StoreFactory stores, DispatcherConfig config, std::map<std::string, Handler> handlers);
+  // A name may be in one map only (std::invalid_argument otherwise).
+  Dispatcher(StoreFactory stores, DispatcherConfig config, std::map<std::string, Handler> handlers,
+             std::map<std::string, TransactionalHandler> transactional = {});
   ~Dispatcher();  // stops if still running
   Dispatcher(const Dispatcher&) = delete;
   Dispatcher& operator=(const Dispatcher&) = delete;

@@ -14,10 +14,25 @@ struct HandlerPool::State {
     bool abandoned = false;  // released at shutdown: its outcome is ignored
   };
 
-  State(std::map<std::string, Handler> h, Sinks s) : handlers(std::move(h)), sinks(std::move(s)) {}
+  State(std::map<std::string, Handler> h, std::map<std::string, TransactionalHandler> t,
+        StoreFactory f, Sinks s, LogFn l)
+      : handlers(std::move(h)),
+        transactional(std::move(t)),
+        stores(std::move(f)),
+        sinks(std::move(s)),
+        log(std::move(l)) {}
+
+  bool is_abandoned(const std::string& token) const {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = running.find(token);
+    return it != running.end() && it->second.abandoned;
+  }
 
   const std::map<std::string, Handler> handlers;
+  const std::map<std::string, TransactionalHandler> transactional;
+  const StoreFactory stores;
   const Sinks sinks;
+  const LogFn log;
 
   mutable std::mutex mutex;
   std::condition_variable work;  // a delivery was queued, or finishing
@@ -28,8 +43,30 @@ struct HandlerPool::State {
   Counters counters;
 };
 
-HandlerPool::HandlerPool(std::map<std::string, Handler> handlers, Sinks sinks)
-    : state_(std::make_shared<State>(std::move(handlers), std::move(sinks))) {}
+// How one run ended.
+enum class HandlerPool::Outcome {
+  kReturned,    // a plain handler returned: to be completed
+  kThrew,       // to be failed with `error`
+  kCommitted,   // completed inside the handler's transaction
+  kLost,        // the lease was lost: the transaction was rolled back
+  kRolledBack,  // abandoned before its completion: rolled back, nothing to report
+};
+
+struct HandlerPool::Result {
+  Outcome outcome;
+  std::string error;
+};
+
+HandlerPool::HandlerPool(std::map<std::string, Handler> handlers,
+                         std::map<std::string, TransactionalHandler> transactional,
+                         StoreFactory stores, Sinks sinks, LogFn log) {
+  for (const auto& entry : transactional)
+    if (handlers.count(entry.first))
+      throw std::invalid_argument("relaybus: handler " + entry.first +
+                                  " is registered both as plain and as transactional");
+  state_ = std::make_shared<State>(std::move(handlers), std::move(transactional), std::move(stores),
+                                   std::move(sinks), std::move(log));
+}
 
 HandlerPool::~HandlerPool() {
   shutdown(std::chrono::milliseconds::zero());
@@ -93,6 +130,7 @@ HandlerPool::Counters HandlerPool::counters() const {
 
 void HandlerPool::work(const std::shared_ptr<State>& state) {
   State& s = *state;
+  std::unique_ptr<Store> store;  // this thread's, opened by its first transactional delivery
   for (;;) {
     Delivery d;
     {
@@ -103,20 +141,7 @@ void HandlerPool::work(const std::shared_ptr<State>& state) {
       s.queue.pop_front();
       s.running.emplace(d.token, State::Running{std::this_thread::get_id()});
     }
-    bool ok = true;
-    std::string error;
-    try {
-      auto it = s.handlers.find(d.handler);
-      if (it == s.handlers.end())
-        throw std::runtime_error("no handler registered for " + d.handler);
-      it->second(d);
-    } catch (const std::exception& e) {
-      ok = false;
-      error = e.what();
-    } catch (...) {
-      ok = false;
-      error = "handler threw a non-standard exception";
-    }
+    Result r = run(s, store, d);
     std::lock_guard<std::mutex> lock(s.mutex);
     auto it = s.running.find(d.token);
     const bool abandoned = it->second.abandoned;
@@ -125,13 +150,74 @@ void HandlerPool::work(const std::shared_ptr<State>& state) {
     if (abandoned) continue;  // released at shutdown: the outcome no longer counts
     // Handed over under the lock, so shutdown() cannot return (and the sinks' owner stop
     // them) between the handler's return and this hand-over.
-    if (ok) {
-      ++s.counters.succeeded;
-      s.sinks.complete(std::move(d.token));
-    } else {
-      ++s.counters.failed;
-      s.sinks.fail(std::move(d.token), std::move(error));
+    switch (r.outcome) {
+      case Outcome::kReturned:
+        ++s.counters.succeeded;
+        s.sinks.complete(std::move(d.token));
+        break;
+      case Outcome::kThrew:
+        ++s.counters.failed;
+        s.sinks.fail(std::move(d.token), std::move(r.error));
+        break;
+      case Outcome::kCommitted:
+        ++s.counters.succeeded;
+        s.sinks.settled(1);
+        break;
+      case Outcome::kLost:
+        ++s.counters.lost;
+        s.sinks.settled(1);
+        break;
+      case Outcome::kRolledBack:  // only when abandoned
+        break;
     }
+  }
+}
+
+HandlerPool::Result HandlerPool::run(State& s, std::unique_ptr<Store>& store, const Delivery& d) {
+  try {
+    auto t = s.transactional.find(d.handler);
+    if (t != s.transactional.end()) return run_in_transaction(s, store, t->second, d);
+    auto h = s.handlers.find(d.handler);
+    if (h == s.handlers.end()) throw std::runtime_error("no handler registered for " + d.handler);
+    h->second(d);
+    return {Outcome::kReturned, {}};
+  } catch (const std::exception& e) {
+    return {Outcome::kThrew, e.what()};
+  } catch (...) {
+    return {Outcome::kThrew, "handler threw a non-standard exception"};
+  }
+}
+
+HandlerPool::Result HandlerPool::run_in_transaction(State& s, std::unique_ptr<Store>& store,
+                                                    const TransactionalHandler& handler,
+                                                    const Delivery& d) {
+  if (!store) store = s.stores();
+  std::unique_ptr<Transaction> tx = store->begin();
+  if (!tx) throw std::logic_error("the store has no transactions for handler " + d.handler);
+  // Ends the transaction once; a failure to end it is the attempt's error.
+  auto end = [&tx](bool commit) {
+    auto ending = std::move(tx);
+    commit ? ending->commit() : ending->rollback();
+  };
+  try {
+    handler(d, *tx, *store);
+    // Released at shutdown meanwhile: another worker may run it; these writes must not stay.
+    if (s.is_abandoned(d.token)) {
+      end(false);
+      return {Outcome::kRolledBack, {}};
+    }
+    const bool completed = tx->complete(d.token);
+    end(completed);
+    return {completed ? Outcome::kCommitted : Outcome::kLost, {}};
+  } catch (...) {
+    if (tx) {
+      try {
+        end(false);
+      } catch (const std::exception& e) {
+        s.log(std::string("rollback failed: ") + e.what());
+      }
+    }
+    throw;  // run() turns it into the attempt's failure, sent outside the transaction
   }
 }
 
