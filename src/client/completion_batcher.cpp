@@ -1,5 +1,6 @@
 #include "completion_batcher.hpp"
 
+#include <memory>
 #include <thread>
 
 namespace relaybus::client {
@@ -45,6 +46,21 @@ std::size_t CompletionBatcher::statements() const {
 std::size_t CompletionBatcher::completed() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return completed_;
+}
+
+void CompletionBatcher::run(const StoreFactory& open, std::chrono::milliseconds retry) {
+  std::unique_ptr<Store> store;
+  while (!store) {
+    try {
+      store = open();
+    } catch (const std::exception& e) {
+      if (log_) log_(std::string("settlement connection: ") + e.what());
+      // Nothing can be completed without a connection: retry until stop() gives up.
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (wake_.wait_for(lock, retry, [this] { return stopping_; })) return;
+    }
+  }
+  run(*store);
 }
 
 void CompletionBatcher::run(Store& store) {

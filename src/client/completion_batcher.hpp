@@ -34,6 +34,9 @@ class CompletionBatcher {
 
   // The thread body: settles until stop() and then flushes everything queued.
   void run(Store& store);
+  // The same on a store of its own: opens one (every `retry` after an error, until stop())
+  // and then runs on it.
+  void run(const StoreFactory& open, std::chrono::milliseconds retry);
   // Asks run() to flush what is queued and return.
   void stop();
 

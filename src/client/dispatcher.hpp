@@ -1,30 +1,35 @@
 // The worker runtime: claims deliveries, runs C++ handlers on a pool of threads, and ends
 // each attempt (complete_many in batches, fail on an exception). One Dispatcher per
 // process is the intended use; each of its threads has its own store connection.
+//
+// It composes four pieces, each with its own thread(s) and lock: the ClaimLoop (claims up
+// to the free capacity, owns the in-flight count), the HandlerPool (runs handlers), the
+// CompletionBatcher (the settlement connection) and the LeaseRenewer. The Dispatcher itself
+// only wires them together and orders the shutdown.
+//
+// Transactional handlers (see TransactionalHandler in handler_pool.hpp) complete inside
+// their own transaction, on a store instance of the handler thread: effectively-once where
+// the store has transactions (PostgreSQL). A store without them (begin() returns nullptr)
+// cannot run one, so the constructor opens one store instance to check, and throws
+// std::invalid_argument if it has none: a misconfiguration is reported before anything is
+// claimed, not as failed attempts. An error opening that instance propagates too.
 #pragma once
 
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
-#include <deque>
 #include <functional>
 #include <map>
-#include <memory>
 #include <mutex>
-#include <set>
 #include <string>
 #include <thread>
-#include <vector>
 
+#include "claim_loop.hpp"
 #include "completion_batcher.hpp"
+#include "handler_pool.hpp"
+#include "lease_renewer.hpp"
 #include "seam.hpp"
 
 namespace relaybus::client {
-
-// A handler returns to complete the delivery and throws to fail the attempt (the
-// exception's what() becomes last_error).
-using Handler = std::function<void(const Delivery&)>;
 
 struct DispatcherConfig {
   std::string worker_prefix = "relaybus";
@@ -48,13 +53,16 @@ struct DispatcherCounters {
   std::size_t claimed = 0;    // deliveries received
   std::size_t succeeded = 0;  // handlers that returned
   std::size_t failed = 0;     // handlers that threw
+  std::size_t lost = 0;       // transactional handlers rolled back because the lease was lost
   std::size_t released = 0;   // deliveries given back at shutdown
   std::size_t wakeups = 0;    // notifications that ended a poll wait
 };
 
 class Dispatcher {
  public:
-  Dispatcher(StoreFactory stores, DispatcherConfig config, std::map<std::string, Handler> handlers);
+  // A name may be in one map only (std::invalid_argument otherwise).
+  Dispatcher(StoreFactory stores, DispatcherConfig config, std::map<std::string, Handler> handlers,
+             std::map<std::string, TransactionalHandler> transactional = {});
   ~Dispatcher();  // stops if still running
   Dispatcher(const Dispatcher&) = delete;
   Dispatcher& operator=(const Dispatcher&) = delete;
@@ -62,8 +70,9 @@ class Dispatcher {
   void start();
   // Graceful shutdown: stop claiming, release deliveries not started yet, let running
   // handlers finish within shutdown_grace (release the others), flush completions,
-  // relinquish the worker's lanes. Returns when done; a handler that never returns is
-  // only waited for by the destructor.
+  // relinquish the worker's lanes. Returns when done. A handler still running after the
+  // grace is not waited for, neither here nor by the destructor: its thread is left to
+  // end when the handler returns, and what it returns is ignored.
   void stop();
 
   const std::string& worker() const { return worker_.name; }
@@ -71,41 +80,25 @@ class Dispatcher {
   std::size_t in_flight() const;
 
  private:
-  struct Running {
-    bool abandoned = false;  // released at shutdown: its outcome is ignored
-  };
+  void release(const std::vector<std::string>& tokens);
 
-  void claim_loop();
-  void handler_loop();
-  void renew_loop();
-  void settled(std::size_t n);
-  void log(const std::string& message) const;
-  bool wait_for_work(Store& store);  // sleeps out the poll interval; false when stopping
+  const StoreFactory stores_;
+  const DispatcherConfig config_;
+  const Worker worker_;  // the name, and this incarnation's holder
+  const std::function<void(const std::string&)> log_;
 
-  StoreFactory stores_;
-  DispatcherConfig config_;
-  std::map<std::string, Handler> handlers_;
-  std::vector<std::string> handler_names_;
-  Worker worker_;  // the name, and this incarnation's holder
-
-  std::unique_ptr<Store> claim_store_;  // the claim thread's; stop() uses it after the join
+  // Declared in the order they depend on each other: each one's callbacks only reach
+  // pieces that are running while it runs.
   CompletionBatcher batcher_;
+  HandlerPool pool_;
+  ClaimLoop claims_;
+  LeaseRenewer renewer_;
+  std::thread settle_thread_;
 
-  mutable std::mutex mutex_;
-  std::condition_variable changed_;  // queue, in-flight count or stopping changed
-  std::deque<Delivery> queue_;       // claimed, not started
-  std::map<std::string, Running> running_;
-  std::size_t in_flight_ = 0;
-  bool stopping_ = false;   // no more claims
-  bool finishing_ = false;  // handler threads exit once the queue is empty
+  mutable std::mutex mutex_;  // the lifecycle and the release count
   bool started_ = false;
   bool stopped_ = false;
-  DispatcherCounters counters_;
-
-  std::thread claim_thread_;
-  std::thread settle_thread_;
-  std::thread renew_thread_;
-  std::vector<std::thread> handler_threads_;
+  std::size_t released_ = 0;
 };
 
 }  // namespace relaybus::client

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
+#include <future>
+#include <memory>
 #include <thread>
 
 #include "client/dispatcher.hpp"
+#include "dispatcher_support.hpp"
 #include "fake_store.hpp"
 
 using namespace std::chrono_literals;
@@ -13,48 +15,11 @@ using relaybus::client::Delivery;
 using relaybus::client::Dispatcher;
 using relaybus::client::DispatcherConfig;
 using relaybus::client::Handler;
+using relaybus::client::testing::eventually;
 using relaybus::client::testing::fake_factory;
 using relaybus::client::testing::FakeBackend;
-
-namespace {
-
-DispatcherConfig quick_config() {
-  DispatcherConfig c;
-  c.worker_prefix = "test";
-  c.poll_interval = 20ms;
-  c.lease = 3000ms;
-  c.log = [](const std::string&) {};
-  return c;
-}
-
-bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds within = 3s) {
-  const auto deadline = std::chrono::steady_clock::now() + within;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return condition();
-}
-
-// A gate handlers wait on until the test opens it.
-struct Gate {
-  std::mutex m;
-  std::condition_variable cv;
-  bool open = false;
-  std::atomic<int> waiting{0};
-  void pass() {
-    std::unique_lock<std::mutex> lock(m);
-    ++waiting;
-    cv.wait(lock, [this] { return open; });
-  }
-  void release() {
-    std::lock_guard<std::mutex> lock(m);
-    open = true;
-    cv.notify_all();
-  }
-};
-
-}  // namespace
+using relaybus::client::testing::Gate;
+using relaybus::client::testing::quick_config;
 
 TEST(Dispatcher, WorkerNameIsPrefixPlusRandomSuffix) {
   FakeBackend backend;
@@ -142,12 +107,16 @@ TEST(Dispatcher, HandlersPastTheGraceAreReleasedAndTheirOutcomeIgnored) {
   FakeBackend backend;
   backend.add(3);
   Gate gate;
+  std::atomic<int> returned{0};
   auto config = quick_config();
   config.concurrency = 3;
   config.batch_size = 3;
   config.shutdown_grace = 100ms;
   {
-    Dispatcher d(fake_factory(backend), config, {{"h", [&](const Delivery&) { gate.pass(); }}});
+    Dispatcher d(fake_factory(backend), config, {{"h", [&](const Delivery&) {
+                                                    gate.pass();
+                                                    ++returned;
+                                                  }}});
     d.start();
     ASSERT_TRUE(eventually([&] { return gate.waiting.load() == 3; }));
     d.stop();
@@ -157,8 +126,10 @@ TEST(Dispatcher, HandlersPastTheGraceAreReleasedAndTheirOutcomeIgnored) {
       EXPECT_EQ(backend.relinquished, 1);
       EXPECT_EQ(backend.calls.back(), "relinquish");
     }
-    gate.release();  // the handlers return now; the destructor joins them
   }
+  // Their threads were left to them: they return now, after the Dispatcher is gone.
+  gate.release();
+  ASSERT_TRUE(eventually([&] { return returned.load() == 3; }));
   EXPECT_EQ(backend.completed_count(), 0u);
 }
 
@@ -193,4 +164,39 @@ TEST(Dispatcher, ClaimedButNotStartedAreReleasedAtStop) {
   auto complete = std::find(backend.calls.begin(), backend.calls.end(), "complete_many");
   EXPECT_LT(first_release, complete);
   EXPECT_EQ(d.counters().released, 4u);
+}
+
+TEST(Dispatcher, DestructionDoesNotWaitForAHandlerThatNeverReturns) {
+  // The handler is held until after the Dispatcher is gone. Destroying it must not wait
+  // for the handler, and the handler's thread must not touch the Dispatcher when it ends.
+  FakeBackend backend;
+  backend.add(2);
+  Gate gate;
+  std::atomic<int> returned{0};
+  auto config = quick_config();
+  config.concurrency = 2;
+  config.batch_size = 2;
+  config.shutdown_grace = 50ms;
+  auto d = std::make_unique<Dispatcher>(fake_factory(backend), config,
+                                        std::map<std::string, Handler>{{"h", [&](const Delivery&) {
+                                                                          gate.pass();
+                                                                          ++returned;
+                                                                        }}});
+  d->start();
+  ASSERT_TRUE(eventually([&] { return gate.waiting.load() == 2; }));
+  std::promise<void> destroyed;
+  auto done = destroyed.get_future();
+  std::thread destroyer([&] {
+    d.reset();
+    destroyed.set_value();
+  });
+  const bool in_time = done.wait_for(2s) == std::future_status::ready;
+  gate.release();  // only now may the handlers return (and an old destructor finish)
+  destroyer.join();
+  EXPECT_TRUE(in_time) << "the destructor waited for an abandoned handler";
+  ASSERT_TRUE(eventually([&] { return returned.load() == 2; }));
+  std::this_thread::sleep_for(50ms);  // the threads end after their handlers returned
+  std::lock_guard<std::mutex> lock(backend.mutex);
+  EXPECT_EQ(backend.released.size(), 2u);
+  EXPECT_EQ(backend.completed_count_locked(), 0u);
 }

@@ -1,11 +1,15 @@
 // An in-memory Store for the dispatcher's unit tests: every instance shares one backend,
-// which records each call in order.
+// which records each call in order. With `transactions` set, begin() returns a
+// FakeTransaction that records its calls there too ("begin", "tx_complete", "commit",
+// "rollback") and keeps a handler's writes until it commits.
 #pragma once
 
 #include <chrono>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -22,7 +26,12 @@ struct FakeBackend {
   std::vector<std::vector<std::string>> complete_batches;
   std::vector<std::pair<std::string, std::string>> failures;
   std::vector<std::string> released;
-  std::vector<int> claim_sizes;  // batch sizes asked for
+  std::vector<int> claim_sizes;               // batch sizes asked for
+  bool transactions = false;                  // begin() returns a FakeTransaction
+  std::set<std::string> lost_leases;          // tokens whose in-transaction complete() says false
+  std::vector<std::string> committed;         // tokens completed by a committed transaction
+  std::vector<std::string> committed_writes;  // handlers' writes that committed
+  int open_transactions = 0;
   int relinquished = 0;
   int renewals = 0;
   int opened = 0;
@@ -41,10 +50,52 @@ struct FakeBackend {
   }
   std::size_t completed_count() {
     std::lock_guard<std::mutex> lock(mutex);
+    return completed_count_locked();
+  }
+  std::size_t completed_count_locked() const {
     std::size_t n = 0;
     for (const auto& b : complete_batches) n += b.size();
     return n;
   }
+};
+
+class FakeTransaction final : public Transaction {
+ public:
+  explicit FakeTransaction(FakeBackend& backend) : b_(backend) {
+    std::lock_guard<std::mutex> lock(b_.mutex);
+    b_.calls.push_back("begin");
+    ++b_.open_transactions;
+  }
+  ~FakeTransaction() override {
+    if (open_) end("rollback", false);  // destroyed uncommitted
+  }
+  // A handler's own statement inside the transaction.
+  void write(std::string what) { writes_.push_back(std::move(what)); }
+  bool complete(const std::string& token) override {
+    std::lock_guard<std::mutex> lock(b_.mutex);
+    b_.calls.push_back("tx_complete");
+    if (b_.lost_leases.count(token)) return false;
+    completed_.push_back(token);
+    return true;
+  }
+  void commit() override { end("commit", true); }
+  void rollback() override { end("rollback", false); }
+
+ private:
+  void end(const char* call, bool keep) {
+    std::lock_guard<std::mutex> lock(b_.mutex);
+    if (!open_) throw std::logic_error("FakeTransaction: ended twice");
+    open_ = false;
+    --b_.open_transactions;
+    b_.calls.push_back(call);
+    if (!keep) return;
+    b_.committed.insert(b_.committed.end(), completed_.begin(), completed_.end());
+    b_.committed_writes.insert(b_.committed_writes.end(), writes_.begin(), writes_.end());
+  }
+  FakeBackend& b_;
+  bool open_ = true;
+  std::vector<std::string> completed_;
+  std::vector<std::string> writes_;
 };
 
 class FakeStore final : public Store {
@@ -99,6 +150,13 @@ class FakeStore final : public Store {
     std::lock_guard<std::mutex> lock(b_.mutex);
     b_.calls.push_back("extend_lease");
     return ++b_.renewals;
+  }
+  std::unique_ptr<Transaction> begin() override {
+    {
+      std::lock_guard<std::mutex> lock(b_.mutex);
+      if (!b_.transactions) return nullptr;
+    }
+    return std::make_unique<FakeTransaction>(b_);
   }
   void listen() override {}
   bool wait_for_wakeup(std::chrono::milliseconds timeout) override {

@@ -1,0 +1,145 @@
+#include "claim_loop.hpp"
+
+#include <algorithm>
+
+namespace relaybus::client {
+
+namespace {
+// Waits on a store's socket in slices, so that stop() is noticed within this long.
+constexpr std::chrono::milliseconds kWaitSlice{50};
+}  // namespace
+
+ClaimLoop::ClaimLoop(StoreFactory stores, Worker worker, std::vector<std::string> handlers,
+                     Options options, Deliver deliver, LogFn log)
+    : stores_(std::move(stores)),
+      worker_(std::move(worker)),
+      handlers_(std::move(handlers)),
+      options_(options),
+      deliver_(std::move(deliver)),
+      log_(std::move(log)) {}
+
+ClaimLoop::~ClaimLoop() {
+  stop();
+}
+
+void ClaimLoop::start() {
+  thread_ = std::thread([this] { run(); });
+}
+
+void ClaimLoop::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+    changed_.notify_all();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void ClaimLoop::settled(std::size_t n) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  in_flight_ -= std::min(n, in_flight_);
+  changed_.notify_all();
+}
+
+std::size_t ClaimLoop::in_flight() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return in_flight_;
+}
+
+ClaimLoop::Counters ClaimLoop::counters() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return counters_;
+}
+
+bool ClaimLoop::wait_for_work() {
+  const auto deadline = std::chrono::steady_clock::now() + options_.poll_interval;
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (stopping_) return false;
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return true;
+    bool woken = false;
+    try {
+      woken = store_->wait_for_wakeup(std::min(left, kWaitSlice));
+    } catch (const std::exception& e) {
+      log_(std::string("waiting for notifications: ") + e.what());
+      std::this_thread::sleep_for(std::min(left, kWaitSlice));
+    }
+    if (woken) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ++counters_.wakeups;
+      return true;
+    }
+  }
+}
+
+void ClaimLoop::run() {
+  while (!store_) {
+    try {
+      store_ = stores_();
+    } catch (const std::exception& e) {
+      log_(std::string("claim connection: ") + e.what());
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (changed_.wait_for(lock, options_.poll_interval, [this] { return stopping_; })) return;
+    }
+  }
+  if (options_.listen) {
+    try {
+      store_->listen();
+    } catch (const std::exception& e) {
+      log_(std::string("LISTEN failed, polling only: ") + e.what());
+    }
+  }
+  // Refill when half a batch is free, not at every freed slot: one claim per finished
+  // delivery would cost as many statements as the row-lease design it replaces.
+  const std::size_t batch = static_cast<std::size_t>(std::max(1, options_.batch_size));
+  const std::size_t capacity = static_cast<std::size_t>(std::max(1, options_.concurrency));
+  const std::size_t refill = std::max<std::size_t>(1, std::min(batch, capacity) / 2);
+  for (;;) {
+    std::size_t ask = 0;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      changed_.wait(lock, [&] { return stopping_ || capacity - in_flight_ >= refill; });
+      if (stopping_) return;
+      ask = std::min(batch, capacity - in_flight_);
+    }
+    std::vector<Delivery> got;
+    try {
+      got = store_->claim(worker_, static_cast<int>(ask), options_.lease, handlers_);
+    } catch (const std::exception& e) {
+      log_(std::string("claim failed: ") + e.what());
+      if (!wait_for_work()) return;
+      continue;
+    }
+    const bool empty = got.empty();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ++counters_.claims;
+      counters_.claimed += got.size();
+      in_flight_ += got.size();
+    }
+    if (!empty) deliver_(std::move(got));
+    // Only an empty claim waits: a short one may just mean keys in flight or lanes of
+    // others, and the next claim can already find more.
+    if (!empty) continue;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      const std::size_t held = in_flight_;
+      if (held > 0) {
+        // What this worker runs may be what blocks the rest: a key's later deliveries wait
+        // for its head, and those keys live in lanes only this worker may claim. Claim
+        // again as soon as some of it is settled, not a poll interval later.
+        changed_.wait_for(lock, options_.poll_interval,
+                          [&] { return stopping_ || in_flight_ < held; });
+        if (stopping_) return;
+        continue;
+      }
+    }
+    if (!wait_for_work()) return;
+  }
+}
+
+}  // namespace relaybus::client

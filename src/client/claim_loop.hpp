@@ -1,0 +1,76 @@
+// The dispatcher's claim thread: claims up to the free capacity, and when a claim comes back
+// empty waits for a notification, for the poll interval, or for some of its own deliveries
+// to settle. It owns the in-flight count (claimed and not yet settled), because it is the
+// one that waits on it; whoever ends an attempt reports it through settled().
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "seam.hpp"
+
+namespace relaybus::client {
+
+class ClaimLoop {
+ public:
+  struct Options {
+    int batch_size = 10;   // most deliveries one claim asks for
+    int concurrency = 10;  // most deliveries in flight
+    std::chrono::milliseconds poll_interval{1000};
+    std::chrono::milliseconds lease{30000};
+    bool listen = true;
+  };
+  struct Counters {
+    std::size_t claims = 0;   // claim statements
+    std::size_t claimed = 0;  // deliveries received
+    std::size_t wakeups = 0;  // notifications that ended a poll wait
+  };
+  // Receives each claim's deliveries, on the claim thread, after they count as in flight.
+  using Deliver = std::function<void(std::vector<Delivery>)>;
+  using LogFn = std::function<void(const std::string&)>;
+
+  ClaimLoop(StoreFactory stores, Worker worker, std::vector<std::string> handlers, Options options,
+            Deliver deliver, LogFn log);
+  ~ClaimLoop();  // stop()
+  ClaimLoop(const ClaimLoop&) = delete;
+  ClaimLoop& operator=(const ClaimLoop&) = delete;
+
+  void start();
+  // Stops claiming and joins the thread. Idempotent.
+  void stop();
+  // n attempts have ended (completed, failed, released): their capacity is free again.
+  void settled(std::size_t n);
+  std::size_t in_flight() const;
+  Counters counters() const;
+  // The claim thread's store, for releases and the relinquish once stop() returned; nullptr
+  // if it never connected.
+  Store* store() const { return store_.get(); }
+
+ private:
+  void run();
+  bool wait_for_work();  // sleeps out the poll interval; false when stopping
+
+  const StoreFactory stores_;
+  const Worker worker_;
+  const std::vector<std::string> handlers_;
+  const Options options_;
+  const Deliver deliver_;
+  const LogFn log_;
+  std::unique_ptr<Store> store_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;  // in-flight count or stopping changed
+  std::size_t in_flight_ = 0;
+  bool stopping_ = false;
+  Counters counters_;
+  std::thread thread_;
+};
+
+}  // namespace relaybus::client
