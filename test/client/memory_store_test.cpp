@@ -89,4 +89,32 @@ TEST(MemoryStoreRuntime, RunsEveryEventOnceInKeyOrderAndDeadLettersAPoisonOne) {
   EXPECT_EQ(runs.load(), 51);  // 49 once, the poison one twice
 }
 
+// A transactional handler on a store with transactions: each delivery completes inside
+// the transaction the handler was given, and the lease holds, so every one commits.
+TEST(MemoryStoreRuntime, TransactionalHandlersCompleteInTheirTransaction) {
+  auto bus = std::make_shared<MemoryBus>();
+  MemoryStore admin(bus);
+  admin.subscribe({"ledger", {"payment"}, {}});
+  for (int i = 0; i < 20; ++i) {
+    relaybus::store::Event e;
+    e.type = "payment";
+    e.event_id = "p" + std::to_string(i);
+    admin.publish(e);
+  }
+  std::atomic<int> runs{0};
+  Dispatcher d([bus] { return std::make_unique<MemoryStore>(bus); }, quick_config(), {},
+               {{"ledger", [&](const Delivery&, relaybus::store::Transaction&,
+                               relaybus::store::Store&) { ++runs; }}});
+  d.start();
+  ASSERT_TRUE(eventually([&] {
+    for (int i = 0; i < 20; ++i)
+      if (admin.lookup("p" + std::to_string(i), "ledger")) return false;
+    return true;
+  }));
+  d.stop();
+  EXPECT_EQ(runs.load(), 20);
+  EXPECT_EQ(d.counters().lost, 0u);
+  EXPECT_EQ(d.counters().succeeded, 20u);
+}
+
 }  // namespace
