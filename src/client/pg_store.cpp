@@ -87,6 +87,11 @@ class PgTransaction final : public Transaction {
   bool open_ = true;
 };
 
+// An empty holder is none: lanes bound to this connection's backend.
+const char* holder_or_null(const Worker& worker) {
+  return worker.holder.empty() ? nullptr : worker.holder.c_str();
+}
+
 }  // namespace
 
 StoreError error_of(PGconn* conn, PGresult* res) {
@@ -163,7 +168,7 @@ std::vector<Delivery> PgStore::claim(const Worker& worker, int batch,
   const std::string handlers_text = text_array_literal(handlers);
   const char* values[] = {worker.name.c_str(), batch_text.c_str(), lease_text.c_str(),
                           handlers.empty() ? nullptr : handlers_text.c_str(),
-                          worker.holder.c_str()};
+                          holder_or_null(worker)};
   Result r = run(kClaim.name, holders_ ? 5 : 4, values);
   std::vector<Delivery> out;
   const int rows = PQntuples(r.get());
@@ -216,14 +221,14 @@ bool PgStore::release(const std::string& token) {
 }
 
 int PgStore::relinquish(const Worker& worker) {
-  const char* values[] = {worker.name.c_str(), worker.holder.c_str()};
+  const char* values[] = {worker.name.c_str(), holder_or_null(worker)};
   Result r = run(kRelinquish.name, holders_ ? 2 : 1, values);
   return std::atoi(PQgetvalue(r.get(), 0, 0));
 }
 
 int PgStore::extend_lease(const Worker& worker, std::chrono::milliseconds lease) {
   const std::string lease_text = interval_literal(lease);
-  const char* values[] = {worker.name.c_str(), lease_text.c_str(), worker.holder.c_str()};
+  const char* values[] = {worker.name.c_str(), lease_text.c_str(), holder_or_null(worker)};
   Result r = run(kExtendLease.name, holders_ ? 3 : 2, values);
   return std::atoi(PQgetvalue(r.get(), 0, 0));
 }

@@ -25,7 +25,8 @@ struct FenceView {
 // release, takeover, requeue) bumps the claims counter; so an older attempt's token can
 // never change a newer one. Copied in SQL where it must be set-based:
 // RELAYBUS_COMPLETE_HELD_SQL (src/pg/completion.cpp, complete and complete_many; no status
-// test there, the bumped counter covers it) and the lock statements of src/pg/attempt_end.cpp.
+// test there, the bumped counter covers it) and the WHERE clauses of the lock statements in
+// src/pg/attempt_end.cpp (which lock only rows that hold, then let this judge them).
 // test/contract runs the same fencing cases against the in-memory store (this function)
 // and the PostgreSQL store (the SQL).
 bool token_holds(const LeaseToken& token, const FenceView& fence) noexcept;

@@ -81,6 +81,10 @@ struct Charge {
   bool dead = false;
 };
 
+// The last_error a takeover charge writes.
+inline constexpr const char* kLeaseLostError =
+    "lease lost: lane taken over while the delivery was in flight";
+
 // The charges of deliveries lost in a takeover (after_lost_attempt for each).
 std::vector<Charge> charges_for(const std::vector<LostDelivery>& lost);
 
@@ -143,7 +147,9 @@ class ClaimStore : public ChargeStore {
   // The lanes of `handlers` held under the worker's name, locked against other claims of
   // it, with their live in-flight deliveries read after the lock.
   virtual std::vector<HeldLane> held_lanes(const std::vector<std::string>& handlers) = 0;
-  // Locks lanes to take over, waiting for completions in progress, and re-reads them.
+  // Locks lanes to take over and re-reads them. A lane whose completion is in progress in
+  // an open transaction must not be taken over under it: the store waits for it, or
+  // leaves the lane out of the result.
   virtual std::vector<LaneSnapshot> lock_for_takeover(const std::vector<LaneRef>& lanes) = 0;
   // Lanes of `handlers` with due work that the worker may acquire (free, or another
   // worker's expired lease), oldest work first; unlocked.

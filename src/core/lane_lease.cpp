@@ -25,6 +25,18 @@ LaneOrigin classify_held_lane(const LaneBinding& lane, bool caller_has_holder) n
   return lane.lease_expired ? LaneOrigin::kExpired : LaneOrigin::kOthers;
 }
 
+bool acquirable(bool has_owner, bool lease_expired, bool owner_is_caller) noexcept {
+  return !has_owner || (lease_expired && !owner_is_caller);
+}
+
+bool due_for_takeover(bool has_owner, bool lease_expired) noexcept {
+  return has_owner && lease_expired;
+}
+
+bool counts_in_flight(bool delivery_pending) noexcept {
+  return delivery_pending;
+}
+
 bool charges_in_flight(LaneOrigin origin) noexcept {
   return origin == LaneOrigin::kExpired || origin == LaneOrigin::kOrphaned;
 }

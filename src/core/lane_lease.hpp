@@ -42,6 +42,22 @@ bool is_callers(const LaneBinding& lane, bool caller_has_holder) noexcept;
 // kOthers (another live incarnation's, lease live).
 LaneOrigin classify_held_lane(const LaneBinding& lane, bool caller_has_holder) noexcept;
 
+// Whether a claim may acquire a lane that is not held under its worker name: nobody holds
+// it, or its lease expired (a worker's own lanes, expired or not, come from its held
+// lanes instead). SQL copy: RELAYBUS_ACQUIRABLE_SQL (src/pg/claim.cpp); the contract
+// suite's expiry cases run both.
+bool acquirable(bool has_owner, bool lease_expired, bool owner_is_caller) noexcept;
+
+// Whether the maintenance takeover takes a lane: it is held and its lease expired. SQL
+// copy: take_over_expired's lock statement (src/pg/lane_admin.cpp).
+bool due_for_takeover(bool has_owner, bool lease_expired) noexcept;
+
+// "In flight" means one thing everywhere: an entry of a lane's in-flight list whose
+// delivery is still pending (lists are pruned lazily; a completion deletes the delivery
+// but does not write the lane). SQL copies: src/pg/in_flight.hpp, and statistics() and
+// list_deliveries() in sql/parts/api-0.2.0.sql.
+bool counts_in_flight(bool delivery_pending) noexcept;
+
 // A takeover charges the in-flight deliveries of the previous holder one attempt each.
 bool charges_in_flight(LaneOrigin origin) noexcept;
 

@@ -20,17 +20,21 @@ AttemptResult end_attempt(const core::LeaseToken& token, Ending ending,
                           const std::optional<std::string>& error,
                           const std::optional<TimestampTz>& retry_at) {
   // Lane first, then delivery: the lock order of every path (claim, complete, takeover).
-  // Each is read as it is, and core judges the token against it (core::token_holds).
+  // The WHERE clauses are the SQL copy of the fence (core::token_holds): only a row that
+  // still holds the token is locked, so a stale token's call never waits for, or holds up,
+  // the lane's new owner. core judges what they return.
   static Statement lock_lane(
       "SELECT l.epoch, $3 = ANY (l.in_flight) FROM relaybus.lanes l"
-      " WHERE l.handler = $1 AND l.lane = $2 FOR NO KEY UPDATE",
-      {TEXTOID, INT2OID, TEXTOID});
+      " WHERE l.handler = $1 AND l.lane = $2 AND l.epoch = $4 AND $3 = ANY (l.in_flight)"
+      " FOR NO KEY UPDATE",
+      {TEXTOID, INT2OID, TEXTOID, INT8OID});
   static Statement lock_delivery(
       "SELECT d.status = 'pending', d.claims, d.attempts, " RELAYBUS_POLICY_COLUMNS_SQL
       " FROM relaybus.deliveries d"
       " LEFT JOIN relaybus.subscriptions s ON s.handler = d.handler"
-      " WHERE d.event_id = $1 AND d.handler = $2 FOR UPDATE OF d",
-      {TEXTOID, TEXTOID});
+      " WHERE d.event_id = $1 AND d.handler = $2 AND d.claims = $3 AND d.status = 'pending'"
+      " FOR UPDATE OF d",
+      {TEXTOID, TEXTOID, INT4OID});
   static Statement update_delivery(
       "UPDATE relaybus.deliveries SET status = $3, attempts = $4, claims = claims + 1,"
       " available_at = coalesce($5, now() + $7, available_at),"
@@ -47,6 +51,7 @@ AttemptResult end_attempt(const core::LeaseToken& token, Ending ending,
   lane_params.text(token.handler);
   lane_params.int2(token.lane);
   lane_params.text(token.event_id);
+  lane_params.int8(token.epoch);
   if (lock_lane.run(lane_params) == 1) {
     fence.lane_found = true;
     fence.lane_epoch = row::int8(0, 1);
@@ -58,6 +63,7 @@ AttemptResult end_attempt(const core::LeaseToken& token, Ending ending,
   Params delivery_params;
   delivery_params.text(token.event_id);
   delivery_params.text(token.handler);
+  delivery_params.int4(token.claims);
   std::int32_t attempts = 0;
   core::RetryPolicy policy;
   if (lock_delivery.run(delivery_params) == 1) {

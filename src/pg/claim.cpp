@@ -16,8 +16,7 @@
 
 #include <algorithm>
 
-// SQL: lane row `l` may be acquired by worker $<worker>: nobody holds it, or another
-// worker's lease expired (a worker's own lanes, expired or not, come from its held lanes).
+// SQL copy of core::acquirable (lane_lease.hpp) for lane row `l` and worker $<worker>.
 #define RELAYBUS_ACQUIRABLE_SQL(worker)                    \
   "(l.lease_owner IS NULL OR (l.lease_expires_at <= now()" \
   " AND l.lease_owner <> " worker "))"

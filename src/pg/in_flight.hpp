@@ -1,9 +1,10 @@
-// "In flight" means one thing everywhere: a pending delivery listed in the in-flight list
-// of a lane that has an owner (lease_owner), live or expired, until a takeover or an end of
-// its attempt takes it off. The list is only pruned lazily (a completion deletes the
-// delivery but does not write the lane), so readers keep the entries whose delivery is
-// still pending. The same definition is written in statistics() and list_deliveries()
-// (sql/parts/api-0.2.0.sql: the in_flight CTE joined to pending deliveries).
+// "In flight" means one thing everywhere (core::counts_in_flight, lane_lease.hpp): a
+// pending delivery listed in the in-flight list of a lane that has an owner (lease_owner),
+// live or expired, until a takeover or an end of its attempt takes it off. The list is
+// only pruned lazily (a completion deletes the delivery but does not write the lane), so
+// readers keep the entries whose delivery is still pending. The same definition is written
+// in statistics() and list_deliveries() (sql/parts/api-0.2.0.sql: the in_flight CTE joined
+// to pending deliveries).
 #pragma once
 
 // SQL: the live in-flight event ids of lane row `l`, looked up through the deliveries

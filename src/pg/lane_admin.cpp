@@ -124,6 +124,7 @@ Datum take_over_expired_body(FunctionCallInfo) {
   // SKIP LOCKED: a lane whose completion is in progress (FOR KEY SHARE) or that a claim is
   // taking right now is left for a later round. The locks are the caller's transaction's,
   // so they outlast the subtransactions below.
+  // The WHERE clause is the SQL copy of core::due_for_takeover.
   static Statement lock_expired(
       "SELECT l.handler, l.lane, l.epoch, l.in_flight FROM relaybus.lanes l"
       " WHERE l.lease_owner IS NOT NULL AND l.lease_expires_at <= now()"

@@ -35,11 +35,11 @@ void PgChargeStore::write_charges(const std::vector<core::Charge>& charges) {
   static Statement charge(
       "UPDATE relaybus.deliveries d SET attempts = u.attempts, claims = d.claims + 1,"
       " status = u.status, updated_at = now(),"
-      " last_error = 'lease lost: lane taken over while the delivery was in flight'"
+      " last_error = $5"
       " FROM unnest($1::text[], $2::text[], $3::int4[], $4::text[])"
       "  AS u(handler, event_id, attempts, status)"
       " WHERE d.event_id = u.event_id AND d.handler = u.handler",
-      {TEXTARRAYOID, TEXTARRAYOID, INT4ARRAYOID, TEXTARRAYOID});
+      {TEXTARRAYOID, TEXTARRAYOID, INT4ARRAYOID, TEXTARRAYOID, TEXTOID});
   std::vector<std::string> handlers, event_ids, status;
   std::vector<std::int32_t> attempts;
   for (const auto& c : charges) {
@@ -53,6 +53,7 @@ void PgChargeStore::write_charges(const std::vector<core::Charge>& charges) {
   params.text_array(event_ids);
   params.int4_array(attempts);
   params.text_array(status);
+  params.text(std::string(core::kLeaseLostError));
   charge.run(params);
 }
 

@@ -84,8 +84,16 @@ std::vector<std::string> MemoryBus::live_in_flight(const std::string& handler,
                                                    const Lane& lane) const {
   std::vector<std::string> live;
   for (const auto& id : lane.in_flight)
-    if (pending(handler, id) != nullptr) live.push_back(id);
+    if (core::counts_in_flight(pending(handler, id) != nullptr)) live.push_back(id);
   return live;
+}
+
+void MemoryBus::wait_settled(std::unique_lock<std::mutex>& lock, const std::string& handler,
+                             const std::string& event_id) {
+  settled_.wait(lock, [&] {
+    auto it = deliveries_.find({handler, event_id});
+    return it == deliveries_.end() || !it->second.completing;
+  });
 }
 
 // ---------------------------------------------------------------- the claim's reads/writes
@@ -160,7 +168,7 @@ class MemoryClaimStore final : public core::ClaimStore {
       d.attempts = c.attempts;
       d.dead = c.dead;
       ++d.claims;
-      d.last_error = "lease lost: lane taken over while the delivery was in flight";
+      d.last_error = core::kLeaseLostError;
     }
   }
 
@@ -267,7 +275,8 @@ class MemoryClaimStore final : public core::ClaimStore {
   }
 
   bool acquirable(const MemoryBus::Lane& lane) const {
-    return !lane.owner || (lane.expires <= now_ && *lane.owner != worker_.name);
+    return core::acquirable(lane.owner.has_value(), lane.expires <= now_,
+                            lane.owner == worker_.name);
   }
 
   std::vector<std::int64_t> sequences_of(const std::string& handler,
@@ -305,9 +314,11 @@ class MemoryTransaction final : public Transaction {
   bool complete(const std::string& token_text) override {
     return reported([&] {
       const core::LeaseToken token = core::parse_lease_token(token_text);
-      std::lock_guard<std::mutex> lock(bus_->mutex_);
+      std::unique_lock<std::mutex> lock(bus_->mutex_);
+      bus_->wait_settled(lock, token.handler, token.event_id);
       if (!core::token_holds(token, fence_of(*bus_, token))) return false;
       ++bus_->lane(token.handler, token.lane).pins;
+      bus_->deliveries_.at({token.handler, token.event_id}).completing = true;
       done_.push_back(token);
       return true;
     });
@@ -341,10 +352,13 @@ class MemoryTransaction final : public Transaction {
     open_ = false;
     for (const auto& token : done_) {
       --bus_->lane(token.handler, token.lane).pins;
-      // Still held: nothing could take the lane over while it was pinned.
+      auto& d = bus_->deliveries_.at({token.handler, token.event_id});
+      d.completing = false;
+      // Still held: nothing could take the lane over or end the attempt meanwhile.
       if (commit && core::token_holds(token, fence_of(*bus_, token)))
         bus_->deliveries_.erase({token.handler, token.event_id});
     }
+    bus_->settled_.notify_all();
   }
 
   std::shared_ptr<MemoryBus> bus_;
@@ -403,9 +417,10 @@ int MemoryStore::complete_many(const std::vector<std::string>& tokens) {
   return reported([&] {
     std::vector<core::LeaseToken> parsed;
     for (const auto& t : tokens) parsed.push_back(core::parse_lease_token(t));
-    std::lock_guard<std::mutex> lock(bus_->mutex_);
+    std::unique_lock<std::mutex> lock(bus_->mutex_);
     int n = 0;
     for (const auto& token : parsed) {
+      bus_->wait_settled(lock, token.handler, token.event_id);
       if (!core::token_holds(token, MemoryTransaction::fence_of(*bus_, token))) continue;
       // Deleted; the lane's in-flight list is pruned lazily, as in the PostgreSQL store.
       bus_->deliveries_.erase({token.handler, token.event_id});
@@ -420,7 +435,8 @@ core::AttemptResult MemoryStore::end(const std::string& token_text, core::Ending
                                      std::optional<std::chrono::milliseconds> retry_after) {
   return reported([&] {
     const core::LeaseToken token = core::parse_lease_token(token_text);
-    std::lock_guard<std::mutex> lock(bus_->mutex_);
+    std::unique_lock<std::mutex> lock(bus_->mutex_);
+    bus_->wait_settled(lock, token.handler, token.event_id);
     const core::FenceView fence = MemoryTransaction::fence_of(*bus_, token);
     auto it = bus_->deliveries_.find({token.handler, token.event_id});
     const std::int32_t attempts = it == bus_->deliveries_.end() ? 0 : it->second.attempts;
@@ -494,7 +510,8 @@ int MemoryStore::extend_lease(const Worker& worker, std::chrono::milliseconds le
       core::LaneBinding binding;
       binding.to_holder = lane.holder.has_value();
       binding.same_holder = lane.holder && *lane.holder == worker.holder;
-      binding.backend_alive = !lane.holder && lane.instance == instance_;
+      binding.backend_alive =
+          !lane.holder && lane.instance && bus_->live_instances_.count(*lane.instance) > 0;
       if (!core::is_callers(binding, !worker.holder.empty())) continue;
       lane.expires = bus_->now() + lease;
       ++n;
@@ -564,11 +581,13 @@ std::string MemoryStore::publish_locked(const Event& in) {
   }
   const MemoryBus::Event& event = bus_->events_.at(event_id);
   const Clock::time_point due = bus_->now() + in.delay.value_or(std::chrono::milliseconds(0));
+  // One sequence number per publish of a keyed event, shared by its new deliveries.
+  const std::int64_t sequence = event.key && !added.empty() ? ++bus_->key_counters_[*event.key] : 0;
   for (const auto& handler : added) {
     MemoryBus::Delivery d;
     d.key = event.key;  // the stored event's: its lane and order
     d.lane = core::lane_of(event.key ? *event.key : event_id);
-    if (event.key) d.sequence = ++bus_->key_counters_[*event.key];
+    d.sequence = sequence;
     d.available_at = due;
     bus_->deliveries_[{handler, event_id}] = d;
   }

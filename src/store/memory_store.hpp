@@ -7,8 +7,11 @@
 // A MemoryBus is one "database"; every MemoryStore opened on it is one "connection". A
 // worker without a holder binds its lanes to the instance that acquired them, as the
 // PostgreSQL store binds them to the backend: once that instance is destroyed, its lanes
-// are orphans. Every call is atomic (one mutex per bus). Not durable, not shared between
-// processes: a test double and a reference, not a production store.
+// are orphans. Every call is atomic (one mutex per bus). A delivery completed in an open
+// transaction makes every other call on it wait for that transaction to end, as in
+// PostgreSQL (so a thread that fails a delivery its own open transaction completed waits
+// forever, as it would there). Not durable, not shared between processes: a test double
+// and a reference, not a production store.
 #pragma once
 
 #include <chrono>
@@ -61,6 +64,7 @@ class MemoryBus {
     std::int32_t claims = 0;
     Clock::time_point available_at{};
     std::string last_error;
+    bool completing = false;  // completed in a transaction still open: others wait for it
   };
   struct Event {
     std::string type;
@@ -76,9 +80,14 @@ class MemoryBus {
   Lane& lane(const std::string& handler, std::int16_t number) { return lanes_[{handler, number}]; }
   const Delivery* pending(const std::string& handler, const std::string& event_id) const;
   std::vector<std::string> live_in_flight(const std::string& handler, const Lane& lane) const;
+  // Waits until no open transaction is completing this delivery, as a PostgreSQL statement
+  // waits for the row lock of a completion in progress.
+  void wait_settled(std::unique_lock<std::mutex>& lock, const std::string& handler,
+                    const std::string& event_id);
 
   std::mutex mutex_;
   std::condition_variable published_;
+  std::condition_variable settled_;  // a transaction ended
   std::uint64_t publications_ = 0;
   std::function<Clock::time_point()> now_;
   std::uint64_t next_instance_ = 1;
@@ -101,7 +110,7 @@ class MemoryStore final : public Store {
                               const std::vector<std::string>& handlers) override;
   int complete_many(const std::vector<std::string>& tokens) override;
   FailOutcome fail(const std::string& token, const std::string& error,
-                   std::optional<std::chrono::milliseconds> retry_after) override;
+                   std::optional<std::chrono::milliseconds> retry_after = {}) override;
   bool bury(const std::string& token, const std::string& error) override;
   bool release(const std::string& token) override;
   int relinquish(const Worker& worker) override;

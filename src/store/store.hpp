@@ -51,6 +51,8 @@ class StoreError : public std::runtime_error {
 // its predecessor while their lease lasts.
 struct Worker {
   std::string name;
+  // Empty: none. Then lanes are bound to the instance that acquired them (PostgreSQL: its
+  // backend), and every live instance of the worker name shares them.
   std::string holder;
 };
 

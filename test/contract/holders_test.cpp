@@ -59,5 +59,23 @@ TEST_P(Contract, AnotherHolderWaitsForExpiry) {
   EXPECT_EQ(s2->complete_many({taken[0].token, taken[1].token}), 2);
 }
 
+// Without a holder, lanes are bound to the connection that acquired them, and every live
+// connection of the worker name shares them: another one renews them and completes in
+// them, and its claims neither take them over nor charge anything.
+TEST_P(Contract, WithoutAHolderLiveConnectionsShareTheLanes) {
+  auto a = open(), b = open();
+  const std::string type = unique_name("type");
+  const std::string h = subscribe(*a, "h", {type});
+  const std::string id = a->publish(event(type, unique_name("e")));
+  const Worker w{unique_name("bare"), ""};
+
+  const auto got = claim(*a, w, {h});
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_GT(b->extend_lease(w, kLongLease), 0) << "a live connection's lanes were not renewed";
+  EXPECT_TRUE(claim(*b, w, {h}).empty()) << "the delivery in flight was handed out again";
+  EXPECT_EQ(b->lookup(id, h), (store::DeliveryState{"pending", 0})) << "an attempt was charged";
+  EXPECT_EQ(b->complete_many({got[0].token}), 1);
+}
+
 }  // namespace
 }  // namespace relaybus::contract

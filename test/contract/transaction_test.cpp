@@ -2,6 +2,9 @@
 // transaction and a takeover of its lane cannot both win.
 #include "contract/contract.hpp"
 
+#include <future>
+#include <thread>
+
 namespace relaybus::contract {
 namespace {
 
@@ -53,6 +56,41 @@ TEST_P(Contract, TransactionalCompleteRollback) {
   stale->commit();
   EXPECT_EQ(b->lookup(id, h), (store::DeliveryState{"pending", 1}));
   EXPECT_EQ(b->complete_many({again[0].token}), 1);
+}
+
+// A completion in progress holds its delivery: a fail of the same token from another
+// connection waits for that transaction, and after the commit finds the lease gone.
+TEST_P(Contract, AFailWaitsForACompletionInProgress) {
+  auto a = open(), b = open();
+  const std::string type = unique_name("type");
+  const std::string h = subscribe(*a, "h", {type});
+  const std::string id = a->publish(event(type, unique_name("e")));
+  const auto got = claim(*a, worker("a"), {h});
+  ASSERT_EQ(got.size(), 1u);
+  auto tx = a->begin();
+  if (!tx) GTEST_SKIP() << "contract backend " << GetParam() << " has no transactions (begin())";
+  ASSERT_TRUE(tx->complete(got[0].token));
+
+  std::promise<FailOutcome> outcome;
+  auto result = outcome.get_future();
+  std::thread late([&] {
+    try {
+      outcome.set_value(b->fail(got[0].token, "late"));
+    } catch (...) {
+      outcome.set_exception(std::current_exception());
+    }
+  });
+  const bool waited = result.wait_for(300ms) == std::future_status::timeout;
+  tx->commit();
+  const bool ended = result.wait_for(10s) == std::future_status::ready;
+  if (!ended) {
+    late.detach();
+    FAIL() << "the fail still waits after the commit";
+  }
+  late.join();
+  EXPECT_TRUE(waited) << "the fail did not wait for the completion in progress";
+  EXPECT_EQ(result.get(), FailOutcome::kLost);
+  EXPECT_EQ(b->lookup(id, h), std::nullopt) << "the committed completion was undone";
 }
 
 }  // namespace
