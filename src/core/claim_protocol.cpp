@@ -40,6 +40,9 @@ struct LaneInClaim {
   LaneOrigin origin = LaneOrigin::kFree;
   std::vector<std::string> picks;  // event ids claimed into this lane now
   LaneWrite write;
+  // kConditionalWrites: lost deliveries to charge once the lane's write took effect.
+  std::vector<std::string> to_charge;
+  bool written = true;  // its write took effect (or it had none)
 };
 
 struct Pick {
@@ -50,7 +53,10 @@ struct Pick {
 class Claim {
  public:
   Claim(ClaimStore& store, int batch_size, bool caller_has_holder)
-      : store_(store), planner_(batch_size), caller_has_holder_(caller_has_holder) {}
+      : store_(store),
+        planner_(batch_size),
+        caller_has_holder_(caller_has_holder),
+        conditional_(store.concurrency() == LaneConcurrency::kConditionalWrites) {}
 
   std::vector<ClaimedDelivery> run(const std::optional<std::vector<std::string>>& requested) {
     resolve_handlers(requested);
@@ -58,6 +64,7 @@ class Claim {
     keep_held_lanes();
     acquire_lanes();
     write_lanes();
+    if (conditional_) charge_lost();
     return claimed();
   }
 
@@ -81,7 +88,8 @@ class Claim {
       const LaneOrigin origin = classify_held_lane(held.binding, caller_has_holder_);
       if (origin == LaneOrigin::kHeld) {
         for (const auto& key : held.in_flight_keys) planner_.key_in_flight(held.lane.handler, key);
-        lanes_.push_back({std::move(held.lane), origin, {}, {}});
+        lanes_.push_back({std::move(held.lane), origin, {}, {}, {}, true});
+        if (conditional_) take_lost(lanes_.back(), /*in_flight_too=*/false);
       } else if (charges_in_flight(origin)) {
         take_over.push_back({held.lane.handler, held.lane.lane});
       }  // kOthers: another live incarnation's, left alone
@@ -89,7 +97,7 @@ class Claim {
     if (!take_over.empty()) {
       const std::size_t first = lanes_.size();
       for (auto& snapshot : store_.lock_for_takeover(take_over))
-        lanes_.push_back({std::move(snapshot), LaneOrigin::kOrphaned, {}, {}});
+        lanes_.push_back({std::move(snapshot), LaneOrigin::kOrphaned, {}, {}, {}, true});
       charge_from(first, lanes_.size());
     }
     offer_candidates(0);
@@ -115,17 +123,38 @@ class Claim {
       for (auto& a : got) {
         // A free lane's list is what its last holder left: nothing of it runs.
         if (!a.had_owner) a.lane.in_flight.clear();
-        lanes_.push_back(
-            {std::move(a.lane), a.had_owner ? LaneOrigin::kExpired : LaneOrigin::kFree, {}, {}});
+        lanes_.push_back({std::move(a.lane),
+                          a.had_owner ? LaneOrigin::kExpired : LaneOrigin::kFree,
+                          {},
+                          {},
+                          {},
+                          true});
+        if (conditional_ && !a.had_owner) take_lost(lanes_.back(), /*in_flight_too=*/false);
       }
       charge_from(first, lanes_.size());
       offer_candidates(first);
     }
   }
 
+  // kConditionalWrites: what the lane owes is charged after its write (its in-flight
+  // deliveries too, for a takeover), and stays out of this claim.
+  static void take_lost(LaneInClaim& lane, bool in_flight_too) {
+    lane.to_charge = std::move(lane.lane.lost);
+    lane.lane.lost.clear();
+    if (!in_flight_too) return;
+    lane.to_charge.insert(lane.to_charge.end(), lane.lane.in_flight.begin(),
+                          lane.lane.in_flight.end());
+    lane.lane.in_flight.clear();
+  }
+
   // Charges the in-flight deliveries of lanes_[first, last) that a takeover took; a lane
-  // taken over runs none of them any more.
+  // taken over runs none of them any more. kConditionalWrites: after the write, instead.
   void charge_from(std::size_t first, std::size_t last) {
+    if (conditional_) {
+      for (std::size_t i = first; i < last; ++i)
+        if (charges_in_flight(lanes_[i].origin)) take_lost(lanes_[i], /*in_flight_too=*/true);
+      return;
+    }
     std::vector<const LaneSnapshot*> taken;
     for (std::size_t i = first; i < last; ++i)
       if (charges_in_flight(lanes_[i].origin)) taken.push_back(&lanes_[i].lane);
@@ -142,6 +171,7 @@ class Claim {
       CandidateLane c;
       c.lane = &lanes_[i].lane;
       c.excluded = lanes_[i].lane.in_flight;
+      c.excluded.insert(c.excluded.end(), lanes_[i].to_charge.begin(), lanes_[i].to_charge.end());
       c.excluded.insert(c.excluded.end(), lanes_[i].picks.begin(), lanes_[i].picks.end());
       c.room = lane_room(lanes_[i].lane.in_flight.size() + lanes_[i].picks.size());
       asked.push_back(std::move(c));
@@ -163,18 +193,62 @@ class Claim {
 
   void write_lanes() {
     std::vector<LaneUpdate> updates;
-    for (auto& lane : lanes_) {
+    std::vector<std::size_t> updated;  // the lane of each update
+    for (std::size_t i = 0; i < lanes_.size(); ++i) {
+      LaneInClaim& lane = lanes_[i];
       lane.write = plan_lane_write(lane.origin, lane.lane.epoch, !lane.lane.in_flight.empty(),
                                    !lane.picks.empty());
-      if (!lane.write.write) continue;
-      LaneUpdate u{lane.lane.handler, lane.lane.lane, lane.write, {}};
+      // A lane that owes charges records them with its write, so that a claim dying before
+      // it charged them leaves them to the lane's next holder.
+      if (!lane.write.write && lane.to_charge.empty()) continue;
+      if (!lane.write.write) {
+        lane.write.write = true;
+        lane.write.hold = lane.origin == LaneOrigin::kHeld;  // as it was
+      }
+      LaneUpdate u{lane.lane.handler, lane.lane.lane, lane.write, {},
+                   lane.lane.epoch,   lane.to_charge};
       if (lane.write.hold) {
         u.in_flight = lane.lane.in_flight;
         u.in_flight.insert(u.in_flight.end(), lane.picks.begin(), lane.picks.end());
       }
       updates.push_back(std::move(u));
+      updated.push_back(i);
     }
-    if (!updates.empty()) store_.write_lanes(updates);
+    if (updates.empty()) return;
+    const std::vector<bool> took = store_.write_lanes(updates);
+    if (took.size() != updates.size())
+      throw Error(ErrorCode::kInternal, "relaybus: the store reported " +
+                                            std::to_string(took.size()) + " lane writes of " +
+                                            std::to_string(updates.size()));
+    for (std::size_t u = 0; u < updated.size(); ++u) {
+      if (took[u]) continue;
+      if (!conditional_)
+        throw Error(ErrorCode::kInternal, "relaybus: a locked lane's write did not take effect");
+      // Another claim got there first: this one gives up the lane's picks.
+      lanes_[updated[u]].written = false;
+    }
+    picks_.erase(std::remove_if(picks_.begin(), picks_.end(),
+                                [&](const Pick& p) { return !lanes_[p.lane_index].written; }),
+                 picks_.end());
+  }
+
+  // kConditionalWrites: charges what the lanes whose write took effect owe, then clears
+  // their lost lists.
+  void charge_lost() {
+    std::vector<LaneSnapshot> owed;
+    std::vector<LaneRef> refs;
+    std::vector<std::int64_t> epochs;
+    for (const auto& lane : lanes_) {
+      if (!lane.written || lane.to_charge.empty()) continue;
+      owed.push_back({lane.lane.handler, lane.lane.lane, lane.write.epoch, lane.to_charge, {}});
+      refs.push_back({lane.lane.handler, lane.lane.lane});
+      epochs.push_back(lane.write.epoch);
+    }
+    if (owed.empty()) return;
+    std::vector<const LaneSnapshot*> lanes;
+    for (const auto& o : owed) lanes.push_back(&o);
+    charge_in_flight(store_, lanes);
+    store_.clear_lost(refs, epochs);
   }
 
   std::vector<ClaimedDelivery> claimed() {
@@ -192,6 +266,7 @@ class Claim {
   ClaimStore& store_;
   BatchPlanner planner_;
   bool caller_has_holder_;
+  bool conditional_;  // LaneConcurrency::kConditionalWrites
   std::vector<std::string> handlers_;
   std::vector<LaneInClaim> lanes_;
   std::vector<Pick> picks_;

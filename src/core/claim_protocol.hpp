@@ -48,6 +48,9 @@ struct LaneSnapshot {
   std::int16_t lane = 0;
   std::int64_t epoch = 0;
   std::vector<std::string> in_flight;  // event ids of its live in-flight deliveries
+  // Stores with conditional writes only: what a takeover moved out of in_flight in the
+  // write that bumped the epoch, not charged yet (a claim that died in between left it).
+  std::vector<std::string> lost;
 };
 
 // A lane held under the caller's worker name, with whose incarnation it is bound to.
@@ -134,12 +137,32 @@ struct LaneUpdate {
   std::int16_t lane = 0;
   LaneWrite write;
   std::vector<std::string> in_flight;  // when held: its in-flight deliveries and the picks
+  // Stores with conditional writes only: the epoch the claim read, which the write is
+  // conditional on, and the lost list to record with it (a takeover's in-flight
+  // deliveries, charged once the write took effect).
+  std::int64_t read_epoch = 0;
+  std::vector<std::string> lost;
+};
+
+// How a store keeps two claims off one lane.
+enum class LaneConcurrency {
+  // Its reads lock the lanes (PostgreSQL: FOR UPDATE, SKIP LOCKED): a claim's writes cannot
+  // fail, so a takeover charges what was in flight at once.
+  kLocks,
+  // Nothing is locked (MongoDB): every lane write is conditional on the epoch the claim
+  // read and may fail, because another claim got there first. Then a takeover records the
+  // in-flight deliveries as lost in the write that bumps the epoch and charges them only
+  // once that write took effect (they run in a later claim, not this one); a lane whose
+  // write failed gives up its picks; a lane found with a lost list left by a claim that
+  // died in between is charged first, by whoever holds it next.
+  kConditionalWrites,
 };
 
 // What a claim reads and writes. Locks are the store's business; the comments say what
 // each call must guarantee.
 class ClaimStore : public ChargeStore {
  public:
+  virtual LaneConcurrency concurrency() const { return LaneConcurrency::kLocks; }
   // The handlers external workers run (requested: nullopt), or those of `requested` that
   // are subscribed, sorted.
   virtual std::vector<std::string> subscribed_handlers(
@@ -162,8 +185,15 @@ class ClaimStore : public ChargeStore {
   // at most `limit` in all and at most each lane's room from it.
   virtual std::vector<CandidateRow> candidates(const std::vector<CandidateLane>& lanes,
                                                int limit) = 0;
-  // Writes every lane update (one statement in a set-based store).
-  virtual void write_lanes(const std::vector<LaneUpdate>& updates) = 0;
+  // Writes every lane update (one statement, or one bulk write); returns, per update,
+  // whether it took effect (kLocks: always).
+  virtual std::vector<bool> write_lanes(const std::vector<LaneUpdate>& updates) = 0;
+  // kConditionalWrites: the lost lists of these lanes (at these epochs) were charged.
+  virtual void clear_lost(const std::vector<LaneRef>& lanes,
+                          const std::vector<std::int64_t>& epochs) {
+    (void)lanes;
+    (void)epochs;
+  }
 };
 
 struct ClaimedDelivery {

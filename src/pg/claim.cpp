@@ -62,7 +62,7 @@ class PgClaimStore final : public core::ClaimStore {
                                                   int wanted) override;
   std::vector<core::CandidateRow> candidates(const std::vector<core::CandidateLane>& lanes,
                                              int limit) override;
-  void write_lanes(const std::vector<core::LaneUpdate>& updates) override;
+  std::vector<bool> write_lanes(const std::vector<core::LaneUpdate>& updates) override;
   std::vector<core::LostDelivery> lock_lost(
       const std::vector<core::DeliveryRef>& deliveries) override {
     return charges_.lock_lost(deliveries);
@@ -277,7 +277,7 @@ std::vector<core::CandidateRow> PgClaimStore::candidates(
   return out;
 }
 
-void PgClaimStore::write_lanes(const std::vector<core::LaneUpdate>& updates) {
+std::vector<bool> PgClaimStore::write_lanes(const std::vector<core::LaneUpdate>& updates) {
   // One statement for every lane that changes. The new in-flight lists travel flattened as
   // (lane position, event id) pairs.
   static Statement write(
@@ -332,6 +332,7 @@ void PgClaimStore::write_lanes(const std::vector<core::LaneUpdate>& updates) {
   params.bool_array(new_holders);
   params.text(holder_);
   write.run(params);
+  return std::vector<bool>(updates.size(), true);  // the lanes are locked: every write holds
 }
 
 // The claimed deliveries with their events, as claim's result rows.

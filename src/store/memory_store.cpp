@@ -242,7 +242,7 @@ class MemoryClaimStore final : public core::ClaimStore {
     return out;
   }
 
-  void write_lanes(const std::vector<core::LaneUpdate>& updates) override {
+  std::vector<bool> write_lanes(const std::vector<core::LaneUpdate>& updates) override {
     for (const auto& u : updates) {
       auto& lane = bus_.lane(u.handler, u.lane);
       lane.epoch = u.write.epoch;
@@ -266,12 +266,13 @@ class MemoryClaimStore final : public core::ClaimStore {
       }
       lane.in_flight = u.in_flight;
     }
+    return std::vector<bool>(updates.size(), true);  // one call under the bus lock
   }
 
  private:
   static core::LaneSnapshot snapshot(const MemoryBus::LaneKey& key, const MemoryBus::Lane& lane,
                                      std::vector<std::string> in_flight) {
-    return {key.first, key.second, lane.epoch, std::move(in_flight)};
+    return {key.first, key.second, lane.epoch, std::move(in_flight), {}};
   }
 
   bool acquirable(const MemoryBus::Lane& lane) const {

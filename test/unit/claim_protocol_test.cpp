@@ -14,6 +14,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -139,10 +140,33 @@ class ScriptedStore final : public ClaimStore {
     return out;
   }
 
-  void write_lanes(const std::vector<LaneUpdate>& u) override {
+  std::vector<bool> write_lanes(const std::vector<LaneUpdate>& u) override {
     calls.push_back("write_lanes");
     updates.insert(updates.end(), u.begin(), u.end());
+    std::vector<bool> took;
+    for (const auto& one : u) took.push_back(refused_writes.count({one.handler, one.lane}) == 0);
+    return took;
   }
+
+  LaneConcurrency concurrency() const override { return mode; }
+
+  void clear_lost(const std::vector<LaneRef>& lanes,
+                  const std::vector<std::int64_t>& epochs) override {
+    calls.push_back("clear_lost");
+    for (std::size_t i = 0; i < lanes.size(); ++i)
+      cleared.push_back({lanes[i].handler, lanes[i].lane, epochs[i]});
+  }
+
+  // Conditional writes: the mode, the lane writes that find the lane changed meanwhile,
+  // and what clear_lost was told.
+  LaneConcurrency mode = LaneConcurrency::kLocks;
+  std::set<std::pair<std::string, std::int16_t>> refused_writes;
+  struct Cleared {
+    std::string handler;
+    std::int16_t lane;
+    std::int64_t epoch;
+  };
+  std::vector<Cleared> cleared;
 
   const LaneUpdate* update_of(const std::string& handler, std::int16_t lane) const {
     for (const auto& u : updates)
@@ -213,6 +237,11 @@ Names Ids(const std::vector<ClaimedDelivery>& claimed) {
   Names out;
   for (const auto& c : claimed) out.push_back(c.token.event_id);
   return out;
+}
+
+Names sorted(Names names) {
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 Names Sequential(const std::string& prefix, int n) {
@@ -787,6 +816,98 @@ TEST(ClaimProtocolTest, ARefusedCandidateLeavesItsPlaceInTheBatch) {
   store.rows.push_back({Row(0, "blocked", "k"), Row(0, "ok", "j")});
   const auto claimed = run_claim(store, std::nullopt, 1, kWithHolder);
   EXPECT_EQ(Ids(claimed), (Names{"ok"}));
+}
+
+// ---------------------------------------------------------------- stores without row locks
+
+// A takeover on a store with conditional writes charges nothing before its write: the
+// in-flight deliveries are recorded as lost with the epoch bump, kept out of this claim,
+// and charged (then cleared) only once the write took effect.
+TEST(ClaimProtocolTest, ConditionalWritesChargeATakeoverAfterItsWrite) {
+  ScriptedStore store;
+  store.mode = LaneConcurrency::kConditionalWrites;
+  store.held = {OtherHolders(Snapshot("h", 4, 20, {"z"}), /*expired=*/true)};
+  store.takeover = {Snapshot("h", 4, 20, {"z", "w"})};
+  store.attempts = {{"z", 0}, {"w", 1}};
+  store.rows.push_back({Row(0, "v", std::nullopt, /*claims=*/2)});
+
+  const auto claimed = run_claim(store, std::nullopt, 10, kWithHolder);
+
+  ASSERT_EQ(store.candidate_calls.size(), 1u);
+  EXPECT_EQ(sorted(store.candidate_calls[0].lanes[0].excluded), (Names{"w", "z"}))
+      << "the lost deliveries run in a later claim, once charged";
+  EXPECT_EQ(store.candidate_calls[0].lanes[0].room, kMaxInFlightPerLane);
+  const LaneUpdate* u = store.update_of("h", 4);
+  ASSERT_NE(u, nullptr);
+  EXPECT_EQ(u->read_epoch, 20) << "the write is conditional on the epoch read";
+  EXPECT_EQ(u->write.epoch, 21);
+  EXPECT_EQ(sorted(u->lost), (Names{"w", "z"})) << "recorded with the epoch bump";
+  EXPECT_EQ(u->in_flight, (Names{"v"}));
+  const auto write_at = std::find(store.calls.begin(), store.calls.end(), "write_lanes");
+  const auto charge_at = std::find(store.calls.begin(), store.calls.end(), "write_charges");
+  ASSERT_NE(charge_at, store.calls.end());
+  EXPECT_LT(write_at, charge_at) << "charged only after the write took effect";
+  ASSERT_EQ(store.charges.size(), 2u);
+  ASSERT_EQ(store.cleared.size(), 1u);
+  EXPECT_EQ(store.cleared[0].epoch, 21);
+  EXPECT_EQ(Ids(claimed), (Names{"v"}));
+  EXPECT_EQ(claimed[0].token.epoch, 21);
+}
+
+// Another claim got to the lane first: this claim gives up the lane's picks and charges
+// nothing for it (the winner recorded the lost deliveries itself); other lanes are kept.
+TEST(ClaimProtocolTest, ConditionalWritesGiveUpTheLanesWhoseWriteFailed) {
+  ScriptedStore store;
+  store.mode = LaneConcurrency::kConditionalWrites;
+  store.work = Lanes("h", 2);
+  store.acquirable.push_back({Acquired(Snapshot("h", 0, 5, {"old"}), /*had_owner=*/true, 1),
+                              Acquired(Snapshot("h", 1, 7), /*had_owner=*/false, 2)});
+  store.attempts = {{"old", 0}};
+  store.rows.push_back({Row(0, "a"), Row(1, "b")});
+  store.refused_writes = {{"h", 0}};
+
+  const auto claimed = run_claim(store, std::nullopt, 10, kWithHolder);
+
+  EXPECT_EQ(Ids(claimed), (Names{"b"})) << "the lost lane's pick is given up";
+  EXPECT_TRUE(store.charges.empty()) << "nothing charged for a takeover that did not happen";
+  EXPECT_TRUE(store.cleared.empty());
+}
+
+// A lane found with a lost list (a claim died between its takeover and the charge) is
+// charged by whoever holds it next, and its lost deliveries do not run in this claim.
+TEST(ClaimProtocolTest, ConditionalWritesChargeALostListLeftBehind) {
+  ScriptedStore store;
+  store.mode = LaneConcurrency::kConditionalWrites;
+  LaneSnapshot left = Snapshot("h", 3, 8, {"running"});
+  left.lost = {"dropped"};
+  store.held = {Own(left)};
+  store.attempts = {{"dropped", 4}};
+
+  const auto claimed = run_claim(store, std::nullopt, 10, kWithHolder);
+
+  EXPECT_TRUE(claimed.empty());
+  ASSERT_EQ(store.candidate_calls.size(), 1u);
+  EXPECT_EQ(sorted(store.candidate_calls[0].lanes[0].excluded), (Names{"dropped", "running"}));
+  const LaneUpdate* u = store.update_of("h", 3);
+  ASSERT_NE(u, nullptr) << "the lane is written to keep the lost list until it is charged";
+  EXPECT_TRUE(u->write.hold);
+  EXPECT_EQ(u->write.epoch, 8) << "still the caller's lane: no epoch move";
+  EXPECT_EQ(u->in_flight, (Names{"running"}));
+  ASSERT_EQ(store.charges.size(), 1u);
+  EXPECT_EQ(store.charges[0].event_id, "dropped");
+  EXPECT_EQ(store.charges[0].attempts, 5);
+  ASSERT_EQ(store.cleared.size(), 1u);
+}
+
+// A locking store never has a write refused; if it reports one, that is a bug, said so.
+TEST(ClaimProtocolTest, ALockingStoreThatRefusesAWriteIsAnInternalError) {
+  ScriptedStore store;
+  store.work = Lanes("h", 1);
+  store.acquirable.push_back({Acquired(Snapshot("h", 0, 1), false, 1)});
+  store.rows.push_back({Row(0, "a")});
+  store.refused_writes = {{"h", 0}};
+  EXPECT_TRUE(ThrowsCoreError([&] { run_claim(store, std::nullopt, 10, kWithHolder); },
+                              ErrorCode::kInternal));
 }
 
 }  // namespace
