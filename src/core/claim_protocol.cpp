@@ -64,7 +64,10 @@ class Claim {
     keep_held_lanes();
     acquire_lanes();
     write_lanes();
-    if (conditional_) charge_lost();
+    if (conditional_) {
+      charge_lost();
+      pick_charged();
+    }
     return claimed();
   }
 
@@ -165,9 +168,16 @@ class Claim {
 
   // Offers the due deliveries of lanes_[first..] to the planner, in due order.
   void offer_candidates(std::size_t first) {
-    if (first >= lanes_.size() || planner_.full()) return;
+    std::vector<std::size_t> indexes;
+    for (std::size_t i = first; i < lanes_.size(); ++i) indexes.push_back(i);
+    offer_candidates(indexes);
+  }
+
+  // Offers the due deliveries of these lanes to the planner, in due order.
+  void offer_candidates(const std::vector<std::size_t>& indexes) {
+    if (indexes.empty() || planner_.full()) return;
     std::vector<CandidateLane> asked;
-    for (std::size_t i = first; i < lanes_.size(); ++i) {
+    for (std::size_t i : indexes) {
       CandidateLane c;
       c.lane = &lanes_[i].lane;
       c.excluded = lanes_[i].lane.in_flight;
@@ -178,7 +188,9 @@ class Claim {
     }
     for (auto& row : store_.candidates(asked, planner_.remaining())) {
       if (planner_.full()) break;
-      const std::size_t index = first + row.lane_index;
+      if (row.lane_index >= indexes.size())
+        throw Error(ErrorCode::kInternal, "relaybus: a candidate of a lane not asked for");
+      const std::size_t index = indexes[row.lane_index];
       LaneInClaim& lane = lanes_[index];
       Candidate candidate;
       candidate.handler = &lane.lane.handler;
@@ -198,6 +210,12 @@ class Claim {
       LaneInClaim& lane = lanes_[i];
       lane.write = plan_lane_write(lane.origin, lane.lane.epoch, !lane.lane.in_flight.empty(),
                                    !lane.picks.empty());
+      // What a lane owes is due again once charged: the claim keeps the lane to run it
+      // (pick_charged), as a locking store's claim would have picked it.
+      if (!lane.to_charge.empty() && lane.write.write) {
+        lane.write.hold = true;
+        lane.write.new_holder = lane.write.new_holder || lane.origin != LaneOrigin::kHeld;
+      }
       // A lane that owes charges records them with its write, so that a claim dying before
       // it charged them leaves them to the lane's next holder.
       if (!lane.write.write && lane.to_charge.empty()) continue;
@@ -229,6 +247,56 @@ class Claim {
     }
     picks_.erase(std::remove_if(picks_.begin(), picks_.end(),
                                 [&](const Pick& p) { return !lanes_[p.lane_index].written; }),
+                 picks_.end());
+  }
+
+  // kConditionalWrites: the deliveries just charged are due again (a takeover applies no
+  // backoff), so the lanes that owed them are offered once more, and what they yield is
+  // written to them, conditional on the epoch this claim wrote: the batch is the same as
+  // a locking store's claim would have made.
+  void pick_charged() {
+    std::vector<std::size_t> charged;
+    for (std::size_t i = 0; i < lanes_.size(); ++i) {
+      LaneInClaim& lane = lanes_[i];
+      if (!lane.written || lane.to_charge.empty()) continue;
+      lane.to_charge.clear();
+      if (lane.write.hold) charged.push_back(i);
+    }
+    const std::size_t before = picks_.size();
+    offer_candidates(charged);
+    if (picks_.size() == before) return;
+    std::vector<LaneUpdate> updates;
+    std::vector<std::size_t> updated;
+    for (std::size_t i : charged) {
+      const LaneInClaim& lane = lanes_[i];
+      if (std::none_of(picks_.begin() + static_cast<std::ptrdiff_t>(before), picks_.end(),
+                       [&](const Pick& p) { return p.lane_index == i; }))
+        continue;
+      LaneWrite w;
+      w.write = true;
+      w.hold = true;
+      w.epoch = lane.write.epoch;
+      LaneUpdate u{lane.lane.handler, lane.lane.lane, w, lane.lane.in_flight, lane.write.epoch, {}};
+      u.in_flight.insert(u.in_flight.end(), lane.picks.begin(), lane.picks.end());
+      updates.push_back(std::move(u));
+      updated.push_back(i);
+    }
+    const std::vector<bool> took = store_.write_lanes(updates);
+    if (took.size() != updates.size())
+      throw Error(ErrorCode::kInternal, "relaybus: the store reported " +
+                                            std::to_string(took.size()) + " lane writes of " +
+                                            std::to_string(updates.size()));
+    std::vector<std::size_t> refused;
+    for (std::size_t u = 0; u < updated.size(); ++u)
+      if (!took[u]) refused.push_back(updated[u]);
+    // A lane lost since its first write keeps only the picks that write recorded.
+    std::size_t at = before;
+    picks_.erase(std::remove_if(picks_.begin() + static_cast<std::ptrdiff_t>(before), picks_.end(),
+                                [&](const Pick& p) {
+                                  ++at;
+                                  return std::find(refused.begin(), refused.end(), p.lane_index) !=
+                                         refused.end();
+                                }),
                  picks_.end());
   }
 

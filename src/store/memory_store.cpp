@@ -67,7 +67,8 @@ std::string new_event_id() {
 
 // ---------------------------------------------------------------- the bus
 
-MemoryBus::MemoryBus() : now_([] { return Clock::now(); }) {}
+MemoryBus::MemoryBus(core::LaneConcurrency concurrency)
+    : now_([] { return Clock::now(); }), concurrency_(concurrency) {}
 
 void MemoryBus::set_clock(std::function<Clock::time_point()> now) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -105,8 +106,20 @@ class MemoryClaimStore final : public core::ClaimStore {
                    std::chrono::milliseconds lease)
       : bus_(bus), worker_(worker), instance_(instance), lease_(lease), now_(bus.now()) {}
 
+  core::LaneConcurrency concurrency() const override { return bus_.concurrency_; }
+
+  void clear_lost(const std::vector<core::LaneRef>& lanes,
+                  const std::vector<std::int64_t>& epochs) override {
+    auto step = lock_step();
+    for (std::size_t i = 0; i < lanes.size(); ++i) {
+      auto& lane = bus_.lane(lanes[i].handler, lanes[i].lane);
+      if (lane.epoch == epochs[i]) lane.lost.clear();
+    }
+  }
+
   std::vector<std::string> subscribed_handlers(
       const std::optional<std::vector<std::string>>& requested) override {
+    auto step = lock_step();
     std::vector<std::string> out;
     for (const auto& [handler, s] : bus_.subscriptions_) {
       if (!requested || std::binary_search(requested->begin(), requested->end(), handler))
@@ -116,6 +129,7 @@ class MemoryClaimStore final : public core::ClaimStore {
   }
 
   std::vector<core::HeldLane> held_lanes(const std::vector<std::string>& handlers) override {
+    auto step = lock_step();
     std::vector<core::HeldLane> out;
     for (auto& [key, lane] : bus_.lanes_) {
       if (lane.owner != worker_.name ||
@@ -141,6 +155,7 @@ class MemoryClaimStore final : public core::ClaimStore {
 
   std::vector<core::LaneSnapshot> lock_for_takeover(
       const std::vector<core::LaneRef>& lanes) override {
+    auto step = lock_step();
     std::vector<core::LaneSnapshot> out;
     for (const auto& ref : lanes) {
       auto& lane = bus_.lane(ref.handler, ref.lane);
@@ -154,6 +169,7 @@ class MemoryClaimStore final : public core::ClaimStore {
 
   std::vector<core::LostDelivery> lock_lost(
       const std::vector<core::DeliveryRef>& deliveries) override {
+    auto step = lock_step();
     std::vector<core::LostDelivery> out;
     for (const auto& ref : deliveries) {
       if (const auto* d = bus_.pending(ref.handler, ref.event_id))
@@ -163,6 +179,7 @@ class MemoryClaimStore final : public core::ClaimStore {
   }
 
   void write_charges(const std::vector<core::Charge>& charges) override {
+    auto step = lock_step();
     for (const auto& c : charges) {
       auto& d = bus_.deliveries_.at({c.handler, c.event_id});
       d.attempts = c.attempts;
@@ -173,6 +190,7 @@ class MemoryClaimStore final : public core::ClaimStore {
   }
 
   std::vector<core::LaneRef> lanes_with_work(const std::vector<std::string>& handlers) override {
+    auto step = lock_step();
     // The earliest pending delivery of each lane, as the PostgreSQL store's index walk.
     std::map<MemoryBus::LaneKey, Clock::time_point> earliest;
     for (const auto& [key, d] : bus_.deliveries_) {
@@ -193,6 +211,7 @@ class MemoryClaimStore final : public core::ClaimStore {
 
   std::vector<core::AcquiredLane> lock_acquirable(const std::vector<core::LaneRef>& window,
                                                   int wanted) override {
+    auto step = lock_step();
     std::vector<core::AcquiredLane> out;
     for (std::size_t i = 0; i < window.size() && static_cast<int>(out.size()) < wanted; ++i) {
       auto& lane = bus_.lane(window[i].handler, window[i].lane);
@@ -205,6 +224,7 @@ class MemoryClaimStore final : public core::ClaimStore {
 
   std::vector<core::CandidateRow> candidates(const std::vector<core::CandidateLane>& lanes,
                                              int limit) override {
+    auto step = lock_step();
     struct Row {
       Clock::time_point at;
       core::CandidateRow row;
@@ -243,9 +263,19 @@ class MemoryClaimStore final : public core::ClaimStore {
   }
 
   std::vector<bool> write_lanes(const std::vector<core::LaneUpdate>& updates) override {
+    auto step = lock_step();
+    std::vector<bool> took;
     for (const auto& u : updates) {
       auto& lane = bus_.lane(u.handler, u.lane);
+      // Conditional on the epoch the claim read; and a lane with a completion in progress
+      // does not change hands under it (in MongoDB the takeover's charge and the
+      // completion write the same delivery documents, and one of them fails).
+      const bool applies = !conditional() || (lane.epoch == u.read_epoch &&
+                                              (lane.pins == 0 || u.write.epoch == lane.epoch));
+      took.push_back(applies);
+      if (!applies) continue;
       lane.epoch = u.write.epoch;
+      lane.lost = u.lost;
       if (!u.write.hold) {
         lane.owner.reset();
         lane.holder.reset();
@@ -266,13 +296,24 @@ class MemoryClaimStore final : public core::ClaimStore {
       }
       lane.in_flight = u.in_flight;
     }
-    return std::vector<bool>(updates.size(), true);  // one call under the bus lock
+    return took;
   }
 
  private:
   static core::LaneSnapshot snapshot(const MemoryBus::LaneKey& key, const MemoryBus::Lane& lane,
                                      std::vector<std::string> in_flight) {
-    return {key.first, key.second, lane.epoch, std::move(in_flight), {}};
+    return {key.first, key.second, lane.epoch, std::move(in_flight), lane.lost};
+  }
+
+  bool conditional() const {
+    return bus_.concurrency_ == core::LaneConcurrency::kConditionalWrites;
+  }
+
+  // kConditionalWrites: each call is a step of its own, under the bus lock. kLocks: the
+  // whole claim already holds it.
+  std::unique_lock<std::mutex> lock_step() {
+    return conditional() ? std::unique_lock<std::mutex>(bus_.mutex_)
+                         : std::unique_lock<std::mutex>();
   }
 
   bool acquirable(const MemoryBus::Lane& lane) const {
@@ -393,10 +434,16 @@ std::vector<Delivery> MemoryStore::claim(const Worker& worker, int batch,
       requested = handlers;
       std::sort(requested->begin(), requested->end());
     }
-    std::lock_guard<std::mutex> lock(bus_->mutex_);
-    MemoryClaimStore store(*bus_, worker, instance_, lease);
+    // kLocks: the whole claim is one step; kConditionalWrites: each of its calls is.
+    std::unique_lock<std::mutex> lock(bus_->mutex_);
+    const bool atomic = bus_->concurrency_ == core::LaneConcurrency::kLocks;
+    MemoryClaimStore store(*bus_, worker, instance_, lease);  // reads the clock
+    if (!atomic) lock.unlock();
+    std::vector<core::ClaimedDelivery> claimed =
+        core::run_claim(store, requested, batch, !worker.holder.empty());
+    if (!atomic) lock.lock();
     std::vector<Delivery> out;
-    for (auto& c : core::run_claim(store, requested, batch, !worker.holder.empty())) {
+    for (auto& c : claimed) {
       const auto& event = bus_->events_.at(c.token.event_id);
       Delivery d;
       d.token = core::encode(c.token);

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "core/attempt_end.hpp"
+#include "core/claim_protocol.hpp"
 #include "store.hpp"
 
 namespace relaybus::store {
@@ -36,7 +37,11 @@ class MemoryBus {
  public:
   using Clock = std::chrono::steady_clock;
 
-  MemoryBus();
+  // kLocks: a claim is one atomic step, as PostgreSQL's row locks make it. kConditionalWrites:
+  // each of a claim's reads and its lane writes is a step of its own and the writes are
+  // conditional on the epochs read, as a store without row locks (MongoDB) must work; the
+  // contract suite runs in both modes.
+  explicit MemoryBus(core::LaneConcurrency concurrency = core::LaneConcurrency::kLocks);
   // Replaces the clock (tests move time on without sleeping). Leases, backoffs and delays
   // are measured on it.
   void set_clock(std::function<Clock::time_point()> now);
@@ -53,6 +58,7 @@ class MemoryBus {
     std::optional<std::uint64_t> instance;  // else bound to the instance that acquired it
     Clock::time_point expires{};
     std::vector<std::string> in_flight;  // pruned lazily, as in the PostgreSQL store
+    std::vector<std::string> lost;       // kConditionalWrites: taken over, not yet charged
     int pins = 0;                        // open transactions that completed a delivery of this lane
   };
   struct Delivery {
@@ -90,6 +96,7 @@ class MemoryBus {
   std::condition_variable settled_;  // a transaction ended
   std::uint64_t publications_ = 0;
   std::function<Clock::time_point()> now_;
+  core::LaneConcurrency concurrency_;
   std::uint64_t next_instance_ = 1;
   std::set<std::uint64_t> live_instances_;
   std::map<std::string, Subscription> subscriptions_;

@@ -1,7 +1,7 @@
 // The contract over the in-memory reference store: one MemoryBus per test, shared by every
-// instance the test opens. Built only once src/store/memory_store.hpp exists.
-#if __has_include("store/memory_store.hpp")
-
+// instance the test opens. Twice: "memory" claims in one atomic step, as PostgreSQL's row
+// locks make a claim; "memory-conditional" runs each step of a claim on its own with
+// conditional lane writes, the way a store without row locks (MongoDB) must.
 #include "contract/backend.hpp"
 #include "store/memory_store.hpp"
 
@@ -10,21 +10,27 @@ namespace {
 
 class MemoryBackend final : public Backend {
  public:
+  explicit MemoryBackend(core::LaneConcurrency concurrency)
+      : bus_(std::make_shared<store::MemoryBus>(concurrency)) {}
   std::unique_ptr<store::Store> open() override {
     return std::make_unique<store::MemoryStore>(bus_);
   }
 
  private:
-  std::shared_ptr<store::MemoryBus> bus_ = std::make_shared<store::MemoryBus>();
+  std::shared_ptr<store::MemoryBus> bus_;
 };
 
 const RegisterBackend registered{{
     "memory",
     [] { return std::string(); },
-    [] { return std::make_unique<MemoryBackend>(); },
+    [] { return std::make_unique<MemoryBackend>(core::LaneConcurrency::kLocks); },
+}};
+
+const RegisterBackend registered_conditional{{
+    "memory_conditional",
+    [] { return std::string(); },
+    [] { return std::make_unique<MemoryBackend>(core::LaneConcurrency::kConditionalWrites); },
 }};
 
 }  // namespace
 }  // namespace relaybus::contract
-
-#endif

@@ -144,7 +144,12 @@ class ScriptedStore final : public ClaimStore {
     calls.push_back("write_lanes");
     updates.insert(updates.end(), u.begin(), u.end());
     std::vector<bool> took;
-    for (const auto& one : u) took.push_back(refused_writes.count({one.handler, one.lane}) == 0);
+    for (const auto& one : u) {
+      const int seen = writes_seen[{one.handler, one.lane}]++;
+      const auto from = refused_from.find({one.handler, one.lane});
+      took.push_back(refused_writes.count({one.handler, one.lane}) == 0 &&
+                     (from == refused_from.end() || seen < from->second));
+    }
     return took;
   }
 
@@ -161,6 +166,8 @@ class ScriptedStore final : public ClaimStore {
   // and what clear_lost was told.
   LaneConcurrency mode = LaneConcurrency::kLocks;
   std::set<std::pair<std::string, std::int16_t>> refused_writes;
+  std::map<std::pair<std::string, std::int16_t>, int> refused_from;  // from the n-th write on
+  std::map<std::pair<std::string, std::int16_t>, int> writes_seen;
   struct Cleared {
     std::string handler;
     std::int16_t lane;
@@ -821,8 +828,10 @@ TEST(ClaimProtocolTest, ARefusedCandidateLeavesItsPlaceInTheBatch) {
 // ---------------------------------------------------------------- stores without row locks
 
 // A takeover on a store with conditional writes charges nothing before its write: the
-// in-flight deliveries are recorded as lost with the epoch bump, kept out of this claim,
-// and charged (then cleared) only once the write took effect.
+// in-flight deliveries are recorded as lost with the epoch bump, kept out of the first
+// candidates, and charged (then cleared) only once the write took effect; then, due again,
+// they are offered and written to the lane in a second conditional write, so the batch is
+// what a locking store would have made.
 TEST(ClaimProtocolTest, ConditionalWritesChargeATakeoverAfterItsWrite) {
   ScriptedStore store;
   store.mode = LaneConcurrency::kConditionalWrites;
@@ -830,19 +839,28 @@ TEST(ClaimProtocolTest, ConditionalWritesChargeATakeoverAfterItsWrite) {
   store.takeover = {Snapshot("h", 4, 20, {"z", "w"})};
   store.attempts = {{"z", 0}, {"w", 1}};
   store.rows.push_back({Row(0, "v", std::nullopt, /*claims=*/2)});
+  store.rows.push_back({Row(0, "z", std::nullopt, /*claims=*/1, /*attempts=*/1)});
 
   const auto claimed = run_claim(store, std::nullopt, 10, kWithHolder);
 
-  ASSERT_EQ(store.candidate_calls.size(), 1u);
+  ASSERT_EQ(store.candidate_calls.size(), 2u);
   EXPECT_EQ(sorted(store.candidate_calls[0].lanes[0].excluded), (Names{"w", "z"}))
-      << "the lost deliveries run in a later claim, once charged";
+      << "the lost deliveries are not candidates before they are charged";
   EXPECT_EQ(store.candidate_calls[0].lanes[0].room, kMaxInFlightPerLane);
-  const LaneUpdate* u = store.update_of("h", 4);
-  ASSERT_NE(u, nullptr);
-  EXPECT_EQ(u->read_epoch, 20) << "the write is conditional on the epoch read";
-  EXPECT_EQ(u->write.epoch, 21);
-  EXPECT_EQ(sorted(u->lost), (Names{"w", "z"})) << "recorded with the epoch bump";
-  EXPECT_EQ(u->in_flight, (Names{"v"}));
+  EXPECT_EQ(store.candidate_calls[1].lanes[0].excluded, (Names{"v"}))
+      << "once charged, they are candidates again";
+  ASSERT_EQ(store.updates.size(), 2u);
+  const LaneUpdate& first = store.updates[0];
+  EXPECT_EQ(first.read_epoch, 20) << "the write is conditional on the epoch read";
+  EXPECT_EQ(first.write.epoch, 21);
+  EXPECT_TRUE(first.write.hold);
+  EXPECT_EQ(sorted(first.lost), (Names{"w", "z"})) << "recorded with the epoch bump";
+  EXPECT_EQ(first.in_flight, (Names{"v"}));
+  const LaneUpdate& second = store.updates[1];
+  EXPECT_EQ(second.read_epoch, 21) << "conditional on the epoch the first write set";
+  EXPECT_EQ(second.write.epoch, 21);
+  EXPECT_TRUE(second.lost.empty());
+  EXPECT_EQ(second.in_flight, (Names{"v", "z"}));
   const auto write_at = std::find(store.calls.begin(), store.calls.end(), "write_lanes");
   const auto charge_at = std::find(store.calls.begin(), store.calls.end(), "write_charges");
   ASSERT_NE(charge_at, store.calls.end());
@@ -850,8 +868,27 @@ TEST(ClaimProtocolTest, ConditionalWritesChargeATakeoverAfterItsWrite) {
   ASSERT_EQ(store.charges.size(), 2u);
   ASSERT_EQ(store.cleared.size(), 1u);
   EXPECT_EQ(store.cleared[0].epoch, 21);
+  ASSERT_EQ(Ids(claimed), (Names{"v", "z"}));
+  EXPECT_EQ(claimed[1].token.epoch, 21);
+  EXPECT_EQ(claimed[1].token.claims, 1) << "the claims counter after the charge";
+}
+
+// The second write found the lane changed (taken over again): only the picks its first
+// write recorded are kept.
+TEST(ClaimProtocolTest, ConditionalWritesKeepOnlyWhatAWriteRecorded) {
+  ScriptedStore store;
+  store.mode = LaneConcurrency::kConditionalWrites;
+  store.held = {OtherHolders(Snapshot("h", 4, 20, {"z"}), /*expired=*/true)};
+  store.takeover = {Snapshot("h", 4, 20, {"z"})};
+  store.attempts = {{"z", 0}};
+  store.rows.push_back({Row(0, "v")});
+  store.rows.push_back({Row(0, "z", std::nullopt, 1, 1)});
+  store.refused_from = {{{"h", 4}, 1}};
+
+  const auto claimed = run_claim(store, std::nullopt, 10, kWithHolder);
+
   EXPECT_EQ(Ids(claimed), (Names{"v"}));
-  EXPECT_EQ(claimed[0].token.epoch, 21);
+  EXPECT_EQ(store.updates.size(), 2u);
 }
 
 // Another claim got to the lane first: this claim gives up the lane's picks and charges
@@ -874,7 +911,7 @@ TEST(ClaimProtocolTest, ConditionalWritesGiveUpTheLanesWhoseWriteFailed) {
 }
 
 // A lane found with a lost list (a claim died between its takeover and the charge) is
-// charged by whoever holds it next, and its lost deliveries do not run in this claim.
+// charged by whoever holds it next; its lost deliveries are not candidates until then.
 TEST(ClaimProtocolTest, ConditionalWritesChargeALostListLeftBehind) {
   ScriptedStore store;
   store.mode = LaneConcurrency::kConditionalWrites;
@@ -886,13 +923,15 @@ TEST(ClaimProtocolTest, ConditionalWritesChargeALostListLeftBehind) {
   const auto claimed = run_claim(store, std::nullopt, 10, kWithHolder);
 
   EXPECT_TRUE(claimed.empty());
-  ASSERT_EQ(store.candidate_calls.size(), 1u);
+  ASSERT_EQ(store.candidate_calls.size(), 2u);
   EXPECT_EQ(sorted(store.candidate_calls[0].lanes[0].excluded), (Names{"dropped", "running"}));
-  const LaneUpdate* u = store.update_of("h", 3);
-  ASSERT_NE(u, nullptr) << "the lane is written to keep the lost list until it is charged";
-  EXPECT_TRUE(u->write.hold);
-  EXPECT_EQ(u->write.epoch, 8) << "still the caller's lane: no epoch move";
-  EXPECT_EQ(u->in_flight, (Names{"running"}));
+  EXPECT_EQ(store.candidate_calls[1].lanes[0].excluded, (Names{"running"}));
+  ASSERT_EQ(store.updates.size(), 1u) << "nothing new picked: no second write";
+  const LaneUpdate& u = store.updates[0];
+  EXPECT_TRUE(u.write.hold) << "the lane is written to keep the lost list until it is charged";
+  EXPECT_EQ(u.write.epoch, 8) << "still the caller's lane: no epoch move";
+  EXPECT_EQ(u.in_flight, (Names{"running"}));
+  EXPECT_EQ(u.lost, (Names{"dropped"}));
   ASSERT_EQ(store.charges.size(), 1u);
   EXPECT_EQ(store.charges[0].event_id, "dropped");
   EXPECT_EQ(store.charges[0].attempts, 5);
