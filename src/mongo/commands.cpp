@@ -280,15 +280,17 @@ Bson insert_deliveries(const std::vector<NewDelivery>& deliveries) {
   return cmd;
 }
 
-PublishPlan plan_publish(const store::Event& event, const std::optional<StoredEvent>& stored,
-                         const std::vector<std::string>& targets) {
+PublishPlan plan_publish(const store::Event& event, const std::optional<StoredEvent>& stored) {
   PublishPlan plan;
   plan.new_event = !stored;
   plan.type = stored ? stored->type : event.type;
   plan.key = stored ? stored->key : event.key;
-  plan.added =
-      core::handlers_to_add(targets, stored ? stored->handlers : std::vector<std::string>{});
+  if (stored) plan.had = stored->handlers;
   return plan;
+}
+
+void add_targets(PublishPlan& plan, const std::vector<std::string>& targets) {
+  plan.added = core::handlers_to_add(targets, plan.had);
 }
 
 // ---------------------------------------------------------------- requeue, lookup

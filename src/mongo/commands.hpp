@@ -66,16 +66,19 @@ Bson insert_event(const NewEvent& event);
 Bson add_event_handlers(const std::string& event_id, const std::vector<std::string>& added);
 Bson insert_deliveries(const std::vector<NewDelivery>& deliveries);
 
-// What publishing one event does, decided from what the transaction read: the stored
-// event (a repeated id) and the target handlers (the given ones, or the type's subscribers).
+// What publishing one event does, decided from what the transaction read. plan_publish
+// takes the stored event (a repeated id: its type and key win, as core/republish.hpp
+// says); add_targets then takes the target handlers (the given ones, or the subscribers of
+// plan.type) and keeps those core::handlers_to_add chooses.
 struct PublishPlan {
   bool new_event = true;
   std::string type;                // the stored event's on a repeat
   std::optional<std::string> key;  // the stored event's on a repeat: its lane and order
-  std::vector<std::string> added;  // handlers that get a delivery (core::handlers_to_add)
+  std::vector<std::string> had;    // the stored event's handlers
+  std::vector<std::string> added;  // handlers that get a delivery
 };
-PublishPlan plan_publish(const store::Event& event, const std::optional<StoredEvent>& stored,
-                         const std::vector<std::string>& targets);
+PublishPlan plan_publish(const store::Event& event, const std::optional<StoredEvent>& stored);
+void add_targets(PublishPlan& plan, const std::vector<std::string>& targets);
 
 // --- requeue and lookup
 
