@@ -12,7 +12,6 @@
 //   lookup           EVENT_ID  HANDLER
 //   claim                                    (the worker half: not built)
 #include <iostream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -24,11 +23,16 @@ namespace {
 using relaybus::store::Event;
 using relaybus::store::StoreError;
 
+// Keeps empty fields, trailing ones too ("a,,b," is four).
 std::vector<std::string> split(const std::string& line, char by) {
-  std::vector<std::string> out;
-  std::stringstream in(line);
-  std::string field;
-  while (std::getline(in, field, by)) out.push_back(field);
+  std::vector<std::string> out(1);
+  for (char c : line) {
+    if (c == by) {
+      out.emplace_back();
+    } else {
+      out.back() += c;
+    }
+  }
   return out;
 }
 
