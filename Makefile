@@ -159,12 +159,10 @@ mongo-test: test/mongo/unit/mongo_unit_tests test/mongo/wire/driver
 	  echo "-- $$t"; $(MONGO_PYTHON) $$t ./test/mongo/wire/driver || exit 1; done
 
 # Installs the library, its headers (with the core and seam headers they include) and
-# relaybus-mongo.pc under MONGO_PREFIX.
+# relaybus-mongo.pc (from relaybus-mongo.pc.in) under MONGO_PREFIX.
 MONGO_PREFIX ?= /usr/local
 MONGO_VERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" relaybus.control)
-relaybus-mongo.pc: relaybus-mongo.pc.in relaybus.control
-	sed -e 's|@PREFIX@|$(MONGO_PREFIX)|' -e 's|@VERSION@|$(MONGO_VERSION)|' $< > $@
-mongo-install: $(MONGO_LIB) relaybus-mongo.pc
+mongo-install: $(MONGO_LIB)
 	install -d $(DESTDIR)$(MONGO_PREFIX)/lib/pkgconfig \
 	  $(DESTDIR)$(MONGO_PREFIX)/include/relaybus/mongo $(DESTDIR)$(MONGO_PREFIX)/include/relaybus/core \
 	  $(DESTDIR)$(MONGO_PREFIX)/include/relaybus/store
@@ -172,10 +170,11 @@ mongo-install: $(MONGO_LIB) relaybus-mongo.pc
 	install -m 644 src/mongo/*.hpp $(DESTDIR)$(MONGO_PREFIX)/include/relaybus/mongo/
 	install -m 644 src/core/*.hpp $(DESTDIR)$(MONGO_PREFIX)/include/relaybus/core/
 	install -m 644 src/store/store.hpp $(DESTDIR)$(MONGO_PREFIX)/include/relaybus/store/
-	install -m 644 relaybus-mongo.pc $(DESTDIR)$(MONGO_PREFIX)/lib/pkgconfig/
+	sed -e 's|@PREFIX@|$(MONGO_PREFIX)|' -e 's|@VERSION@|$(MONGO_VERSION)|' relaybus-mongo.pc.in \
+	  > $(DESTDIR)$(MONGO_PREFIX)/lib/pkgconfig/relaybus-mongo.pc
 
 # Everything: build, install, throwaway cluster, unit + pg_regress + pgTAP + integration.
 test:
 	./scripts/run-tests
 
-EXTRA_CLEAN = $(OBJS:.o=.d) build/mongo lib relaybus-mongo.pc test/mongo/unit/mongo_unit_tests test/mongo/wire/driver test/unit/core_tests test/client/client_tests test/contract/contract_tests bin results regression.diffs regression.out
+EXTRA_CLEAN = $(OBJS:.o=.d) build/mongo lib test/mongo/unit/mongo_unit_tests test/mongo/wire/driver test/unit/core_tests test/client/client_tests test/contract/contract_tests bin results regression.diffs regression.out
