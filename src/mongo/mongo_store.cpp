@@ -224,7 +224,7 @@ std::vector<Bson> find_all(mongoc_client_t* client, const std::string& database,
 
 std::vector<std::string> ids_of(const std::vector<Bson>& docs) {
   std::vector<std::string> ids;
-  for (const auto& d : docs) ids.push_back(read_string_id(d.get()));
+  for (const auto& d : docs) ids.push_back(reported([&] { return read_string_id(d.get()); }));
   return ids;
 }
 
@@ -320,12 +320,13 @@ MongoStore::MongoStore(const std::string& uri, std::string database)
     throw StoreError(core::ErrorCode::kInvalidParameter,
                      std::string("relaybus MongoDB store: bad URI: ") + error.message);
   client_ = mongoc_client_new_from_uri_with_error(parsed, &error);
+  const bool has_appname = mongoc_uri_get_appname(parsed) != nullptr;
   mongoc_uri_destroy(parsed);
   if (!client_)
     throw StoreError(core::ErrorCode::kInvalidParameter,
                      std::string("relaybus MongoDB store: ") + error.message);
   mongoc_client_set_error_api(client_, MONGOC_ERROR_API_VERSION_2);
-  mongoc_client_set_appname(client_, "relaybus");
+  if (!has_appname) mongoc_client_set_appname(client_, "relaybus");
 }
 
 MongoStore::~MongoStore() {
@@ -346,7 +347,7 @@ void MongoStore::in_transaction(const Body& body) {
   bson_destroy(&raw);
   mongoc_client_session_destroy(session);
   if (ok) return;
-  if (run.failure) std::rethrow_exception(run.failure);
+  if (run.failure) reported([&] { std::rethrow_exception(run.failure); });
   fail_with("commit", error, std::move(reply));  // the commit failed
 }
 

@@ -8,6 +8,7 @@
 //   publish          TYPE  KEY  PAYLOAD  [EVENT_ID  [HANDLER,...  [DELAY_MS]]]
 //   batch            N  TYPE  KEY            (N events, payload {"n": i})
 //   session_publish  TYPE  KEY  PAYLOAD      (in a transaction the driver starts and commits)
+//   session_without_transaction  TYPE  KEY  PAYLOAD   (in a session with no transaction)
 //   requeue          EVENT_ID  HANDLER
 //   lookup           EVENT_ID  HANDLER
 //   claim                                    (the worker half: not built)
@@ -99,6 +100,19 @@ std::string run(relaybus::mongo::MongoStore& store, const std::vector<std::strin
     bson_destroy(&reply);
     mongoc_client_session_destroy(session);
     return ok ? id : std::string("commit failed: ") + error.message;
+  }
+  if (op == "session_without_transaction") {
+    bson_error_t error;
+    mongoc_client_session_t* session = mongoc_client_start_session(store.client(), nullptr, &error);
+    if (!session) return std::string("no session: ") + error.message;
+    try {
+      store.publish(session, event_of(f));
+    } catch (...) {
+      mongoc_client_session_destroy(session);
+      throw;
+    }
+    mongoc_client_session_destroy(session);
+    return "published outside a transaction";
   }
   if (op == "requeue") return store.requeue(f.at(1), f.at(2)) ? "requeued" : "not-requeued";
   if (op == "lookup") {

@@ -204,6 +204,24 @@ class PublishTest(WireTest):
         (line,) = rs.output()
         self.assertRegex(line[3:], UUID)
 
+    def test_a_session_without_a_transaction_is_refused(self):
+        rs = self.rs
+        rs.start(["session_without_transaction", "user.created", "-", "{}"])
+        (line,) = rs.output()
+        self.assertEqual(line, "error invalid_parameter - relaybus MongoDB store: the session is "
+                               "not in a transaction")
+        rs.nothing_more()
+
+    def test_a_malformed_stored_event_is_internal_and_aborts(self):
+        rs = self.rs
+        rs.start(["publish", "t", "-", "{}", "evt-3"])
+        find = rs.expect("find")
+        self.cursor(find, [{"_id": "evt-3", "handlers": []}], "events")  # no type
+        rs.expect("abortTransaction").ok()
+        (line,) = rs.output()
+        self.assertEqual(line, "error internal - relaybus MongoDB store: unreadable document: type")
+        rs.nothing_more()
+
 
 if __name__ == "__main__":
     mockrs.main()
