@@ -13,8 +13,9 @@
 // "relaybus MongoDB store: <method> is not built yet (issue 11)"; begin() returns nullptr.
 // They wait for core::run_claim's extension for stores without row locks.
 //
-// Needs a replica set (or sharded cluster) of MongoDB 4.4 or later: transactions do not run
-// on a standalone server. Not thread-safe: one instance per thread, like every store.
+// Needs a replica set (MongoDB 4.0 or later) or a sharded cluster (4.2 or later):
+// transactions do not run on a standalone server. Call setup() first: before 4.4 a
+// transaction cannot create the collections it writes. Not thread-safe: one instance per thread, like every store.
 #pragma once
 
 #include <mongoc/mongoc.h>
