@@ -99,17 +99,82 @@ client-tests: test/client/client_tests
 # names (a libpq connection string; unset: that backend is skipped).
 CONTRACT_SRCS = $(sort $(wildcard test/contract/*.cpp)) src/client/pg_store.cpp $(CORE_SRCS) \
                 $(sort $(wildcard src/store/*.cpp))
+# CONTRACT_MONGO=1 also builds the MongoDB backend (test/contract/mongo_backend.cpp, on a
+# replica set named by RELAYBUS_MONGO_URI); off by default until the store's worker half
+# exists (issue 11).
+ifeq ($(CONTRACT_MONGO),1)
+CONTRACT_MONGO_FLAGS = -DRELAYBUS_MONGO_WORKER_HALF=1 $(MONGO_CFLAGS)
+CONTRACT_MONGO_LIBS = $(MONGO_LIB) $(MONGO_LIBS)
+endif
 test/contract/contract_tests: $(CONTRACT_SRCS) $(wildcard test/contract/*.hpp src/core/*.hpp) \
-                              $(CLIENT_HDRS)
-	$(CXX) -std=c++17 -O1 -g -Wall -Wextra -Isrc -Itest \
+                              $(CLIENT_HDRS) $(if $(CONTRACT_MONGO_LIBS),lib/librelaybus_mongo.a)
+	$(CXX) -std=c++17 -O1 -g -Wall -Wextra -Isrc -Itest $(CONTRACT_MONGO_FLAGS) \
 	  -I$(shell $(PG_CONFIG) --includedir 2>/dev/null) -o $@ $(CONTRACT_SRCS) \
-	  -lpq -lgtest -lgtest_main -pthread
+	  $(CONTRACT_MONGO_LIBS) -lpq -lgtest -lgtest_main -pthread
 .PHONY: contract-tests
 contract-tests: test/contract/contract_tests
 	./test/contract/contract_tests
+
+# The MongoDB store (src/mongo): a library of its own on libmongoc, with core and the
+# store seam. Never part of the extension's OBJS: the extension does not link libmongoc.
+# Objects go to build/mongo/, apart from the extension's (PGXS) objects of src/core.
+MONGO_PKG = libmongoc-1.0
+MONGO_CFLAGS = $(shell pkg-config --cflags $(MONGO_PKG) 2>/dev/null)
+MONGO_LIBS = $(shell pkg-config --libs $(MONGO_PKG) 2>/dev/null)
+MONGO_CXXFLAGS = -std=c++17 -O2 -g -fPIC -Wall -Wextra -Isrc $(MONGO_CFLAGS) -MMD -MP
+MONGO_SRCS = $(sort $(wildcard src/mongo/*.cpp))
+MONGO_OBJS = $(patsubst src/%.cpp,build/mongo/%.o,$(MONGO_SRCS) $(CORE_SRCS))
+MONGO_LIB = lib/librelaybus_mongo.a
+# The Python with Debian's python3-mockupdb and python3-pymongo (not a pyenv shim).
+MONGO_PYTHON ?= /usr/bin/python3
+
+build/mongo/%.o: src/%.cpp | check-core check-mongo-deps
+	@mkdir -p $(dir $@)
+	$(CXX) $(MONGO_CXXFLAGS) -c -o $@ $<
+-include $(MONGO_OBJS:.o=.d)
+
+$(MONGO_LIB): $(MONGO_OBJS)
+	@mkdir -p lib
+	rm -f $@
+	ar rcs $@ $^
+
+.PHONY: mongo mongo-test mongo-install check-mongo-deps
+check-mongo-deps:
+	@pkg-config --exists $(MONGO_PKG) || \
+	  { echo "libmongoc not found: run scripts/install-deps as root (libmongoc-dev)" >&2; exit 1; }
+mongo: $(MONGO_LIB)
+
+# Unit tests: golden command documents, no server.
+MONGO_UNIT_SRCS = $(sort $(wildcard test/mongo/unit/*.cpp))
+test/mongo/unit/mongo_unit_tests: $(MONGO_UNIT_SRCS) $(MONGO_LIB) $(wildcard src/mongo/*.hpp)
+	$(CXX) -std=c++17 -O1 -g -Wall -Wextra -Isrc -Itest $(MONGO_CFLAGS) -o $@ $(MONGO_UNIT_SRCS) \
+	  $(MONGO_LIB) $(MONGO_LIBS) -lgtest -lgtest_main -pthread
+# Wire tests: the real libmongoc code path against a scripted server (python3-mockupdb).
+test/mongo/wire/driver: test/mongo/wire/driver.cpp $(MONGO_LIB) $(wildcard src/mongo/*.hpp)
+	$(CXX) -std=c++17 -O1 -g -Wall -Wextra -Isrc $(MONGO_CFLAGS) -o $@ $< $(MONGO_LIB) $(MONGO_LIBS)
+
+mongo-test: test/mongo/unit/mongo_unit_tests test/mongo/wire/driver
+	./test/mongo/unit/mongo_unit_tests
+	@for t in $(sort $(wildcard test/mongo/wire/*_test.py)); do \
+	  echo "-- $$t"; $(MONGO_PYTHON) $$t ./test/mongo/wire/driver || exit 1; done
+
+# Installs the library, its headers (with the core and seam headers they include) and
+# relaybus-mongo.pc (from relaybus-mongo.pc.in) under MONGO_PREFIX.
+MONGO_PREFIX ?= /usr/local
+MONGO_VERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" relaybus.control)
+mongo-install: $(MONGO_LIB)
+	install -d $(DESTDIR)$(MONGO_PREFIX)/lib/pkgconfig \
+	  $(DESTDIR)$(MONGO_PREFIX)/include/relaybus/mongo $(DESTDIR)$(MONGO_PREFIX)/include/relaybus/core \
+	  $(DESTDIR)$(MONGO_PREFIX)/include/relaybus/store
+	install -m 644 $(MONGO_LIB) $(DESTDIR)$(MONGO_PREFIX)/lib/
+	install -m 644 src/mongo/*.hpp $(DESTDIR)$(MONGO_PREFIX)/include/relaybus/mongo/
+	install -m 644 src/core/*.hpp $(DESTDIR)$(MONGO_PREFIX)/include/relaybus/core/
+	install -m 644 src/store/store.hpp $(DESTDIR)$(MONGO_PREFIX)/include/relaybus/store/
+	sed -e 's|@PREFIX@|$(MONGO_PREFIX)|' -e 's|@VERSION@|$(MONGO_VERSION)|' relaybus-mongo.pc.in \
+	  > $(DESTDIR)$(MONGO_PREFIX)/lib/pkgconfig/relaybus-mongo.pc
 
 # Everything: build, install, throwaway cluster, unit + pg_regress + pgTAP + integration.
 test:
 	./scripts/run-tests
 
-EXTRA_CLEAN = $(OBJS:.o=.d) test/unit/core_tests test/client/client_tests test/contract/contract_tests bin results regression.diffs regression.out
+EXTRA_CLEAN = $(OBJS:.o=.d) build/mongo lib test/mongo/unit/mongo_unit_tests test/mongo/wire/driver test/unit/core_tests test/client/client_tests test/contract/contract_tests bin results regression.diffs regression.out

@@ -1,0 +1,193 @@
+// The MongoDB store's document model: every collection and field name, and pure functions
+// that build and read the documents (libbson bson_t). Nothing here talks to a server and
+// nothing decides a rule of the lane protocol: lanes come from core::lane_of, retry
+// policies are core::RetryPolicy, and stored values read back are brought into core's
+// bounds (core::clamped). commands.hpp builds the command documents from these.
+//
+// Collections (the per-handler lanes of the PostgreSQL store, not the reference design's
+// global ones):
+//
+//   subscriptions  {_id: handler, eventTypes: [..], maxAttempts: int32,
+//                   backoffBaseUs: int64, backoffMaxUs: int64}
+//   events         {_id: eventId, type, key: string|null, payload: {..} (the JSON object,
+//                   parsed), handlers: [..] (every handler it ever had a delivery for: inbox
+//                   deduplication), createdAt: date}
+//   deliveries     {_id: {e: eventId, h: handler}, eventId, handler, laneId: int32
+//                   (core::lane_of of the key, else of the event id), key: string|null,
+//                   sequence: int64 (per key, from key_counters; 0 unkeyed),
+//                   status: "pending"|"dead", attempts: int32, claims: int32,
+//                   availableAt: date, lastError: string|null, updatedAt: date}
+//   lanes          {_id: {h: handler, l: lane}, handler, lane: int32, epoch: int64,
+//                   owner: string|null, holder: string|null, leaseExpiresAt: date|null,
+//                   inFlight: [eventId..], lost: [eventId..]}
+//   key_counters   {_id: key, last: int64}
+//
+// Storage: every multi-document write runs in a transaction with write concern
+// {w: "majority"} and read concern "snapshot" (read preference primary), so what a
+// transaction read is one consistent snapshot, a write that raced with another
+// transaction's write fails with a WriteConflict (TransientTransactionError) and is run
+// again whole, and a committed publish survives a failover. Setup's DDL (create,
+// createIndexes) is sent with {w: "majority"} too. Times (availableAt, createdAt,
+// updatedAt) are the client's wall clock in milliseconds, as BSON dates.
+#pragma once
+
+#include <bson/bson.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "store/store.hpp"
+
+namespace relaybus::mongo {
+
+// An owned bson_t. Moves, never copies.
+class Bson {
+ public:
+  Bson();                        // an empty document
+  explicit Bson(bson_t* adopt);  // takes ownership
+  Bson(Bson&& other) noexcept;
+  Bson& operator=(Bson&& other) noexcept;
+  Bson(const Bson&) = delete;
+  Bson& operator=(const Bson&) = delete;
+  ~Bson();
+
+  bson_t* get() const { return doc_; }
+  // Canonical extended JSON (every number typed): what the golden tests compare.
+  std::string canonical_json() const;
+  // Relaxed extended JSON, for messages.
+  std::string relaxed_json() const;
+
+ private:
+  bson_t* doc_;
+};
+
+// Collections.
+inline constexpr char kSubscriptions[] = "subscriptions";
+inline constexpr char kEvents[] = "events";
+inline constexpr char kDeliveries[] = "deliveries";
+inline constexpr char kLanes[] = "lanes";
+inline constexpr char kKeyCounters[] = "key_counters";
+inline constexpr const char* kCollections[] = {kSubscriptions, kEvents, kDeliveries, kLanes,
+                                               kKeyCounters};
+
+// Field names: the one place each is spelled.
+namespace field {
+inline constexpr char kId[] = "_id";
+// subscriptions
+inline constexpr char kEventTypes[] = "eventTypes";
+inline constexpr char kMaxAttempts[] = "maxAttempts";
+inline constexpr char kBackoffBaseUs[] = "backoffBaseUs";
+inline constexpr char kBackoffMaxUs[] = "backoffMaxUs";
+// events
+inline constexpr char kType[] = "type";
+inline constexpr char kKey[] = "key";  // also deliveries
+inline constexpr char kPayload[] = "payload";
+inline constexpr char kHandlers[] = "handlers";
+inline constexpr char kCreatedAt[] = "createdAt";
+// deliveries (their _id is {e, h})
+inline constexpr char kIdEvent[] = "e";
+inline constexpr char kIdHandler[] = "h";
+inline constexpr char kEventId[] = "eventId";
+inline constexpr char kHandler[] = "handler";  // also lanes
+inline constexpr char kLaneId[] = "laneId";
+inline constexpr char kSequence[] = "sequence";
+inline constexpr char kStatus[] = "status";
+inline constexpr char kAttempts[] = "attempts";
+inline constexpr char kClaims[] = "claims";
+inline constexpr char kAvailableAt[] = "availableAt";
+inline constexpr char kLastError[] = "lastError";
+inline constexpr char kUpdatedAt[] = "updatedAt";
+// lanes (their _id is {h, l})
+inline constexpr char kIdLane[] = "l";
+inline constexpr char kLane[] = "lane";
+inline constexpr char kEpoch[] = "epoch";
+inline constexpr char kOwner[] = "owner";
+inline constexpr char kHolder[] = "holder";
+inline constexpr char kLeaseExpiresAt[] = "leaseExpiresAt";
+inline constexpr char kInFlight[] = "inFlight";
+inline constexpr char kLost[] = "lost";
+// key_counters
+inline constexpr char kLast[] = "last";
+}  // namespace field
+
+// Delivery statuses: the stored ones of the seam (store::DeliveryState::status).
+inline constexpr char kPending[] = "pending";
+inline constexpr char kDead[] = "dead";
+
+// The payload: a JSON object, parsed (bson_init_from_json). Throws core::Error
+// kInvalidParameter for anything else (not JSON, an array, a scalar, trailing text).
+Bson parse_payload(const std::string& json, const std::string& where = {});
+
+// {e: eventId, h: handler}
+Bson delivery_id(const std::string& event_id, const std::string& handler);
+// {h: handler, l: lane}
+Bson lane_id(const std::string& handler, std::int16_t lane);
+
+// A subscription's stored fields other than _id.
+Bson subscription_fields(const store::Subscription& subscription);
+// A lane as subscribe creates it (the $setOnInsert of its upsert): free, epoch 0.
+Bson new_lane_fields(const std::string& handler, std::int16_t lane);
+
+struct NewEvent {
+  std::string id;
+  std::string type;
+  std::optional<std::string> key;
+  const bson_t* payload = nullptr;  // from parse_payload
+  std::vector<std::string> handlers;
+  std::int64_t created_at_ms = 0;
+};
+Bson event_document(const NewEvent& event);
+
+// One pending delivery as publish inserts it. The lane is core::lane_of(key or event id).
+struct NewDelivery {
+  std::string event_id;
+  std::string handler;
+  std::optional<std::string> key;
+  std::int64_t sequence = 0;  // 0 unkeyed
+  std::int64_t available_at_ms = 0;
+  std::int64_t now_ms = 0;
+};
+Bson delivery_document(const NewDelivery& delivery);
+
+// One index, with why it exists.
+struct IndexSpec {
+  const char* collection;
+  const char* name;
+  Bson keys;
+  Bson partial;  // empty: not partial
+  bool unique = false;
+  const char* reason;
+};
+// Every index setup creates (the _id indexes aside).
+std::vector<IndexSpec> index_specs();
+
+// --- reading. Each throws core::Error kInternal for a document it cannot read (a field
+// missing or of the wrong type: storage edited by hand, or a bug).
+
+struct StoredEvent {
+  std::string type;
+  std::optional<std::string> key;
+  std::vector<std::string> handlers;
+};
+StoredEvent read_event(const bson_t* event);
+
+struct StoredDelivery {
+  std::string status;
+  std::int32_t attempts = 0;
+  std::int32_t claims = 0;
+  bool dead() const { return status == kDead; }
+};
+StoredDelivery read_delivery(const bson_t* delivery);
+
+// A key_counters document: its `last`.
+std::int64_t read_counter(const bson_t* counter);
+
+// A subscriptions document, its policy clamped into core's bounds.
+store::Subscription read_subscription(const bson_t* subscription);
+
+// The string _id of a document (subscriptions, events, key_counters).
+std::string read_string_id(const bson_t* document);
+
+}  // namespace relaybus::mongo

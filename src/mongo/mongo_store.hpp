@@ -1,0 +1,112 @@
+// The MongoDB store on libmongoc: the store seam (src/store/store.hpp) over the documents of
+// documents.hpp, sending the commands of commands.hpp. Every decision is core's.
+//
+// BUILT: setup (collections and indexes, repeatable), subscribe (the subscription and the
+// handler's 256 lane documents), publish and publish_batch (atomic: one transaction of
+// their own, run with mongoc_client_session_with_transaction, the driver's documented retry
+// loop for TransientTransactionError and UnknownTransactionCommitResult, bounded here to
+// kMaxTransactionAttempts runs of the body; or inside the caller's session and transaction),
+// requeue and lookup.
+//
+// NOT BUILT (issue 11): the worker half. claim, complete_many, fail, bury, release,
+// relinquish, extend_lease, listen and wait_for_wakeup throw StoreError kInternal
+// "relaybus MongoDB store: <method> is not built yet (issue 11)"; begin() returns nullptr.
+// They wait for core::run_claim's extension for stores without row locks.
+//
+// Needs a replica set (MongoDB 4.0 or later) or a sharded cluster (4.2 or later):
+// transactions do not run on a standalone server. Call setup() first: before 4.4 a
+// transaction cannot create the collections it writes. Not thread-safe: one instance per thread, like every store.
+#pragma once
+
+#include <mongoc/mongoc.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "store/store.hpp"
+
+namespace relaybus::mongo {
+
+class Bson;  // documents.hpp
+
+// How many times a transaction's body runs before a TransientTransactionError (a write
+// conflict, a failover) is reported as StoreError kConflict instead of run again. The
+// driver also stops after 120 seconds, and retries a commit with an unknown result within
+// that time without running the body again.
+inline constexpr int kMaxTransactionAttempts = 5;
+
+class MongoStore final : public store::Store {
+ public:
+  // `uri`: a mongodb:// URI (its replicaSet option names the set); `database`: where the
+  // collections are. Connects lazily. Throws StoreError kInvalidParameter for a bad URI or
+  // database name.
+  MongoStore(const std::string& uri, std::string database);
+  ~MongoStore() override;
+  MongoStore(const MongoStore&) = delete;
+  MongoStore& operator=(const MongoStore&) = delete;
+
+  // The client, for a caller that starts its own session and transaction (then passes the
+  // session to the overloads below). Owned by the store.
+  mongoc_client_t* client() const { return client_; }
+  const std::string& database() const { return database_; }
+
+  // Creates the collections and indexes. Repeatable: existing ones are left as they are.
+  void setup();
+
+  // --- the worker half: not built yet (issue 11), each throws StoreError kInternal.
+  std::vector<store::Delivery> claim(const store::Worker& worker, int batch,
+                                     std::chrono::milliseconds lease,
+                                     const std::vector<std::string>& handlers) override;
+  int complete_many(const std::vector<std::string>& tokens) override;
+  store::FailOutcome fail(const std::string& token, const std::string& error,
+                          std::optional<std::chrono::milliseconds> retry_after = {}) override;
+  bool bury(const std::string& token, const std::string& error) override;
+  bool release(const std::string& token) override;
+  int relinquish(const store::Worker& worker) override;
+  int extend_lease(const store::Worker& worker, std::chrono::milliseconds lease) override;
+  void listen() override;
+  bool wait_for_wakeup(std::chrono::milliseconds timeout) override;
+
+  // --- the publisher half. Each validates everything before it sends a command.
+  std::string publish(const store::Event& event) override;
+  std::vector<std::string> publish_batch(const std::vector<store::Event>& events) override;
+  // In the caller's session, which must be in a transaction the caller started (it commits
+  // or aborts it). Errors are thrown as StoreError: kConflict for a TransientTransactionError
+  // (the caller's whole transaction must run again), kUnavailable when the server cannot be
+  // reached. The session must belong to this store's client().
+  std::string publish(mongoc_client_session_t* session, const store::Event& event);
+  std::vector<std::string> publish_batch(mongoc_client_session_t* session,
+                                         const std::vector<store::Event>& events);
+
+  // --- the operator half
+  void subscribe(const store::Subscription& subscription) override;
+  // In the caller's session and transaction, as publish's overload.
+  void subscribe(mongoc_client_session_t* session, const store::Subscription& subscription);
+  bool requeue(const std::string& event_id, const std::string& handler) override;
+  std::optional<store::DeliveryState> lookup(const std::string& event_id,
+                                             const std::string& handler) override;
+
+ private:
+  using Body = std::function<void(mongoc_client_session_t*)>;
+  // Runs `body` in a transaction of its own (majority, snapshot), retried as the driver's
+  // loop decides, at most kMaxTransactionAttempts times.
+  void in_transaction(const Body& body);
+  void require_session(mongoc_client_session_t* session) const;
+  // The commands of publish_batch, in `session`'s transaction, for events validated already
+  // (their payloads parsed, their ids chosen, so a body that runs again publishes the same).
+  void publish_checked(mongoc_client_session_t* session, const std::vector<store::Event>& events,
+                       const std::vector<Bson>& payloads, const std::vector<std::string>& ids);
+  // Checks every event, then publishes them in `session` (nullptr: a transaction of its own).
+  std::vector<std::string> publish_events(mongoc_client_session_t* session,
+                                          const std::vector<store::Event>& events, bool batch);
+  void subscribe_checked(mongoc_client_session_t* session, const store::Subscription& s);
+
+  mongoc_client_t* client_ = nullptr;
+  std::string database_;
+};
+
+}  // namespace relaybus::mongo

@@ -1,0 +1,152 @@
+// Drives relaybus::mongo::MongoStore for the wire tests: `driver URI DATABASE` reads one
+// operation per line from stdin (fields separated by tabs, "-" for an absent value), runs
+// it against the server the test scripts, and prints one line per operation:
+// "ok <result>" or "error <code> <native code> <message>".
+//
+//   setup
+//   subscribe        HANDLER  TYPE[,TYPE...]
+//   publish          TYPE  KEY  PAYLOAD  [EVENT_ID  [HANDLER,...  [DELAY_MS]]]
+//   batch            N  TYPE  KEY            (N events, payload {"n": i})
+//   session_publish  TYPE  KEY  PAYLOAD      (in a transaction the driver starts and commits)
+//   session_without_transaction  TYPE  KEY  PAYLOAD   (in a session with no transaction)
+//   requeue          EVENT_ID  HANDLER
+//   lookup           EVENT_ID  HANDLER
+//   claim                                    (the worker half: not built)
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "mongo/mongo_store.hpp"
+
+namespace {
+
+using relaybus::store::Event;
+using relaybus::store::StoreError;
+
+// Keeps empty fields, trailing ones too ("a,,b," is four).
+std::vector<std::string> split(const std::string& line, char by) {
+  std::vector<std::string> out(1);
+  for (char c : line) {
+    if (c == by) {
+      out.emplace_back();
+    } else {
+      out.back() += c;
+    }
+  }
+  return out;
+}
+
+std::optional<std::string> optional_field(const std::vector<std::string>& f, std::size_t i) {
+  if (i >= f.size() || f[i] == "-") return std::nullopt;
+  return f[i];
+}
+
+Event event_of(const std::vector<std::string>& f) {
+  Event e;
+  e.type = f.at(1);
+  e.key = optional_field(f, 2);
+  e.payload = f.at(3);
+  e.event_id = optional_field(f, 4);
+  if (auto handlers = optional_field(f, 5)) e.handlers = split(*handlers, ',');
+  if (auto delay = optional_field(f, 6)) e.delay = std::chrono::milliseconds(std::stoll(*delay));
+  return e;
+}
+
+std::string join(const std::vector<std::string>& ids) {
+  std::string out;
+  for (const auto& id : ids) out += (out.empty() ? "" : ",") + id;
+  return out;
+}
+
+std::string run(relaybus::mongo::MongoStore& store, const std::vector<std::string>& f) {
+  const std::string& op = f.at(0);
+  if (op == "setup") {
+    store.setup();
+    return "setup";
+  }
+  if (op == "subscribe") {
+    store.subscribe({f.at(1), split(f.at(2), ','), {}});
+    return "subscribed";
+  }
+  if (op == "publish") return store.publish(event_of(f));
+  if (op == "batch") {
+    std::vector<Event> events;
+    for (int i = 0; i < std::stoi(f.at(1)); ++i) {
+      Event e;
+      e.type = f.at(2);
+      e.key = optional_field(f, 3);
+      e.payload = "{\"n\": " + std::to_string(i) + "}";
+      events.push_back(e);
+    }
+    return join(store.publish_batch(events));
+  }
+  if (op == "session_publish") {
+    bson_error_t error;
+    mongoc_client_session_t* session = mongoc_client_start_session(store.client(), nullptr, &error);
+    if (!session) return std::string("no session: ") + error.message;
+    if (!mongoc_client_session_start_transaction(session, nullptr, &error))
+      return std::string("no transaction: ") + error.message;
+    std::string id;
+    try {
+      id = store.publish(session, event_of(f));
+    } catch (...) {
+      mongoc_client_session_abort_transaction(session, nullptr);
+      mongoc_client_session_destroy(session);
+      throw;
+    }
+    bson_t reply;
+    const bool ok = mongoc_client_session_commit_transaction(session, &reply, &error);
+    bson_destroy(&reply);
+    mongoc_client_session_destroy(session);
+    return ok ? id : std::string("commit failed: ") + error.message;
+  }
+  if (op == "session_without_transaction") {
+    bson_error_t error;
+    mongoc_client_session_t* session = mongoc_client_start_session(store.client(), nullptr, &error);
+    if (!session) return std::string("no session: ") + error.message;
+    try {
+      store.publish(session, event_of(f));
+    } catch (...) {
+      mongoc_client_session_destroy(session);
+      throw;
+    }
+    mongoc_client_session_destroy(session);
+    return "published outside a transaction";
+  }
+  if (op == "requeue") return store.requeue(f.at(1), f.at(2)) ? "requeued" : "not-requeued";
+  if (op == "lookup") {
+    auto state = store.lookup(f.at(1), f.at(2));
+    return state ? state->status + " " + std::to_string(state->attempts) : "none";
+  }
+  if (op == "claim")
+    return std::to_string(store.claim({"w", ""}, 1, std::chrono::seconds(1), {}).size());
+  return "unknown operation " + op;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::cerr << "usage: driver URI DATABASE < operations\n";
+    return 2;
+  }
+  try {
+    relaybus::mongo::MongoStore store(argv[1], argv[2]);
+    std::string line;
+    while (std::getline(std::cin, line)) {
+      if (line.empty()) continue;
+      try {
+        const std::string result = run(store, split(line, '\t'));
+        std::cout << "ok " << result << std::endl;
+      } catch (const StoreError& e) {
+        std::cout << "error " << relaybus::core::name_of(e.code()) << " "
+                  << (e.native_code().empty() ? "-" : e.native_code()) << " " << e.what()
+                  << std::endl;
+      }
+    }
+  } catch (const StoreError& e) {
+    std::cout << "error " << relaybus::core::name_of(e.code()) << " - " << e.what() << std::endl;
+  }
+  return 0;
+}
