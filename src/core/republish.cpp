@@ -5,6 +5,11 @@
 
 namespace relaybus::core {
 
+bool subscribes_to(const std::vector<std::string>& event_types, std::string_view type) noexcept {
+  return std::any_of(event_types.begin(), event_types.end(),
+                     [&](const std::string& t) { return t == type || t == kEveryEventType; });
+}
+
 std::vector<std::string> handlers_to_add(std::vector<std::string> targets,
                                          std::vector<std::string> had) {
   std::sort(targets.begin(), targets.end());

@@ -215,7 +215,8 @@ Bson find_subscribers(const std::string& type) {
   Bson filter;
   bson_t types;
   bson_append_document_begin(filter.get(), field::kEventTypes, -1, &types);
-  append_strings(&types, "$in", {type, "*"});
+  // The query copy of core::subscribes_to (republish.hpp).
+  append_strings(&types, "$in", {type, std::string(core::kEveryEventType)});
   bson_append_document_end(filter.get(), &types);
   return find(kSubscriptions, filter, {field::kId}, false);
 }

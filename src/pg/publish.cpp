@@ -74,7 +74,7 @@ struct Targets {
 };
 
 // The handlers an event goes to: the given ones (each must be subscribed), or every
-// subscriber of its type.
+// subscriber of its type (the WHERE clause is the SQL copy of core::subscribes_to).
 Targets target_handlers(const std::string& type,
                         const std::optional<std::vector<std::string>>& given) {
   static Statement select_handlers(

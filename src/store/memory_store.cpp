@@ -610,13 +610,8 @@ std::string MemoryStore::publish_locked(const Event& in) {
   if (in.handlers) {
     targets = *in.handlers;
   } else {
-    for (const auto& [handler, s] : bus_->subscriptions_) {
-      for (const auto& t : s.event_types)
-        if (t == type || t == "*") {
-          targets.push_back(handler);
-          break;
-        }
-    }
+    for (const auto& [handler, s] : bus_->subscriptions_)
+      if (core::subscribes_to(s.event_types, type)) targets.push_back(handler);
   }
   std::vector<std::string> added;
   if (existing == bus_->events_.end()) {

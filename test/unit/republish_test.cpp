@@ -48,5 +48,13 @@ TEST(RepublishTest, NamesDifferingOnlyInCaseAreDistinctHandlers) {
   EXPECT_EQ(handlers_to_add({"A", "a"}, {"a"}), (Names{"A"}));
 }
 
+TEST(SubscribesToTest, TheTypeItselfOrEveryType) {
+  EXPECT_TRUE(subscribes_to({"order.created"}, "order.created"));
+  EXPECT_TRUE(subscribes_to({"x", "*"}, "order.created"));
+  EXPECT_FALSE(subscribes_to({"order.created"}, "order.paid"));
+  EXPECT_FALSE(subscribes_to({"order.*"}, "order.paid")) << "no patterns, only \"*\"";
+  EXPECT_FALSE(subscribes_to({}, "order.created"));
+}
+
 }  // namespace
 }  // namespace relaybus::core
