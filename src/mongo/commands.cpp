@@ -13,23 +13,6 @@ namespace relaybus::mongo::commands {
 
 namespace {
 
-void append_string(bson_t* doc, const char* name, const std::string& value) {
-  bson_append_utf8(doc, name, -1, value.data(), static_cast<int>(value.size()));
-}
-
-// Appends values as an array.
-void append_strings(bson_t* doc, const char* name, const std::vector<std::string>& values) {
-  bson_t array;
-  bson_append_array_begin(doc, name, -1, &array);
-  char index[16];
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    const char* key = nullptr;
-    bson_uint32_to_string(static_cast<std::uint32_t>(i), &key, index, sizeof index);
-    append_string(&array, key, values[i]);
-  }
-  bson_append_array_end(doc, &array);
-}
-
 // Appends docs as an array.
 void append_documents(bson_t* doc, const char* name, const std::vector<const Bson*>& docs) {
   bson_t array;

@@ -15,28 +15,12 @@ namespace {
                     std::string("relaybus MongoDB store: unreadable document: ") + what);
 }
 
-void append_string(bson_t* doc, const char* name, const std::string& value) {
-  bson_append_utf8(doc, name, -1, value.data(), static_cast<int>(value.size()));
-}
-
 void append_string_or_null(bson_t* doc, const char* name, const std::optional<std::string>& value) {
   if (value) {
     append_string(doc, name, *value);
   } else {
     bson_append_null(doc, name, -1);
   }
-}
-
-void append_strings(bson_t* doc, const char* name, const std::vector<std::string>& values) {
-  bson_t array;
-  bson_append_array_begin(doc, name, -1, &array);
-  char index[16];
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    const char* key = nullptr;
-    bson_uint32_to_string(static_cast<std::uint32_t>(i), &key, index, sizeof index);
-    append_string(&array, key, values[i]);
-  }
-  bson_append_array_end(doc, &array);
 }
 
 void append_empty_array(bson_t* doc, const char* name) {
@@ -95,6 +79,22 @@ std::int32_t to_int32(std::int64_t value, const char* name) {
 }
 
 }  // namespace
+
+void append_string(bson_t* doc, const char* name, const std::string& value) {
+  bson_append_utf8(doc, name, -1, value.data(), static_cast<int>(value.size()));
+}
+
+void append_strings(bson_t* doc, const char* name, const std::vector<std::string>& values) {
+  bson_t array;
+  bson_append_array_begin(doc, name, -1, &array);
+  char index[16];
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const char* key = nullptr;
+    bson_uint32_to_string(static_cast<std::uint32_t>(i), &key, index, sizeof index);
+    append_string(&array, key, values[i]);
+  }
+  bson_append_array_end(doc, &array);
+}
 
 // ---------------------------------------------------------------- Bson
 

@@ -63,6 +63,11 @@ class Bson {
   bson_t* doc_;
 };
 
+// Appends a string, and an array of strings: the helpers every builder here and in
+// commands.cpp uses.
+void append_string(bson_t* doc, const char* name, const std::string& value);
+void append_strings(bson_t* doc, const char* name, const std::vector<std::string>& values);
+
 // Collections.
 inline constexpr char kSubscriptions[] = "subscriptions";
 inline constexpr char kEvents[] = "events";
