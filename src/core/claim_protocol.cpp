@@ -290,10 +290,8 @@ class Claim {
     for (std::size_t u = 0; u < updated.size(); ++u)
       if (!took[u]) refused.push_back(updated[u]);
     // A lane lost since its first write keeps only the picks that write recorded.
-    std::size_t at = before;
     picks_.erase(std::remove_if(picks_.begin() + static_cast<std::ptrdiff_t>(before), picks_.end(),
                                 [&](const Pick& p) {
-                                  ++at;
                                   return std::find(refused.begin(), refused.end(), p.lane_index) !=
                                          refused.end();
                                 }),
