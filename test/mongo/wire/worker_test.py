@@ -1,0 +1,296 @@
+"""Wire tests of the worker half: a claim's commands (no transaction, lane writes
+conditional on the epoch read, one unordered update whose DuplicateKey write errors say
+which lanes another claim got first), complete_many's transaction and its retry after a
+write conflict, and the transactions of fail and of begin(). Run: worker_test.py DRIVER."""
+
+import datetime
+
+import bson
+from bson.int64 import Int64
+
+import mockrs
+from mockrs import TRANSIENT, WireTest
+
+LEASE_LOST = "lease lost: lane taken over while the delivery was in flight"  # core::kLeaseLostError
+
+
+def now():
+    return datetime.datetime.now(tz=datetime.timezone.utc)
+
+
+def token(lane, epoch, claims, handler, event_id):
+    """core::encode."""
+    return "r1.%d.%d.%d.%d.%s%s" % (lane, epoch, claims, len(handler), handler, event_id)
+
+
+def subscription(handler="mailer", max_attempts=25):
+    return {"_id": handler, "eventTypes": ["t"], "maxAttempts": max_attempts,
+            "backoffBaseUs": Int64(1000000), "backoffMaxUs": Int64(3600000000)}
+
+
+def lane(number, epoch, owner=None, holder=None, expires=None, in_flight=(), lost=()):
+    return {"_id": {"h": "mailer", "l": number}, "handler": "mailer", "lane": number,
+            "epoch": Int64(epoch), "owner": owner, "holder": holder, "leaseExpiresAt": expires,
+            "inFlight": list(in_flight), "lost": list(lost)}
+
+
+def delivery(event_id, claims=0, attempts=0, status="pending", key=None, sequence=0):
+    return {"_id": {"e": event_id, "h": "mailer"}, "eventId": event_id, "handler": "mailer",
+            "key": key, "sequence": Int64(sequence), "status": status, "attempts": attempts,
+            "claims": claims, "availableAt": now() - datetime.timedelta(seconds=1)}
+
+
+class WorkerTest(WireTest):
+    def assert_outside_transaction(self, request):
+        for field in ("startTransaction", "autocommit", "txnNumber"):
+            self.assertNotIn(field, request.doc, request.doc)
+
+    def test_a_claim_writes_lanes_conditionally_and_gives_up_a_lane_it_lost(self):
+        rs = self.rs
+        rs.start(["claim", "w", "H", "2"])
+        find = rs.expect("find")
+        self.assert_outside_transaction(find)
+        self.assertEqual(find.doc["find"], "subscriptions")
+        self.assertEqual(find.doc["filter"], {})
+        self.cursor(find, [subscription()], "subscriptions")
+
+        held = rs.expect("find")
+        self.assertEqual(held.doc["find"], "lanes")
+        self.assertEqual(held.doc["filter"], {"handler": {"$in": ["mailer"]}, "owner": "w"})
+        self.cursor(held, [], "lanes")
+
+        work = rs.expect("aggregate")
+        self.assert_outside_transaction(work)
+        self.assertEqual(work.doc["aggregate"], "deliveries")
+        match = work.doc["pipeline"][0]["$match"]
+        self.assertEqual(match["status"], "pending")
+        self.assertIn("$lte", match["availableAt"])
+        self.cursor(work, [{"_id": {"h": "mailer", "l": 7}, "at": now()},
+                           {"_id": {"h": "mailer", "l": 9}, "at": now()}], "deliveries")
+        # Which of them are acquirable (core::acquirable), then the window, re-read.
+        for _ in range(2):
+            lanes = rs.expect("find")
+            self.assertEqual(lanes.doc["find"], "lanes")
+            self.assertEqual(lanes.doc["filter"]["_id"]["$in"],
+                             [{"h": "mailer", "l": 7}, {"h": "mailer", "l": 9}])
+            self.cursor(lanes, [lane(7, 3), lane(9, 5)], "lanes")
+        for number, event_id in ((7, "e1"), (9, "e2")):
+            candidates = rs.expect("find")
+            self.assertEqual(candidates.doc["find"], "deliveries")
+            f = candidates.doc["filter"]
+            self.assertEqual((f["handler"], f["laneId"], f["status"]), ("mailer", number, "pending"))
+            self.assertEqual(candidates.doc["sort"], {"availableAt": 1, "_id": 1})
+            self.assertEqual(candidates.doc["limit"], 2)
+            self.cursor(candidates, [delivery(event_id)], "deliveries")
+
+        write = rs.expect("update")
+        self.assert_outside_transaction(write)
+        doc = write.doc
+        self.assertEqual(doc["update"], "lanes")
+        self.assertIs(doc["ordered"], False)
+        self.assertEqual(doc["writeConcern"], {"w": "majority"})
+        self.assertEqual(len(doc["updates"]), 2)
+        for statement, number, read, event_id in zip(doc["updates"], (7, 9), (3, 5), ("e1", "e2")):
+            # Conditional on the epoch the claim read; an upsert, so that a failed
+            # condition shows as a DuplicateKey error at the statement's index.
+            self.assertEqual(statement["q"], {"_id": {"h": "mailer", "l": number}, "epoch": read})
+            self.assertIs(statement["upsert"], True)
+            s = statement["u"]["$set"]
+            self.assertEqual(s["epoch"], read + 1)  # a lane changing hands moves its epoch
+            self.assertEqual((s["owner"], s["holder"]), ("w", "H"))
+            self.assertEqual(s["inFlight"], [event_id])
+            self.assertEqual(s["lost"], [])
+            self.assertEqual(statement["u"]["$setOnInsert"], {"handler": "mailer", "lane": number})
+        # Another claim moved lane 9's epoch first.
+        write.ok(n=1, nModified=1, writeErrors=[
+            {"index": 1, "code": 11000, "errmsg": "E11000 duplicate key error"}])
+
+        events = rs.expect("find")
+        self.assertEqual(events.doc["find"], "events")
+        self.assertEqual(events.doc["filter"], {"_id": {"$in": ["e1"]}})
+        self.cursor(events, [{"_id": "e1", "type": "t", "key": None, "payload": {"n": 1},
+                              "createdAt": now()}], "events")
+        self.assertEqual(rs.output(), ["ok 1 " + token(7, 4, 0, "mailer", "e1")])
+        rs.nothing_more()
+
+    def test_another_write_error_on_the_lanes_fails_the_claim(self):
+        rs = self.rs
+        rs.start(["claim", "w", "H", "1"])
+        self.cursor(rs.expect("find"), [subscription()], "subscriptions")
+        self.cursor(rs.expect("find"), [], "lanes")
+        self.cursor(rs.expect("aggregate"), [{"_id": {"h": "mailer", "l": 7}, "at": now()}],
+                    "deliveries")
+        for _ in range(2):
+            self.cursor(rs.expect("find"), [lane(7, 3)], "lanes")
+        self.cursor(rs.expect("find"), [delivery("e1")], "deliveries")
+        rs.expect("update").ok(n=0, writeErrors=[
+            {"index": 0, "code": 121, "errmsg": "Document failed validation"}])
+        (line,) = rs.output()
+        self.assertTrue(line.startswith("error internal 121 "), line)
+        rs.nothing_more()
+
+    def run_complete_reads(self, lane_doc, delivery_doc, txn=None):
+        rs = self.rs
+        lanes = rs.expect("find")
+        lsid, txn = self.assert_starts_transaction(lanes, txn_number=txn)
+        self.assertEqual(lanes.doc["filter"], {"_id": {"$in": [{"h": "mailer", "l": 7}]}})
+        self.cursor(lanes, [lane_doc], "lanes")
+        deliveries = rs.expect("find")
+        self.assert_in_transaction(deliveries, lsid, txn)
+        self.assertEqual(deliveries.doc["filter"], {"_id": {"$in": [{"e": "e1", "h": "mailer"}]}})
+        self.cursor(deliveries, [delivery_doc], "deliveries")
+        return lsid, txn
+
+    def test_complete_many_deletes_what_holds_in_one_transaction(self):
+        rs = self.rs
+        rs.start(["complete", token(7, 4, 0, "mailer", "e1")])
+        lsid, txn = self.run_complete_reads(lane(7, 4, "w", "H", now(), ["e1"]), delivery("e1"))
+        delete = rs.expect("delete")
+        self.assert_in_transaction(delete, lsid, txn)
+        self.assertNotIn("writeConcern", delete.doc)
+        self.assertEqual(delete.doc["deletes"], [{"q": {"_id": {"e": "e1", "h": "mailer"}},
+                                                  "limit": 1}])
+        delete.ok(n=1)
+        commit = rs.expect("commitTransaction")
+        self.assert_commit(commit, lsid, txn)
+        commit.ok()
+        self.assertEqual(rs.output(), ["ok 1"])
+        rs.nothing_more()
+
+    def test_a_conflict_on_complete_runs_again_and_reports_the_token_lost(self):
+        rs = self.rs
+        rs.start(["complete", token(7, 4, 0, "mailer", "e1")])
+        lsid, txn = self.run_complete_reads(lane(7, 4, "w", "H", now(), ["e1"]), delivery("e1"))
+        # A takeover's charge wrote the delivery after this transaction's snapshot.
+        rs.expect("delete").replies(ok=0, code=112, codeName="WriteConflict",
+                                    errmsg="write conflict", errorLabels=[TRANSIENT])
+        rs.expect("abortTransaction").ok()
+        # Run two sees the takeover: the epoch moved, the claims counter was bumped. Nothing
+        # holds, so nothing is deleted.
+        lsid2, txn2 = self.run_complete_reads(lane(7, 5, "w2", "H2", now(), []),
+                                              delivery("e1", claims=1, attempts=1), txn=txn + 1)
+        self.assertEqual(lsid2, lsid)
+        commit = rs.expect("commitTransaction")
+        self.assert_commit(commit, lsid, txn2)
+        commit.ok()
+        self.assertEqual(rs.output(), ["ok 0"])
+        rs.nothing_more()
+
+    def test_complete_inside_begin_is_the_callers_transaction(self):
+        rs = self.rs
+        rs.start(["tx_complete", token(7, 4, 0, "mailer", "e1")])
+        lsid, txn = self.run_complete_reads(lane(7, 4, "w", "H", now(), ["e1"]), delivery("e1"))
+        rs.expect("delete").ok(n=1)
+        commit = rs.expect("commitTransaction")
+        self.assert_commit(commit, lsid, txn)
+        self.assertEqual(commit.doc["writeConcern"], {"w": "majority"})
+        commit.ok()
+        self.assertEqual(rs.output(), ["ok completed"])
+        rs.nothing_more()
+
+    def run_fail_reads(self, lane_doc, delivery_doc, max_attempts=25):
+        rs = self.rs
+        lsid, txn = self.run_complete_reads(lane_doc, delivery_doc)
+        subs = rs.expect("find")
+        self.assert_in_transaction(subs, lsid, txn)
+        self.assertEqual(subs.doc["filter"], {"_id": {"$in": ["mailer"]}})
+        self.cursor(subs, [subscription(max_attempts=max_attempts)], "subscriptions")
+        return lsid, txn
+
+    def test_fail_charges_and_leaves_the_lane_in_one_transaction(self):
+        rs = self.rs
+        rs.start(["fail", token(7, 4, 2, "mailer", "e1"), "boom"])
+        before = now()
+        lsid, txn = self.run_fail_reads(lane(7, 4, "w", "H", now(), ["e1"]),
+                                        delivery("e1", claims=2, attempts=3))
+        update = rs.expect("update")
+        self.assert_in_transaction(update, lsid, txn)
+        self.assertEqual(update.doc["update"], "deliveries")
+        (statement,) = update.doc["updates"]
+        self.assertEqual(statement["q"], {"_id": {"e": "e1", "h": "mailer"}, "status": "pending",
+                                          "claims": 2})
+        s = statement["u"]["$set"]
+        self.assertEqual((s["status"], s["attempts"], s["lastError"]), ("pending", 4, "boom"))
+        # A backoff (core::after_failed_attempt): due later, within the policy's maximum.
+        due = s["availableAt"].replace(tzinfo=datetime.timezone.utc)  # decoded naive, in UTC
+        self.assertGreater(due, before)
+        self.assertLess(due, before + datetime.timedelta(hours=1, minutes=1))
+        self.assertEqual(statement["u"]["$inc"], {"claims": 1})
+        update.ok(n=1, nModified=1)
+        pull = rs.expect("update")
+        self.assert_in_transaction(pull, lsid, txn)
+        self.assertEqual(pull.doc["update"], "lanes")
+        self.assertEqual(pull.doc["updates"][0]["q"], {"_id": {"h": "mailer", "l": 7}})
+        self.assertEqual(pull.doc["updates"][0]["u"], {"$pull": {"inFlight": "e1"}})
+        pull.ok(n=1, nModified=1)
+        commit = rs.expect("commitTransaction")
+        self.assert_commit(commit, lsid, txn)
+        commit.ok()
+        self.assertEqual(rs.output(), ["ok retry"])
+        rs.nothing_more()
+
+    def test_fail_at_the_budgets_end_is_dead(self):
+        rs = self.rs
+        rs.start(["fail", token(7, 4, 0, "mailer", "e1"), "boom"])
+        self.run_fail_reads(lane(7, 4, "w", "H", now(), ["e1"]), delivery("e1"), max_attempts=1)
+        update = rs.expect("update")
+        s = update.doc["updates"][0]["u"]["$set"]
+        self.assertEqual((s["status"], s["attempts"]), ("dead", 1))
+        self.assertNotIn("availableAt", s)
+        update.ok(n=1, nModified=1)
+        rs.expect("update").ok(n=1, nModified=1)
+        rs.expect("commitTransaction").ok()
+        self.assertEqual(rs.output(), ["ok dead"])
+
+    def test_fail_of_a_token_whose_lane_moved_on_writes_nothing(self):
+        rs = self.rs
+        rs.start(["fail", token(7, 4, 0, "mailer", "e1"), "boom"])
+        self.run_fail_reads(lane(7, 5, "w2", "H2", now(), ["e1"]), delivery("e1"))
+        rs.expect("commitTransaction").ok()
+        self.assertEqual(rs.output(), ["ok lost"])
+        rs.nothing_more()
+
+    def test_a_takeover_records_the_lost_list_then_charges_it(self):
+        rs = self.rs
+        rs.start(["claim", "w", "H", "1"])
+        self.cursor(rs.expect("find"), [subscription()], "subscriptions")
+        self.cursor(rs.expect("find"), [], "lanes")
+        self.cursor(rs.expect("aggregate"), [{"_id": {"h": "mailer", "l": 7}, "at": now()}],
+                    "deliveries")
+        expired = lane(7, 3, "other", "X", now() - datetime.timedelta(seconds=5), ["e0"])
+        for _ in range(2):
+            self.cursor(rs.expect("find"), [expired], "lanes")
+        self.cursor(rs.expect("find"), [delivery("e1")], "deliveries")  # e0 is excluded
+        write = rs.expect("update")
+        (statement,) = write.doc["updates"]
+        self.assertEqual(statement["q"]["epoch"], 3)
+        self.assertEqual(statement["u"]["$set"]["epoch"], 4)
+        self.assertEqual(statement["u"]["$set"]["lost"], ["e0"])
+        self.assertEqual(statement["u"]["$set"]["inFlight"], ["e1"])
+        write.ok(n=1, nModified=1)
+        lost = rs.expect("find")
+        self.assertEqual(lost.doc["filter"], {"_id": {"$in": [{"e": "e0", "h": "mailer"}]},
+                                              "status": "pending"})
+        self.cursor(lost, [delivery("e0", claims=5, attempts=2)], "deliveries")
+        charge = rs.expect("update")
+        self.assert_outside_transaction(charge)
+        (c,) = charge.doc["updates"]
+        self.assertEqual(c["q"], {"_id": {"e": "e0", "h": "mailer"}, "status": "pending",
+                                  "claims": 5})
+        self.assertEqual(c["u"]["$set"]["attempts"], 3)
+        self.assertEqual(c["u"]["$set"]["lastError"], LEASE_LOST)
+        charge.ok(n=1, nModified=1)
+        clear = rs.expect("update")
+        self.assertEqual(clear.doc["updates"][0]["q"], {"_id": {"h": "mailer", "l": 7},
+                                                        "epoch": 4})
+        self.assertEqual(clear.doc["updates"][0]["u"], {"$set": {"lost": []}})
+        clear.ok(n=1, nModified=1)
+        # The batch is full (e1): the charged e0 is offered, but no room is left.
+        self.cursor(rs.expect("find"), [{"_id": "e1", "type": "t", "key": None, "payload": {},
+                                         "createdAt": now()}], "events")
+        self.assertEqual(rs.output(), ["ok 1 " + token(7, 4, 0, "mailer", "e1")])
+        rs.nothing_more()
+
+
+if __name__ == "__main__":
+    mockrs.main()
