@@ -15,6 +15,8 @@
 //   complete         TOKEN[,TOKEN...]                       prints how many were completed
 //   fail             TOKEN  ERROR                           prints retry, dead or lost
 //   tx_complete      TOKEN                                  begin(), complete, commit
+//   relinquish       WORKER  HOLDER                         prints how many lanes went back
+//   extend           WORKER  HOLDER                         prints how many were renewed
 #include <iostream>
 #include <string>
 #include <vector>
@@ -142,6 +144,11 @@ std::string run(relaybus::mongo::MongoStore& store, const std::vector<std::strin
         return "lost";
     }
   }
+  if (op == "relinquish")
+    return std::to_string(store.relinquish({f.at(1), f.at(2) == "-" ? "" : f.at(2)}));
+  if (op == "extend")
+    return std::to_string(
+        store.extend_lease({f.at(1), f.at(2) == "-" ? "" : f.at(2)}, std::chrono::seconds(30)));
   if (op == "tx_complete") {
     auto tx = store.begin();
     const bool done = tx->complete(f.at(1));

@@ -291,6 +291,74 @@ class WorkerTest(WireTest):
         self.assertEqual(rs.output(), ["ok 1 " + token(7, 4, 0, "mailer", "e1")])
         rs.nothing_more()
 
+    def test_a_delivery_with_a_pending_predecessor_does_not_use_up_the_room(self):
+        rs = self.rs
+        rs.start(["claim", "w", "H", "1"])
+        self.cursor(rs.expect("find"), [subscription()], "subscriptions")
+        self.cursor(rs.expect("find"), [], "lanes")
+        self.cursor(rs.expect("aggregate"), [{"_id": {"h": "mailer", "l": 7}, "at": now()}],
+                    "deliveries")
+        for _ in range(2):
+            self.cursor(rs.expect("find"), [lane(7, 3)], "lanes")
+        first = rs.expect("find")
+        self.assertEqual(first.doc["limit"], 1)
+        self.assertNotIn("skip", first.doc)
+        self.cursor(first, [delivery("e1", key="k", sequence=2)], "deliveries")
+        order = rs.expect("aggregate")
+        self.assertEqual(order.doc["pipeline"][0]["$match"],
+                         {"handler": "mailer", "laneId": 7, "key": {"$in": ["k"]},
+                          "status": "pending"})
+        # Sequence 1 of key k is still pending: e1 waits (core::has_pending_predecessor).
+        self.cursor(order, [{"_id": "k", "first": Int64(1)}], "deliveries")
+        more = rs.expect("find")
+        self.assertEqual((more.doc["skip"], more.doc["limit"]), (1, 2))
+        self.cursor(more, [delivery("e2")], "deliveries")
+        write = rs.expect("update")
+        self.assertEqual(write.doc["updates"][0]["u"]["$set"]["inFlight"], ["e2"])
+        write.ok(n=1, nModified=1)
+        self.cursor(rs.expect("find"), [{"_id": "e2", "type": "t", "key": None, "payload": {},
+                                         "createdAt": now()}], "events")
+        self.assertEqual(rs.output(), ["ok 1 " + token(7, 4, 0, "mailer", "e2")])
+        rs.nothing_more()
+
+    def test_relinquish_hands_back_the_callers_idle_lanes_as_read(self):
+        rs = self.rs
+        rs.start(["relinquish", "w", "H"])
+        lanes = rs.expect("find")
+        self.assertEqual(lanes.doc["filter"], {"owner": "w"})
+        self.cursor(lanes, [lane(7, 4, "w", "H", now(), ["e1"]),
+                            lane(8, 2, "w", "H", now(), ["e2"]),
+                            lane(9, 6, "w", "other", now(), [])], "lanes")
+        pending = rs.expect("find")
+        self.assertEqual(pending.doc["filter"]["status"], "pending")
+        self.assertEqual(pending.doc["filter"]["_id"]["$in"],
+                         [{"e": "e1", "h": "mailer"}, {"e": "e2", "h": "mailer"}])
+        self.cursor(pending, [delivery("e2")], "deliveries")  # e1 completed; e2 still runs
+        back = rs.expect("update")
+        self.assert_outside_transaction(back)
+        (statement,) = back.doc["updates"]  # lane 8 runs e2, lane 9 is another holder's
+        self.assertEqual(statement["q"], {"_id": {"h": "mailer", "l": 7}, "epoch": 4,
+                                          "owner": "w", "holder": "H", "inFlight": ["e1"]})
+        self.assertEqual(statement["u"]["$set"], {"owner": None, "holder": None,
+                                                  "leaseExpiresAt": None, "inFlight": []})
+        back.ok(n=1, nModified=1)
+        self.assertEqual(rs.output(), ["ok 1"])
+        rs.nothing_more()
+
+    def test_extend_lease_renews_only_the_callers_lanes(self):
+        rs = self.rs
+        rs.start(["extend", "w", "H"])
+        self.cursor(rs.expect("find"), [lane(7, 4, "w", "H", now(), ["e1"]),
+                                        lane(9, 6, "w", "other", now(), [])], "lanes")
+        renew = rs.expect("update")
+        (statement,) = renew.doc["updates"]
+        self.assertEqual(statement["q"], {"_id": {"$in": [{"h": "mailer", "l": 7}]},
+                                          "owner": "w", "holder": "H"})
+        self.assertIs(statement["multi"], True)
+        renew.ok(n=1, nModified=1)
+        self.assertEqual(rs.output(), ["ok 1"])
+        rs.nothing_more()
+
 
 if __name__ == "__main__":
     mockrs.main()
