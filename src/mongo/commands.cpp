@@ -404,8 +404,8 @@ Bson stage(const char* name, const Bson& body) {
 }  // namespace
 
 std::vector<const char*> lane_fields() {
-  return {field::kHandler, field::kLane,           field::kEpoch,    field::kOwner,
-          field::kHolder,  field::kLeaseExpiresAt, field::kInFlight, field::kLost};
+  return {field::kHandler,        field::kLane,     field::kEpoch, field::kOwner,  field::kHolder,
+          field::kLeaseExpiresAt, field::kInFlight, field::kLost,  field::kVersion};
 }
 
 std::vector<const char*> work_fields() {
@@ -544,12 +544,32 @@ Bson charge_updates(const std::vector<core::Charge>& charges,
   return with_majority(update(kDeliveries, raw, false));
 }
 
-Bson lane_writes(const std::vector<core::LaneUpdate>& updates, const std::string& worker,
-                 const std::string& holder, std::int64_t lease_expires_at_ms) {
+// $inc: {version: 1}
+void append_version_bump(bson_t* u) {
+  bson_t inc;
+  bson_append_document_begin(u, "$inc", -1, &inc);
+  bson_append_int64(&inc, field::kVersion, -1, 1);
+  bson_append_document_end(u, &inc);
+}
+
+Bson lane_writes(const std::vector<core::LaneUpdate>& updates,
+                 const std::vector<std::optional<std::int64_t>>& read_versions,
+                 const std::string& worker, const std::string& holder,
+                 std::int64_t lease_expires_at_ms) {
   std::vector<Bson> statements;
-  for (const auto& up : updates) {
+  for (std::size_t i = 0; i < updates.size(); ++i) {
+    const core::LaneUpdate& up = updates[i];
     Bson q = lane_filter(up.handler, up.lane);
     bson_append_int64(q.get(), field::kEpoch, -1, up.read_epoch);
+    if (const auto& v = read_versions.at(i)) {
+      bson_append_int64(q.get(), field::kVersion, -1, *v);
+    } else {
+      // Not an equality: an upsert must not copy a null into the document it tries.
+      bson_t exists;
+      bson_append_document_begin(q.get(), field::kVersion, -1, &exists);
+      BSON_APPEND_BOOL(&exists, "$exists", false);
+      bson_append_document_end(q.get(), &exists);
+    }
     Bson u;
     bson_t set;
     bson_append_document_begin(u.get(), "$set", -1, &set);
@@ -567,6 +587,7 @@ Bson lane_writes(const std::vector<core::LaneUpdate>& updates, const std::string
     }
     append_strings(&set, field::kLost, up.lost);
     bson_append_document_end(u.get(), &set);
+    append_version_bump(u.get());
     bson_t insert;
     bson_append_document_begin(u.get(), "$setOnInsert", -1, &insert);
     append_string(&insert, field::kHandler, up.handler);
@@ -656,6 +677,7 @@ Bson pull_in_flight(const std::string& handler, std::int16_t lane, const std::st
   bson_append_document_begin(u.get(), "$pull", -1, &pull);
   append_string(&pull, field::kInFlight, event_id);
   bson_append_document_end(u.get(), &pull);
+  append_version_bump(u.get());
   Bson one = statement(q, u, false);
   return update(kLanes, {&one}, true);
 }
@@ -676,6 +698,7 @@ Bson hand_back(const std::vector<StoredLane>& lanes) {
     bson_append_null(&set, field::kLeaseExpiresAt, -1);
     append_strings(&set, field::kInFlight, {});
     bson_append_document_end(u.get(), &set);
+    append_version_bump(u.get());
     statements.push_back(statement(q, u, false));
   }
   std::vector<const Bson*> raw;

@@ -138,10 +138,15 @@ Bson charge_updates(const std::vector<core::Charge>& charges,
 // _id and fails with DuplicateKey (11000), reported in writeErrors with the statement's
 // index. That is how the reply says, per statement, whether it matched: the update
 // command's n and nModified are totals. (A lane document is never deleted, so the insert
-// itself never happens.) `holder` is what a new binding stores; `lease_expires_at_ms` the
-// lease of a held lane.
-Bson lane_writes(const std::vector<core::LaneUpdate>& updates, const std::string& worker,
-                 const std::string& holder, std::int64_t lease_expires_at_ms);
+// itself never happens.) Each is conditional on the lane's version as read too
+// (`read_versions`, parallel; nullopt: absent), and bumps it: an attempt end or another
+// claim of the same incarnation that changed inFlight since the read makes the write fail,
+// instead of being overwritten with the stale list. `holder` is what a new binding stores;
+// `lease_expires_at_ms` the lease of a held lane.
+Bson lane_writes(const std::vector<core::LaneUpdate>& updates,
+                 const std::vector<std::optional<std::int64_t>>& read_versions,
+                 const std::string& worker, const std::string& holder,
+                 std::int64_t lease_expires_at_ms);
 // The lost lists of these lanes were charged: cleared, at the epoch the claim wrote.
 Bson clear_lost(const std::vector<core::LaneRef>& lanes, const std::vector<std::int64_t>& epochs);
 
@@ -157,11 +162,12 @@ Bson delete_deliveries(const std::vector<std::pair<std::string, std::string>>& h
 Bson end_update(const std::string& handler, const std::string& event_id, std::int32_t claims_read,
                 const core::AttemptEnd& end, std::optional<std::int64_t> available_at_ms,
                 const std::string& error, std::int64_t now_ms);
-// The ended attempt leaves its lane's in-flight list.
+// The ended attempt leaves its lane's in-flight list (the lane's version bumped).
 Bson pull_in_flight(const std::string& handler, std::int16_t lane, const std::string& event_id);
 
 // relinquish: hands these lanes back (free, nothing in flight), each on condition that it
-// is as read (epoch, owner, holder, inFlight), so a claim in between keeps its lane.
+// is as read (epoch, owner, holder, inFlight), so a claim in between keeps its lane; the
+// version is bumped.
 Bson hand_back(const std::vector<StoredLane>& lanes);
 // extend_lease: renews these lanes, on condition they are still the caller's.
 Bson renew(const std::vector<StoredLane>& lanes, const std::string& worker,

@@ -362,6 +362,8 @@ StoredLane read_lane(const bson_t* lane) {
   l.lease_expires_at_ms = date_or_null_field(lane, field::kLeaseExpiresAt);
   l.in_flight = strings_field(lane, field::kInFlight);
   l.lost = strings_field(lane, field::kLost);
+  bson_iter_t it;
+  if (find(lane, field::kVersion, &it)) l.version = integer_field(lane, field::kVersion);
   return l;
 }
 

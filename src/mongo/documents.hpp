@@ -19,7 +19,8 @@
 //                   availableAt: date, lastError: string|null, updatedAt: date}
 //   lanes          {_id: {h: handler, l: lane}, handler, lane: int32, epoch: int64,
 //                   owner: string|null, holder: string|null, leaseExpiresAt: date|null,
-//                   inFlight: [eventId..], lost: [eventId..]}
+//                   inFlight: [eventId..], lost: [eventId..], version: int64 (absent until
+//                   a claim writes the lane)}
 //   key_counters   {_id: key, last: int64}
 //
 // Storage: every multi-document write runs in a transaction with write concern
@@ -114,6 +115,9 @@ inline constexpr char kHolder[] = "holder";
 inline constexpr char kLeaseExpiresAt[] = "leaseExpiresAt";
 inline constexpr char kInFlight[] = "inFlight";
 inline constexpr char kLost[] = "lost";
+// Bumped by every write that changes inFlight (claims, attempt ends, hand-backs); absent on
+// a lane no claim has written yet. A claim's lane write is conditional on it too.
+inline constexpr char kVersion[] = "version";
 // key_counters
 inline constexpr char kLast[] = "last";
 }  // namespace field
@@ -208,6 +212,7 @@ struct StoredLane {
   std::optional<std::int64_t> lease_expires_at_ms;  // null: never leased
   std::vector<std::string> in_flight;
   std::vector<std::string> lost;
+  std::optional<std::int64_t> version;  // absent: never written by a claim
 };
 StoredLane read_lane(const bson_t* lane);
 

@@ -550,6 +550,7 @@ class MongoClaimStore final : public core::ClaimStore {
       }
       held.binding = binding_of(l, holder_, now_);
       held_epochs_[{l.handler, l.lane}] = l.epoch;
+      versions_[{l.handler, l.lane}] = l.version;
       out.push_back(std::move(held));
     }
     return out;
@@ -567,6 +568,7 @@ class MongoClaimStore final : public core::ClaimStore {
       if (l == read.end()) continue;
       auto held = held_epochs_.find({ref.handler, ref.lane});
       if (held != held_epochs_.end() && held->second != l->second.epoch) continue;
+      versions_[{ref.handler, ref.lane}] = l->second.version;
       out.push_back(snapshot(l->second));
     }
     return out;
@@ -615,6 +617,7 @@ class MongoClaimStore final : public core::ClaimStore {
     for (std::size_t i = 0; i < window.size() && static_cast<int>(out.size()) < wanted; ++i) {
       auto l = lanes.find({window[i].handler, window[i].lane});
       if (l == lanes.end() || !acquirable(l->second)) continue;
+      versions_[{window[i].handler, window[i].lane}] = l->second.version;
       out.push_back({snapshot(l->second), l->second.owner.has_value(), i + 1});
     }
     return out;
@@ -664,10 +667,17 @@ class MongoClaimStore final : public core::ClaimStore {
 
   std::vector<bool> write_lanes(const std::vector<core::LaneUpdate>& updates) override {
     if (updates.empty()) return {};
-    Bson reply =
-        command(client_, database_, nullptr,
-                commands::lane_writes(updates, worker_, holder_, now_ + lease_ms_), "write lanes");
-    return matched_per_statement(std::move(reply), updates.size(), "write lanes");
+    // Conditional on the version each lane was read at too (see commands::lane_writes):
+    // the list a claim writes is the one it read plus its picks.
+    std::vector<std::optional<std::int64_t>> read;
+    for (const auto& u : updates) read.push_back(versions_[{u.handler, u.lane}]);
+    Bson reply = command(client_, database_, nullptr,
+                         commands::lane_writes(updates, read, worker_, holder_, now_ + lease_ms_),
+                         "write lanes");
+    std::vector<bool> took = matched_per_statement(std::move(reply), updates.size(), "write lanes");
+    for (std::size_t i = 0; i < updates.size(); ++i)
+      if (took[i]) versions_[{updates[i].handler, updates[i].lane}] = read[i].value_or(0) + 1;
+    return took;
   }
 
   void clear_lost(const std::vector<core::LaneRef>& lanes,
@@ -727,6 +737,8 @@ class MongoClaimStore final : public core::ClaimStore {
   std::int64_t now_;
   std::map<std::string, core::RetryPolicy> policies_;
   std::map<std::pair<std::string, std::int16_t>, std::int64_t> held_epochs_;
+  // The version of each lane as last read or written by this claim.
+  std::map<std::pair<std::string, std::int16_t>, std::optional<std::int64_t>> versions_;
   std::map<std::pair<std::string, std::string>, std::int32_t> claims_read_;
 };
 

@@ -37,7 +37,8 @@ TEST(Claim, FindHeldLanes) {
             R"("lane" : { "$numberInt" : "1" }, "epoch" : { "$numberInt" : "1" }, )"
             R"("owner" : { "$numberInt" : "1" }, "holder" : { "$numberInt" : "1" }, )"
             R"("leaseExpiresAt" : { "$numberInt" : "1" }, "inFlight" : { "$numberInt" : "1" }, )"
-            R"("lost" : { "$numberInt" : "1" } }, "sort" : { "_id" : { "$numberInt" : "1" } } })");
+            R"("lost" : { "$numberInt" : "1" }, "version" : { "$numberInt" : "1" } }, )"
+            R"("sort" : { "_id" : { "$numberInt" : "1" } } })");
 }
 
 TEST(Claim, FindLanesById) {
@@ -48,8 +49,8 @@ TEST(Claim, FindLanesById) {
       R"("projection" : { "handler" : { "$numberInt" : "1" }, "lane" : { "$numberInt" : "1" }, )"
       R"("epoch" : { "$numberInt" : "1" }, "owner" : { "$numberInt" : "1" }, )"
       R"("holder" : { "$numberInt" : "1" }, "leaseExpiresAt" : { "$numberInt" : "1" }, )"
-      R"("inFlight" : { "$numberInt" : "1" }, "lost" : { "$numberInt" : "1" } }, )"
-      R"("sort" : { "_id" : { "$numberInt" : "1" } } })");
+      R"("inFlight" : { "$numberInt" : "1" }, "lost" : { "$numberInt" : "1" }, )"
+      R"("version" : { "$numberInt" : "1" } }, "sort" : { "_id" : { "$numberInt" : "1" } } })");
 }
 
 TEST(Lanes, FindOwnedLanes) {
@@ -59,8 +60,8 @@ TEST(Lanes, FindOwnedLanes) {
       R"("projection" : { "handler" : { "$numberInt" : "1" }, "lane" : { "$numberInt" : "1" }, )"
       R"("epoch" : { "$numberInt" : "1" }, "owner" : { "$numberInt" : "1" }, )"
       R"("holder" : { "$numberInt" : "1" }, "leaseExpiresAt" : { "$numberInt" : "1" }, )"
-      R"("inFlight" : { "$numberInt" : "1" }, "lost" : { "$numberInt" : "1" } }, )"
-      R"("sort" : { "_id" : { "$numberInt" : "1" } } })");
+      R"("inFlight" : { "$numberInt" : "1" }, "lost" : { "$numberInt" : "1" }, )"
+      R"("version" : { "$numberInt" : "1" } }, "sort" : { "_id" : { "$numberInt" : "1" } } })");
 }
 
 TEST(Claim, FindPendingDeliveries) {
@@ -150,31 +151,37 @@ TEST(Claim, LaneWritesTakeAndHandBack) {
   const core::LaneUpdate taken{"mailer", 7, {true, true, true, 4}, {"e1", "e2"}, 3, {"e0"}};
   const core::LaneUpdate back{"mailer", 8, {true, false, false, 6}, {}, 5, {}};
   EXPECT_EQ(
-      lane_writes({taken, back}, "w", "H", kNow + 30000).canonical_json(),
+      lane_writes({taken, back}, {std::nullopt, std::int64_t{7}}, "w", "H", kNow + 30000)
+          .canonical_json(),
       R"({ "update" : "lanes", "updates" : [ { "q" : { "_id" : { "h" : "mailer", )"
-      R"("l" : { "$numberInt" : "7" } }, "epoch" : { "$numberLong" : "3" } }, )"
+      R"("l" : { "$numberInt" : "7" } }, "epoch" : { "$numberLong" : "3" }, )"
+      R"("version" : { "$exists" : false } }, )"
       R"("u" : { "$set" : { "epoch" : { "$numberLong" : "4" }, "owner" : "w", "holder" : "H", )"
       R"("leaseExpiresAt" : { "$date" : { "$numberLong" : "1764547230000" } }, )"
       R"("inFlight" : [ "e1", "e2" ], "lost" : [ "e0" ] }, )"
+      R"("$inc" : { "version" : { "$numberLong" : "1" } }, )"
       R"("$setOnInsert" : { "handler" : "mailer", "lane" : { "$numberInt" : "7" } } }, )"
       R"("upsert" : true }, { "q" : { "_id" : { "h" : "mailer", "l" : { "$numberInt" : "8" } }, )"
-      R"("epoch" : { "$numberLong" : "5" } }, )"
+      R"("epoch" : { "$numberLong" : "5" }, "version" : { "$numberLong" : "7" } }, )"
       R"("u" : { "$set" : { "epoch" : { "$numberLong" : "6" }, "owner" : null, "holder" : null, )"
       R"("leaseExpiresAt" : null, "inFlight" : [  ], "lost" : [  ] }, )"
+      R"("$inc" : { "version" : { "$numberLong" : "1" } }, )"
       R"("$setOnInsert" : { "handler" : "mailer", "lane" : { "$numberInt" : "8" } } }, )"
       R"("upsert" : true } ], "ordered" : false, "writeConcern" : { "w" : "majority" } })");
 }
 
 TEST(Claim, LaneWriteOfAKeptLaneKeepsItsHolder) {
   const core::LaneUpdate kept{"mailer", 9, {true, true, false, 2}, {"e5"}, 2, {}};
-  EXPECT_EQ(lane_writes({kept}, "w", "H", kNow + 30000).canonical_json(),
-            R"({ "update" : "lanes", "updates" : [ { "q" : { "_id" : { "h" : "mailer", )"
-            R"("l" : { "$numberInt" : "9" } }, "epoch" : { "$numberLong" : "2" } }, )"
-            R"("u" : { "$set" : { "epoch" : { "$numberLong" : "2" }, "owner" : "w", )"
-            R"("leaseExpiresAt" : { "$date" : { "$numberLong" : "1764547230000" } }, )"
-            R"("inFlight" : [ "e5" ], "lost" : [  ] }, "$setOnInsert" : { "handler" : "mailer", )"
-            R"("lane" : { "$numberInt" : "9" } } }, "upsert" : true } ], "ordered" : false, )"
-            R"("writeConcern" : { "w" : "majority" } })");
+  EXPECT_EQ(
+      lane_writes({kept}, {std::int64_t{3}}, "w", "H", kNow + 30000).canonical_json(),
+      R"({ "update" : "lanes", "updates" : [ { "q" : { "_id" : { "h" : "mailer", )"
+      R"("l" : { "$numberInt" : "9" } }, "epoch" : { "$numberLong" : "2" }, )"
+      R"("version" : { "$numberLong" : "3" } }, )"
+      R"("u" : { "$set" : { "epoch" : { "$numberLong" : "2" }, "owner" : "w", )"
+      R"("leaseExpiresAt" : { "$date" : { "$numberLong" : "1764547230000" } }, )"
+      R"("inFlight" : [ "e5" ], "lost" : [  ] }, "$inc" : { "version" : { "$numberLong" : "1" } }, )"
+      R"("$setOnInsert" : { "handler" : "mailer", "lane" : { "$numberInt" : "9" } } }, )"
+      R"("upsert" : true } ], "ordered" : false, "writeConcern" : { "w" : "majority" } })");
 }
 
 TEST(Claim, ClearLost) {
@@ -228,19 +235,20 @@ TEST(End, ReleaseKeepsDueTimeAndError) {
 TEST(End, PullInFlight) {
   EXPECT_EQ(pull_in_flight("mailer", 7, "e1").canonical_json(),
             R"({ "update" : "lanes", "updates" : [ { "q" : { "_id" : { "h" : "mailer", )"
-            R"("l" : { "$numberInt" : "7" } } }, "u" : { "$pull" : { "inFlight" : "e1" } }, )"
-            R"("upsert" : false } ], "ordered" : true })");
+            R"("l" : { "$numberInt" : "7" } } }, "u" : { "$pull" : { "inFlight" : "e1" }, )"
+            R"("$inc" : { "version" : { "$numberLong" : "1" } } }, "upsert" : false } ], )"
+            R"("ordered" : true })");
 }
 
 TEST(Lanes, HandBack) {
   const StoredLane lane{"mailer", 7, 4, std::string("w"), std::string("H"), kNow, {"e1"}, {}};
-  EXPECT_EQ(
-      hand_back({lane}).canonical_json(),
-      R"({ "update" : "lanes", "updates" : [ { "q" : { "_id" : { "h" : "mailer", )"
-      R"("l" : { "$numberInt" : "7" } }, "epoch" : { "$numberLong" : "4" }, "owner" : "w", )"
-      R"("holder" : "H", "inFlight" : [ "e1" ] }, "u" : { "$set" : { "owner" : null, )"
-      R"("holder" : null, "leaseExpiresAt" : null, "inFlight" : [  ] } }, "upsert" : false } ], )"
-      R"("ordered" : false, "writeConcern" : { "w" : "majority" } })");
+  EXPECT_EQ(hand_back({lane}).canonical_json(),
+            R"({ "update" : "lanes", "updates" : [ { "q" : { "_id" : { "h" : "mailer", )"
+            R"("l" : { "$numberInt" : "7" } }, "epoch" : { "$numberLong" : "4" }, "owner" : "w", )"
+            R"("holder" : "H", "inFlight" : [ "e1" ] }, "u" : { "$set" : { "owner" : null, )"
+            R"("holder" : null, "leaseExpiresAt" : null, "inFlight" : [  ] }, )"
+            R"("$inc" : { "version" : { "$numberLong" : "1" } } }, "upsert" : false } ], )"
+            R"("ordered" : false, "writeConcern" : { "w" : "majority" } })");
 }
 
 TEST(Lanes, Renew) {

@@ -23,7 +23,7 @@ TEST(WorkerReading, AHeldLane) {
       read_lane(from_json(R"({"_id": {"h": "mailer", "l": 7}, "handler": "mailer", "lane": 7,
                     "epoch": {"$numberLong": "4"}, "owner": "w", "holder": "H",
                     "leaseExpiresAt": {"$date": {"$numberLong": "1764547230000"}},
-                    "inFlight": ["e1", "e2"], "lost": ["e0"]})")
+                    "inFlight": ["e1", "e2"], "lost": ["e0"], "version": 11})")
                     .get());
   EXPECT_EQ(l.handler, "mailer");
   EXPECT_EQ(l.lane, 7);
@@ -33,6 +33,7 @@ TEST(WorkerReading, AHeldLane) {
   EXPECT_EQ(l.lease_expires_at_ms, std::optional<std::int64_t>(1764547230000));
   EXPECT_EQ(l.in_flight, (std::vector<std::string>{"e1", "e2"}));
   EXPECT_EQ(l.lost, (std::vector<std::string>{"e0"}));
+  EXPECT_EQ(l.version, std::optional<std::int64_t>(11));
 }
 
 TEST(WorkerReading, AFreeLaneAsSubscribeCreatesIt) {
@@ -42,6 +43,7 @@ TEST(WorkerReading, AFreeLaneAsSubscribeCreatesIt) {
   EXPECT_FALSE(l.holder);
   EXPECT_FALSE(l.lease_expires_at_ms);
   EXPECT_TRUE(l.in_flight.empty());
+  EXPECT_FALSE(l.version);  // no claim wrote it yet
 }
 
 TEST(WorkerReading, ADeliveryAsPublishWritesIt) {

@@ -28,10 +28,14 @@ def subscription(handler="mailer", max_attempts=25):
             "backoffBaseUs": Int64(1000000), "backoffMaxUs": Int64(3600000000)}
 
 
-def lane(number, epoch, owner=None, holder=None, expires=None, in_flight=(), lost=()):
-    return {"_id": {"h": "mailer", "l": number}, "handler": "mailer", "lane": number,
-            "epoch": Int64(epoch), "owner": owner, "holder": holder, "leaseExpiresAt": expires,
-            "inFlight": list(in_flight), "lost": list(lost)}
+def lane(number, epoch, owner=None, holder=None, expires=None, in_flight=(), lost=(),
+         version=None):
+    doc = {"_id": {"h": "mailer", "l": number}, "handler": "mailer", "lane": number,
+           "epoch": Int64(epoch), "owner": owner, "holder": holder, "leaseExpiresAt": expires,
+           "inFlight": list(in_flight), "lost": list(lost)}
+    if version is not None:  # absent until a claim writes the lane
+        doc["version"] = Int64(version)
+    return doc
 
 
 def delivery(event_id, claims=0, attempts=0, status="pending", key=None, sequence=0):
@@ -73,7 +77,7 @@ class WorkerTest(WireTest):
             self.assertEqual(lanes.doc["find"], "lanes")
             self.assertEqual(lanes.doc["filter"]["_id"]["$in"],
                              [{"h": "mailer", "l": 7}, {"h": "mailer", "l": 9}])
-            self.cursor(lanes, [lane(7, 3), lane(9, 5)], "lanes")
+            self.cursor(lanes, [lane(7, 3), lane(9, 5, version=8)], "lanes")
         for number, event_id in ((7, "e1"), (9, "e2")):
             candidates = rs.expect("find")
             self.assertEqual(candidates.doc["find"], "deliveries")
@@ -90,11 +94,15 @@ class WorkerTest(WireTest):
         self.assertIs(doc["ordered"], False)
         self.assertEqual(doc["writeConcern"], {"w": "majority"})
         self.assertEqual(len(doc["updates"]), 2)
-        for statement, number, read, event_id in zip(doc["updates"], (7, 9), (3, 5), ("e1", "e2")):
-            # Conditional on the epoch the claim read; an upsert, so that a failed
-            # condition shows as a DuplicateKey error at the statement's index.
-            self.assertEqual(statement["q"], {"_id": {"h": "mailer", "l": number}, "epoch": read})
+        versions = ({"$exists": False}, 8)  # lane 7 was never written by a claim
+        for statement, number, read, version, event_id in zip(doc["updates"], (7, 9), (3, 5),
+                                                               versions, ("e1", "e2")):
+            # Conditional on the epoch (and version) the claim read; an upsert, so that a
+            # failed condition shows as a DuplicateKey error at the statement's index.
+            self.assertEqual(statement["q"], {"_id": {"h": "mailer", "l": number}, "epoch": read,
+                                              "version": version})
             self.assertIs(statement["upsert"], True)
+            self.assertEqual(statement["u"]["$inc"], {"version": 1})
             s = statement["u"]["$set"]
             self.assertEqual(s["epoch"], read + 1)  # a lane changing hands moves its epoch
             self.assertEqual((s["owner"], s["holder"]), ("w", "H"))
@@ -221,7 +229,9 @@ class WorkerTest(WireTest):
         self.assert_in_transaction(pull, lsid, txn)
         self.assertEqual(pull.doc["update"], "lanes")
         self.assertEqual(pull.doc["updates"][0]["q"], {"_id": {"h": "mailer", "l": 7}})
-        self.assertEqual(pull.doc["updates"][0]["u"], {"$pull": {"inFlight": "e1"}})
+        # The version moves, so a claim that read the list before this cannot write it back.
+        self.assertEqual(pull.doc["updates"][0]["u"], {"$pull": {"inFlight": "e1"},
+                                                       "$inc": {"version": 1}})
         pull.ok(n=1, nModified=1)
         commit = rs.expect("commitTransaction")
         self.assert_commit(commit, lsid, txn)
@@ -357,6 +367,43 @@ class WorkerTest(WireTest):
         self.assertIs(statement["multi"], True)
         renew.ok(n=1, nModified=1)
         self.assertEqual(rs.output(), ["ok 1"])
+        rs.nothing_more()
+
+    def test_a_kept_lanes_write_is_conditional_on_the_version_it_was_read_at(self):
+        rs = self.rs
+        rs.start(["claim", "w", "H", "2"])
+        self.cursor(rs.expect("find"), [subscription()], "subscriptions")
+        held = rs.expect("find")
+        self.cursor(held, [lane(7, 4, "w", "H", now() + datetime.timedelta(seconds=20), ["e1"],
+                                version=11)], "lanes")
+        running = rs.expect("find")
+        self.assertEqual(running.doc["filter"], {"_id": {"$in": [{"e": "e1", "h": "mailer"}]},
+                                                 "status": "pending"})
+        self.cursor(running, [delivery("e1", key="k", sequence=1)], "deliveries")
+        candidates = rs.expect("find")
+        self.assertEqual(candidates.doc["filter"]["eventId"], {"$nin": ["e1"]})  # in flight
+        self.cursor(candidates, [delivery("e2", key="k", sequence=2), delivery("e3")],
+                    "deliveries")
+        self.cursor(rs.expect("aggregate"), [{"_id": "k", "first": Int64(1)}], "deliveries")
+        # e2 was left out and the page was full: the next one is read (empty).
+        more = rs.expect("find")
+        self.assertEqual((more.doc["skip"], more.doc["limit"]), (2, 4))
+        self.cursor(more, [], "deliveries")
+        # The batch has room for one more: lanes with work are looked at (none).
+        self.cursor(rs.expect("aggregate"), [], "deliveries")
+        write = rs.expect("update")
+        (statement,) = write.doc["updates"]
+        # Kept: the epoch stays, the in-flight list is what was read plus the pick (e2
+        # waits for e1, its key's predecessor), on condition that neither moved.
+        self.assertEqual(statement["q"], {"_id": {"h": "mailer", "l": 7}, "epoch": 4,
+                                          "version": 11})
+        self.assertEqual(statement["u"]["$set"]["epoch"], 4)
+        self.assertEqual(statement["u"]["$set"]["inFlight"], ["e1", "e3"])
+        self.assertNotIn("holder", statement["u"]["$set"])  # the binding stays
+        # A fail of e1 bumped the version meanwhile: the lane gives up its pick.
+        write.ok(n=0, nModified=0, writeErrors=[
+            {"index": 0, "code": 11000, "errmsg": "E11000 duplicate key error"}])
+        self.assertEqual(rs.output(), ["ok 0 "])
         rs.nothing_more()
 
 
