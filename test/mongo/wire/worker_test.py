@@ -406,6 +406,44 @@ class WorkerTest(WireTest):
         self.assertEqual(rs.output(), ["ok 0 "])
         rs.nothing_more()
 
+    def test_a_takeover_picks_what_it_charged_in_a_second_conditional_write(self):
+        rs = self.rs
+        rs.start(["claim", "w", "H", "2"])
+        self.cursor(rs.expect("find"), [subscription()], "subscriptions")
+        self.cursor(rs.expect("find"), [], "lanes")
+        self.cursor(rs.expect("aggregate"), [{"_id": {"h": "mailer", "l": 7}, "at": now()}],
+                    "deliveries")
+        expired = lane(7, 3, "other", "X", now() - datetime.timedelta(seconds=5), ["e0"])
+        for _ in range(2):
+            self.cursor(rs.expect("find"), [expired], "lanes")
+        self.cursor(rs.expect("find"), [delivery("e1")], "deliveries")
+        first = rs.expect("update")
+        self.assertEqual(first.doc["updates"][0]["q"]["version"], {"$exists": False})
+        first.ok(n=1, nModified=1)
+        self.cursor(rs.expect("find"), [delivery("e0", claims=5, attempts=2)], "deliveries")
+        rs.expect("update").ok(n=1, nModified=1)  # the charge
+        rs.expect("update").ok(n=1, nModified=1)  # lost cleared
+        # The charged delivery is due again: offered to the lane once more.
+        again = rs.expect("find")
+        self.assertEqual(again.doc["filter"]["eventId"], {"$nin": ["e1"]})
+        self.assertEqual(again.doc["limit"], 1)
+        self.cursor(again, [delivery("e0", claims=6, attempts=3)], "deliveries")
+        second = rs.expect("update")
+        (statement,) = second.doc["updates"]
+        # Conditional on what the first write stored: epoch 4, version 1.
+        self.assertEqual(statement["q"], {"_id": {"h": "mailer", "l": 7}, "epoch": 4,
+                                          "version": 1})
+        self.assertEqual(statement["u"]["$set"]["inFlight"], ["e1", "e0"])
+        self.assertEqual(statement["u"]["$set"]["lost"], [])
+        second.ok(n=1, nModified=1)
+        events = rs.expect("find")
+        self.assertEqual(events.doc["filter"], {"_id": {"$in": ["e1", "e0"]}})
+        self.cursor(events, [{"_id": e, "type": "t", "key": None, "payload": {},
+                              "createdAt": now()} for e in ("e0", "e1")], "events")
+        self.assertEqual(rs.output(), ["ok 2 %s,%s" % (token(7, 4, 0, "mailer", "e1"),
+                                                      token(7, 4, 6, "mailer", "e0"))])
+        rs.nothing_more()
+
 
 if __name__ == "__main__":
     mockrs.main()
