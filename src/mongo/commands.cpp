@@ -311,3 +311,416 @@ std::optional<Bson> requeue_update(const std::string& event_id, const std::strin
 }
 
 }  // namespace relaybus::mongo::commands
+
+// ---------------------------------------------------------------- the worker half
+
+namespace relaybus::mongo::commands {
+
+namespace {
+
+using Refs = std::vector<std::pair<std::string, std::string>>;  // (handler, event id)
+using LaneRefs = std::vector<std::pair<std::string, std::int16_t>>;
+
+void append_in(bson_t* doc, const char* name, const std::vector<const Bson*>& values) {
+  bson_t in;
+  bson_append_document_begin(doc, name, -1, &in);
+  append_documents(&in, "$in", values);
+  bson_append_document_end(doc, &in);
+}
+
+void append_strings_op(bson_t* doc, const char* name, const char* op,
+                       const std::vector<std::string>& values) {
+  bson_t in;
+  bson_append_document_begin(doc, name, -1, &in);
+  append_strings(&in, op, values);
+  bson_append_document_end(doc, &in);
+}
+
+// {_id: {$in: [{e, h}, ...]}}
+Bson delivery_ids_filter(const Refs& refs) {
+  std::vector<Bson> ids;
+  for (const auto& [h, e] : refs) ids.push_back(delivery_id(e, h));
+  std::vector<const Bson*> raw;
+  for (const auto& id : ids) raw.push_back(&id);
+  Bson filter;
+  append_in(filter.get(), field::kId, raw);
+  return filter;
+}
+
+Bson lane_ids_filter(const LaneRefs& lanes) {
+  std::vector<Bson> ids;
+  for (const auto& [h, l] : lanes) ids.push_back(lane_id(h, l));
+  std::vector<const Bson*> raw;
+  for (const auto& id : ids) raw.push_back(&id);
+  Bson filter;
+  append_in(filter.get(), field::kId, raw);
+  return filter;
+}
+
+// {_id: {h, l}}
+Bson lane_filter(const std::string& handler, std::int16_t lane) {
+  Bson id = lane_id(handler, lane);
+  Bson q;
+  bson_append_document(q.get(), field::kId, -1, id.get());
+  return q;
+}
+
+Bson with_majority(Bson cmd) {
+  append_majority(cmd.get());
+  return cmd;
+}
+
+void append_optional_string(bson_t* doc, const char* name, const std::optional<std::string>& v) {
+  if (v) {
+    append_string(doc, name, *v);
+  } else {
+    bson_append_null(doc, name, -1);
+  }
+}
+
+void append_due_by(bson_t* doc, std::int64_t now_ms) {
+  bson_t lte;
+  bson_append_document_begin(doc, field::kAvailableAt, -1, &lte);
+  bson_append_date_time(&lte, "$lte", -1, now_ms);
+  bson_append_document_end(doc, &lte);
+}
+
+Bson aggregate(const char* collection, const std::vector<const Bson*>& stages) {
+  Bson cmd;
+  BSON_APPEND_UTF8(cmd.get(), "aggregate", collection);
+  append_documents(cmd.get(), "pipeline", stages);
+  bson_t cursor;
+  bson_append_document_begin(cmd.get(), "cursor", -1, &cursor);
+  bson_append_document_end(cmd.get(), &cursor);
+  return cmd;
+}
+
+Bson stage(const char* name, const Bson& body) {
+  Bson s;
+  bson_append_document(s.get(), name, -1, body.get());
+  return s;
+}
+
+}  // namespace
+
+std::vector<const char*> lane_fields() {
+  return {field::kHandler,        field::kLane,     field::kEpoch, field::kOwner,  field::kHolder,
+          field::kLeaseExpiresAt, field::kInFlight, field::kLost,  field::kVersion};
+}
+
+std::vector<const char*> work_fields() {
+  return {field::kEventId, field::kHandler,  field::kKey,    field::kSequence,
+          field::kStatus,  field::kAttempts, field::kClaims, field::kAvailableAt};
+}
+
+Bson find_subscribed(const std::optional<std::vector<std::string>>& handlers) {
+  Bson filter;
+  if (handlers) append_strings_op(filter.get(), field::kId, "$in", *handlers);
+  return find(
+      kSubscriptions, filter,
+      {field::kEventTypes, field::kMaxAttempts, field::kBackoffBaseUs, field::kBackoffMaxUs},
+      false);
+}
+
+Bson find_held_lanes(const std::vector<std::string>& handlers, const std::string& worker) {
+  Bson filter;
+  append_strings_op(filter.get(), field::kHandler, "$in", handlers);
+  append_string(filter.get(), field::kOwner, worker);
+  return find(kLanes, filter, lane_fields(), false);
+}
+
+Bson find_lanes(const LaneRefs& lanes) {
+  return find(kLanes, lane_ids_filter(lanes), lane_fields(), false);
+}
+
+Bson find_owned_lanes(const std::string& worker) {
+  Bson filter;
+  append_string(filter.get(), field::kOwner, worker);
+  return find(kLanes, filter, lane_fields(), false);
+}
+
+Bson find_deliveries(const Refs& handler_event, bool pending_only) {
+  Bson filter = delivery_ids_filter(handler_event);
+  if (pending_only) append_string(filter.get(), field::kStatus, kPending);
+  return find(kDeliveries, filter, work_fields(), false);
+}
+
+Bson lanes_with_work(const std::vector<std::string>& handlers, std::int64_t now_ms) {
+  Bson match;
+  append_strings_op(match.get(), field::kHandler, "$in", handlers);
+  append_string(match.get(), field::kStatus, kPending);
+  append_due_by(match.get(), now_ms);
+  Bson by_index;  // the order of deliveries_claim
+  for (const char* f : {field::kHandler, field::kLaneId, field::kStatus, field::kAvailableAt})
+    bson_append_int32(by_index.get(), f, -1, 1);
+  Bson group;
+  bson_t id;
+  bson_append_document_begin(group.get(), field::kId, -1, &id);
+  BSON_APPEND_UTF8(&id, field::kIdHandler, "$handler");
+  BSON_APPEND_UTF8(&id, field::kIdLane, "$laneId");
+  bson_append_document_end(group.get(), &id);
+  bson_t first;
+  bson_append_document_begin(group.get(), "at", -1, &first);
+  BSON_APPEND_UTF8(&first, "$first", "$availableAt");
+  bson_append_document_end(group.get(), &first);
+  Bson oldest;
+  bson_append_int32(oldest.get(), "at", -1, 1);
+  bson_append_int32(oldest.get(), field::kId, -1, 1);
+  Bson s1 = stage("$match", match), s2 = stage("$sort", by_index), s3 = stage("$group", group),
+       s4 = stage("$sort", oldest);
+  return aggregate(kDeliveries, {&s1, &s2, &s3, &s4});
+}
+
+Bson find_candidates(const std::string& handler, std::int16_t lane,
+                     const std::vector<std::string>& excluded, std::int64_t now_ms, int skip,
+                     int limit) {
+  Bson cmd;
+  BSON_APPEND_UTF8(cmd.get(), "find", kDeliveries);
+  bson_t filter;
+  bson_append_document_begin(cmd.get(), "filter", -1, &filter);
+  append_string(&filter, field::kHandler, handler);
+  bson_append_int32(&filter, field::kLaneId, -1, lane);
+  append_string(&filter, field::kStatus, kPending);
+  append_due_by(&filter, now_ms);
+  if (!excluded.empty()) append_strings_op(&filter, field::kEventId, "$nin", excluded);
+  bson_append_document_end(cmd.get(), &filter);
+  bson_t sort;
+  bson_append_document_begin(cmd.get(), "sort", -1, &sort);
+  bson_append_int32(&sort, field::kAvailableAt, -1, 1);
+  bson_append_int32(&sort, field::kId, -1, 1);
+  bson_append_document_end(cmd.get(), &sort);
+  bson_t projection;
+  bson_append_document_begin(cmd.get(), "projection", -1, &projection);
+  for (const char* f : work_fields()) bson_append_int32(&projection, f, -1, 1);
+  bson_append_document_end(cmd.get(), &projection);
+  if (skip > 0) BSON_APPEND_INT64(cmd.get(), "skip", skip);
+  BSON_APPEND_INT64(cmd.get(), "limit", limit);
+  return cmd;
+}
+
+Bson first_pending_sequences(const std::string& handler, std::int16_t lane,
+                             const std::vector<std::string>& keys) {
+  Bson match;
+  append_string(match.get(), field::kHandler, handler);
+  bson_append_int32(match.get(), field::kLaneId, -1, lane);
+  append_strings_op(match.get(), field::kKey, "$in", keys);
+  append_string(match.get(), field::kStatus, kPending);
+  Bson group;
+  BSON_APPEND_UTF8(group.get(), field::kId, "$key");
+  bson_t first;
+  bson_append_document_begin(group.get(), "first", -1, &first);
+  BSON_APPEND_UTF8(&first, "$min", "$sequence");
+  bson_append_document_end(group.get(), &first);
+  Bson s1 = stage("$match", match), s2 = stage("$group", group);
+  return aggregate(kDeliveries, {&s1, &s2});
+}
+
+Bson charge_updates(const std::vector<core::Charge>& charges,
+                    const std::vector<std::int32_t>& claims_read, std::int64_t now_ms) {
+  std::vector<Bson> statements;
+  for (std::size_t i = 0; i < charges.size(); ++i) {
+    const core::Charge& c = charges[i];
+    Bson q;
+    Bson id = delivery_id(c.event_id, c.handler);
+    bson_append_document(q.get(), field::kId, -1, id.get());
+    append_string(q.get(), field::kStatus, kPending);
+    bson_append_int32(q.get(), field::kClaims, -1, claims_read.at(i));
+    Bson u;
+    bson_t set;
+    bson_append_document_begin(u.get(), "$set", -1, &set);
+    bson_append_int32(&set, field::kAttempts, -1, c.attempts);
+    append_string(&set, field::kStatus, c.dead ? kDead : kPending);
+    BSON_APPEND_UTF8(&set, field::kLastError, core::kLeaseLostError);
+    bson_append_date_time(&set, field::kUpdatedAt, -1, now_ms);
+    bson_append_document_end(u.get(), &set);
+    bson_t inc;
+    bson_append_document_begin(u.get(), "$inc", -1, &inc);
+    bson_append_int32(&inc, field::kClaims, -1, 1);
+    bson_append_document_end(u.get(), &inc);
+    statements.push_back(statement(q, u, false));
+  }
+  std::vector<const Bson*> raw;
+  for (const auto& s : statements) raw.push_back(&s);
+  return with_majority(update(kDeliveries, raw, false));
+}
+
+// $inc: {version: 1}
+void append_version_bump(bson_t* u) {
+  bson_t inc;
+  bson_append_document_begin(u, "$inc", -1, &inc);
+  bson_append_int64(&inc, field::kVersion, -1, 1);
+  bson_append_document_end(u, &inc);
+}
+
+Bson lane_writes(const std::vector<core::LaneUpdate>& updates,
+                 const std::vector<std::optional<std::int64_t>>& read_versions,
+                 const std::string& worker, const std::string& holder,
+                 std::int64_t lease_expires_at_ms) {
+  std::vector<Bson> statements;
+  for (std::size_t i = 0; i < updates.size(); ++i) {
+    const core::LaneUpdate& up = updates[i];
+    Bson q = lane_filter(up.handler, up.lane);
+    bson_append_int64(q.get(), field::kEpoch, -1, up.read_epoch);
+    if (const auto& v = read_versions.at(i)) {
+      bson_append_int64(q.get(), field::kVersion, -1, *v);
+    } else {
+      // Not an equality: an upsert must not copy a null into the document it tries.
+      bson_t exists;
+      bson_append_document_begin(q.get(), field::kVersion, -1, &exists);
+      BSON_APPEND_BOOL(&exists, "$exists", false);
+      bson_append_document_end(q.get(), &exists);
+    }
+    Bson u;
+    bson_t set;
+    bson_append_document_begin(u.get(), "$set", -1, &set);
+    bson_append_int64(&set, field::kEpoch, -1, up.write.epoch);
+    if (up.write.hold) {
+      append_string(&set, field::kOwner, worker);
+      if (up.write.new_holder) append_string(&set, field::kHolder, holder);
+      bson_append_date_time(&set, field::kLeaseExpiresAt, -1, lease_expires_at_ms);
+      append_strings(&set, field::kInFlight, up.in_flight);
+    } else {
+      bson_append_null(&set, field::kOwner, -1);
+      bson_append_null(&set, field::kHolder, -1);
+      bson_append_null(&set, field::kLeaseExpiresAt, -1);
+      append_strings(&set, field::kInFlight, {});
+    }
+    append_strings(&set, field::kLost, up.lost);
+    bson_append_document_end(u.get(), &set);
+    append_version_bump(u.get());
+    bson_t insert;
+    bson_append_document_begin(u.get(), "$setOnInsert", -1, &insert);
+    append_string(&insert, field::kHandler, up.handler);
+    bson_append_int32(&insert, field::kLane, -1, up.lane);
+    bson_append_document_end(u.get(), &insert);
+    statements.push_back(statement(q, u, true));
+  }
+  std::vector<const Bson*> raw;
+  for (const auto& s : statements) raw.push_back(&s);
+  return with_majority(update(kLanes, raw, false));
+}
+
+Bson clear_lost(const std::vector<core::LaneRef>& lanes, const std::vector<std::int64_t>& epochs) {
+  std::vector<Bson> statements;
+  for (std::size_t i = 0; i < lanes.size(); ++i) {
+    Bson q = lane_filter(lanes[i].handler, lanes[i].lane);
+    bson_append_int64(q.get(), field::kEpoch, -1, epochs.at(i));
+    Bson u;
+    bson_t set;
+    bson_append_document_begin(u.get(), "$set", -1, &set);
+    append_strings(&set, field::kLost, {});
+    bson_append_document_end(u.get(), &set);
+    statements.push_back(statement(q, u, false));
+  }
+  std::vector<const Bson*> raw;
+  for (const auto& s : statements) raw.push_back(&s);
+  return with_majority(update(kLanes, raw, false));
+}
+
+Bson find_events(const std::vector<std::string>& ids) {
+  Bson filter;
+  append_strings_op(filter.get(), field::kId, "$in", ids);
+  return find(kEvents, filter, {field::kType, field::kKey, field::kPayload, field::kCreatedAt},
+              false);
+}
+
+Bson delete_deliveries(const Refs& handler_event) {
+  std::vector<Bson> statements;
+  for (const auto& [h, e] : handler_event) {
+    Bson s;
+    Bson id = delivery_id(e, h);
+    bson_t q;
+    bson_append_document_begin(s.get(), "q", -1, &q);
+    bson_append_document(&q, field::kId, -1, id.get());
+    bson_append_document_end(s.get(), &q);
+    BSON_APPEND_INT32(s.get(), "limit", 1);
+    statements.push_back(std::move(s));
+  }
+  std::vector<const Bson*> raw;
+  for (const auto& s : statements) raw.push_back(&s);
+  Bson cmd;
+  BSON_APPEND_UTF8(cmd.get(), "delete", kDeliveries);
+  append_documents(cmd.get(), "deletes", raw);
+  BSON_APPEND_BOOL(cmd.get(), "ordered", true);
+  return cmd;
+}
+
+Bson end_update(const std::string& handler, const std::string& event_id, std::int32_t claims_read,
+                const core::AttemptEnd& end, std::optional<std::int64_t> available_at_ms,
+                const std::string& error, std::int64_t now_ms) {
+  Bson q;
+  Bson id = delivery_id(event_id, handler);
+  bson_append_document(q.get(), field::kId, -1, id.get());
+  append_string(q.get(), field::kStatus, kPending);
+  bson_append_int32(q.get(), field::kClaims, -1, claims_read);
+  Bson u;
+  bson_t set;
+  bson_append_document_begin(u.get(), "$set", -1, &set);
+  append_string(&set, field::kStatus, end.dead ? kDead : kPending);
+  bson_append_int32(&set, field::kAttempts, -1, end.attempts);
+  if (available_at_ms) bson_append_date_time(&set, field::kAvailableAt, -1, *available_at_ms);
+  if (!error.empty()) append_string(&set, field::kLastError, error);
+  bson_append_date_time(&set, field::kUpdatedAt, -1, now_ms);
+  bson_append_document_end(u.get(), &set);
+  bson_t inc;
+  bson_append_document_begin(u.get(), "$inc", -1, &inc);
+  bson_append_int32(&inc, field::kClaims, -1, 1);
+  bson_append_document_end(u.get(), &inc);
+  Bson one = statement(q, u, false);
+  return update(kDeliveries, {&one}, true);
+}
+
+Bson pull_in_flight(const std::string& handler, std::int16_t lane, const std::string& event_id) {
+  Bson q = lane_filter(handler, lane);
+  Bson u;
+  bson_t pull;
+  bson_append_document_begin(u.get(), "$pull", -1, &pull);
+  append_string(&pull, field::kInFlight, event_id);
+  bson_append_document_end(u.get(), &pull);
+  append_version_bump(u.get());
+  Bson one = statement(q, u, false);
+  return update(kLanes, {&one}, true);
+}
+
+Bson hand_back(const std::vector<StoredLane>& lanes) {
+  std::vector<Bson> statements;
+  for (const auto& l : lanes) {
+    Bson q = lane_filter(l.handler, l.lane);
+    bson_append_int64(q.get(), field::kEpoch, -1, l.epoch);
+    append_optional_string(q.get(), field::kOwner, l.owner);
+    append_optional_string(q.get(), field::kHolder, l.holder);
+    append_strings(q.get(), field::kInFlight, l.in_flight);
+    Bson u;
+    bson_t set;
+    bson_append_document_begin(u.get(), "$set", -1, &set);
+    bson_append_null(&set, field::kOwner, -1);
+    bson_append_null(&set, field::kHolder, -1);
+    bson_append_null(&set, field::kLeaseExpiresAt, -1);
+    append_strings(&set, field::kInFlight, {});
+    bson_append_document_end(u.get(), &set);
+    append_version_bump(u.get());
+    statements.push_back(statement(q, u, false));
+  }
+  std::vector<const Bson*> raw;
+  for (const auto& s : statements) raw.push_back(&s);
+  return with_majority(update(kLanes, raw, false));
+}
+
+Bson renew(const std::vector<StoredLane>& lanes, const std::string& worker,
+           const std::string& holder, std::int64_t lease_expires_at_ms) {
+  LaneRefs refs;
+  for (const auto& l : lanes) refs.push_back({l.handler, l.lane});
+  Bson q = lane_ids_filter(refs);
+  append_string(q.get(), field::kOwner, worker);
+  append_string(q.get(), field::kHolder, holder);
+  Bson u;
+  bson_t set;
+  bson_append_document_begin(u.get(), "$set", -1, &set);
+  bson_append_date_time(&set, field::kLeaseExpiresAt, -1, lease_expires_at_ms);
+  bson_append_document_end(u.get(), &set);
+  Bson one = statement(q, u, false);
+  BSON_APPEND_BOOL(one.get(), "multi", true);
+  return with_majority(update(kLanes, {&one}, false));
+}
+
+}  // namespace relaybus::mongo::commands

@@ -13,8 +13,11 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "core/attempt_end.hpp"
+#include "core/claim_protocol.hpp"
 #include "documents.hpp"
 #include "store/store.hpp"
 
@@ -89,5 +92,85 @@ Bson find_delivery(const std::string& event_id, const std::string& handler);
 // condition that the delivery is still as seen.
 std::optional<Bson> requeue_update(const std::string& event_id, const std::string& handler,
                                    const StoredDelivery& seen, std::int64_t now_ms);
+
+// --- the worker half. Builders of commands sent in a transaction carry no write concern
+// (the transaction's applies); the claim's own writes, which are not in one, carry
+// {w: "majority"}.
+
+// The fields the worker half reads of a lane, and of a delivery.
+std::vector<const char*> lane_fields();
+std::vector<const char*> work_fields();
+
+// The subscriptions (their policies too): every one (nullopt), or those of `handlers`.
+Bson find_subscribed(const std::optional<std::vector<std::string>>& handlers);
+// The lanes of `handlers` held under `worker`'s name.
+Bson find_held_lanes(const std::vector<std::string>& handlers, const std::string& worker);
+// Lanes by _id.
+Bson find_lanes(const std::vector<std::pair<std::string, std::int16_t>>& lanes);
+// Every lane owned under `worker`'s name, whatever the handler (relinquish, extend_lease).
+Bson find_owned_lanes(const std::string& worker);
+// Deliveries by (handler, event id); `pending_only` adds {status: "pending"}.
+Bson find_deliveries(const std::vector<std::pair<std::string, std::string>>& handler_event,
+                     bool pending_only);
+// The lanes of `handlers` with a pending delivery due at `now_ms`, each with its earliest
+// due time, oldest first: one aggregation over deliveries_claim ($sort by the index, then
+// $group with $first, which the server can answer with a DISTINCT_SCAN). At most
+// core::kLaneCount groups per handler.
+Bson lanes_with_work(const std::vector<std::string>& handlers, std::int64_t now_ms);
+// A lane's due pending deliveries not in `excluded`, in due order (availableAt, _id: the
+// event id within one handler), `skip` then at most `limit` of them.
+Bson find_candidates(const std::string& handler, std::int16_t lane,
+                     const std::vector<std::string>& excluded, std::int64_t now_ms, int skip,
+                     int limit);
+// The first (lowest) pending sequence of each of `keys` in the lane, over
+// deliveries_key_order: what core::has_pending_predecessor compares a candidate with.
+Bson first_pending_sequences(const std::string& handler, std::int16_t lane,
+                             const std::vector<std::string>& keys);
+
+// A takeover's charges: one unordered update, each statement on condition that the delivery
+// is still pending with the claims counter lock_lost read (`claims_read`, parallel).
+Bson charge_updates(const std::vector<core::Charge>& charges,
+                    const std::vector<std::int32_t>& claims_read, std::int64_t now_ms);
+
+// A claim's lane writes: one unordered update, one statement per lane, each conditional
+// on {_id, epoch: read_epoch}. Each statement is an upsert ($setOnInsert handler, lane):
+// a statement whose condition fails then tries to insert a second document with the lane's
+// _id and fails with DuplicateKey (11000), reported in writeErrors with the statement's
+// index. That is how the reply says, per statement, whether it matched: the update
+// command's n and nModified are totals. (A lane document is never deleted, so the insert
+// itself never happens.) Each is conditional on the lane's version as read too
+// (`read_versions`, parallel; nullopt: absent), and bumps it: an attempt end or another
+// claim of the same incarnation that changed inFlight since the read makes the write fail,
+// instead of being overwritten with the stale list. `holder` is what a new binding stores;
+// `lease_expires_at_ms` the lease of a held lane.
+Bson lane_writes(const std::vector<core::LaneUpdate>& updates,
+                 const std::vector<std::optional<std::int64_t>>& read_versions,
+                 const std::string& worker, const std::string& holder,
+                 std::int64_t lease_expires_at_ms);
+// The lost lists of these lanes were charged: cleared, at the epoch the claim wrote.
+Bson clear_lost(const std::vector<core::LaneRef>& lanes, const std::vector<std::int64_t>& epochs);
+
+// The claimed events (type, key, payload, createdAt).
+Bson find_events(const std::vector<std::string>& ids);
+
+// Completion, in a transaction: the deliveries whose tokens core::token_holds.
+Bson delete_deliveries(const std::vector<std::pair<std::string, std::string>>& handler_event);
+
+// fail / bury / release, in a transaction: the write core::end_attempt chose, on condition
+// that the delivery is still as read (pending, `claims_read`); `available_at_ms`: its new
+// due time (kRetry), or nullopt to keep it. `error` empty: lastError stays.
+Bson end_update(const std::string& handler, const std::string& event_id, std::int32_t claims_read,
+                const core::AttemptEnd& end, std::optional<std::int64_t> available_at_ms,
+                const std::string& error, std::int64_t now_ms);
+// The ended attempt leaves its lane's in-flight list (the lane's version bumped).
+Bson pull_in_flight(const std::string& handler, std::int16_t lane, const std::string& event_id);
+
+// relinquish: hands these lanes back (free, nothing in flight), each on condition that it
+// is as read (epoch, owner, holder, inFlight), so a claim in between keeps its lane; the
+// version is bumped.
+Bson hand_back(const std::vector<StoredLane>& lanes);
+// extend_lease: renews these lanes, on condition they are still the caller's.
+Bson renew(const std::vector<StoredLane>& lanes, const std::string& worker,
+           const std::string& holder, std::int64_t lease_expires_at_ms);
 
 }  // namespace relaybus::mongo::commands

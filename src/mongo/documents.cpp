@@ -318,4 +318,89 @@ std::string read_string_id(const bson_t* document) {
   return string_field(document, field::kId);
 }
 
+namespace {
+
+std::optional<std::int64_t> date_or_null_field(const bson_t* doc, const char* name) {
+  bson_iter_t it;
+  if (!find(doc, name, &it) || BSON_ITER_HOLDS_NULL(&it)) return std::nullopt;
+  if (!BSON_ITER_HOLDS_DATE_TIME(&it)) unreadable(name);
+  return bson_iter_date_time(&it);
+}
+
+std::int64_t date_field(const bson_t* doc, const char* name) {
+  const auto at = date_or_null_field(doc, name);
+  if (!at) unreadable(name);
+  return *at;
+}
+
+// An embedded document field, copied.
+Bson document_field(const bson_t* doc, const char* name) {
+  bson_iter_t it;
+  if (!find(doc, name, &it) || !BSON_ITER_HOLDS_DOCUMENT(&it)) unreadable(name);
+  std::uint32_t length = 0;
+  const std::uint8_t* data = nullptr;
+  bson_iter_document(&it, &length, &data);
+  bson_t* copy = bson_new_from_data(data, length);
+  if (!copy) unreadable(name);
+  return Bson(copy);
+}
+
+std::int16_t lane_number(std::int64_t value, const char* name) {
+  if (value < 0 || value >= core::kLaneCount) unreadable(name);
+  return static_cast<std::int16_t>(value);
+}
+
+}  // namespace
+
+StoredLane read_lane(const bson_t* lane) {
+  StoredLane l;
+  l.handler = string_field(lane, field::kHandler);
+  l.lane = lane_number(integer_field(lane, field::kLane), field::kLane);
+  l.epoch = integer_field(lane, field::kEpoch);
+  l.owner = string_or_null_field(lane, field::kOwner);
+  l.holder = string_or_null_field(lane, field::kHolder);
+  l.lease_expires_at_ms = date_or_null_field(lane, field::kLeaseExpiresAt);
+  l.in_flight = strings_field(lane, field::kInFlight);
+  l.lost = strings_field(lane, field::kLost);
+  bson_iter_t it;
+  if (find(lane, field::kVersion, &it)) l.version = integer_field(lane, field::kVersion);
+  return l;
+}
+
+WorkDelivery read_work_delivery(const bson_t* delivery) {
+  WorkDelivery d;
+  d.event_id = string_field(delivery, field::kEventId);
+  d.handler = string_field(delivery, field::kHandler);
+  d.key = string_or_null_field(delivery, field::kKey);
+  d.sequence = integer_field(delivery, field::kSequence);
+  d.status = string_field(delivery, field::kStatus);
+  if (d.status != kPending && d.status != kDead) unreadable(field::kStatus);
+  d.attempts = to_int32(integer_field(delivery, field::kAttempts), field::kAttempts);
+  d.claims = to_int32(integer_field(delivery, field::kClaims), field::kClaims);
+  d.available_at_ms = date_field(delivery, field::kAvailableAt);
+  return d;
+}
+
+ClaimedEvent read_claimed_event(const bson_t* event) {
+  ClaimedEvent e;
+  e.id = string_field(event, field::kId);
+  e.type = string_field(event, field::kType);
+  e.key = string_or_null_field(event, field::kKey);
+  const Bson payload = document_field(event, field::kPayload);
+  // libbson writes an empty document as "{ }"; the other stores return "{}".
+  e.payload = bson_empty(payload.get()) ? "{}" : payload.relaxed_json();
+  e.created_at_ms = date_field(event, field::kCreatedAt);
+  return e;
+}
+
+std::pair<std::string, std::int64_t> read_first_sequence(const bson_t* group) {
+  return {string_field(group, field::kId), integer_field(group, "first")};
+}
+
+std::pair<std::string, std::int16_t> read_lane_group(const bson_t* group) {
+  const Bson id = document_field(group, field::kId);
+  return {string_field(id.get(), field::kIdHandler),
+          lane_number(integer_field(id.get(), field::kIdLane), field::kIdLane)};
+}
+
 }  // namespace relaybus::mongo

@@ -19,7 +19,8 @@
 //                   availableAt: date, lastError: string|null, updatedAt: date}
 //   lanes          {_id: {h: handler, l: lane}, handler, lane: int32, epoch: int64,
 //                   owner: string|null, holder: string|null, leaseExpiresAt: date|null,
-//                   inFlight: [eventId..], lost: [eventId..]}
+//                   inFlight: [eventId..], lost: [eventId..], version: int64 (absent until
+//                   a claim writes the lane)}
 //   key_counters   {_id: key, last: int64}
 //
 // Storage: every multi-document write runs in a transaction with write concern
@@ -36,6 +37,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "store/store.hpp"
@@ -113,6 +115,9 @@ inline constexpr char kHolder[] = "holder";
 inline constexpr char kLeaseExpiresAt[] = "leaseExpiresAt";
 inline constexpr char kInFlight[] = "inFlight";
 inline constexpr char kLost[] = "lost";
+// Bumped by every write that changes inFlight (claims, attempt ends, hand-backs); absent on
+// a lane no claim has written yet. A claim's lane write is conditional on it too.
+inline constexpr char kVersion[] = "version";
 // key_counters
 inline constexpr char kLast[] = "last";
 }  // namespace field
@@ -194,5 +199,51 @@ store::Subscription read_subscription(const bson_t* subscription);
 
 // The string _id of a document (subscriptions, events, key_counters).
 std::string read_string_id(const bson_t* document);
+
+// --- the worker half's reads
+
+// A lanes document (projection: commands::kLaneFields).
+struct StoredLane {
+  std::string handler;
+  std::int16_t lane = 0;
+  std::int64_t epoch = 0;
+  std::optional<std::string> owner;
+  std::optional<std::string> holder;
+  std::optional<std::int64_t> lease_expires_at_ms;  // null: never leased
+  std::vector<std::string> in_flight;
+  std::vector<std::string> lost;
+  std::optional<std::int64_t> version;  // absent: never written by a claim
+};
+StoredLane read_lane(const bson_t* lane);
+
+// A deliveries document as the worker half reads it (projection: commands::kWorkFields).
+struct WorkDelivery {
+  std::string event_id;
+  std::string handler;
+  std::optional<std::string> key;
+  std::int64_t sequence = 0;
+  std::string status;
+  std::int32_t attempts = 0;
+  std::int32_t claims = 0;
+  std::int64_t available_at_ms = 0;
+  bool pending() const { return status == kPending; }
+};
+WorkDelivery read_work_delivery(const bson_t* delivery);
+
+// An events document as a claim returns it: the payload as relaxed extended JSON text.
+struct ClaimedEvent {
+  std::string id;
+  std::string type;
+  std::optional<std::string> key;
+  std::string payload;
+  std::int64_t created_at_ms = 0;
+};
+ClaimedEvent read_claimed_event(const bson_t* event);
+
+// One group of commands::first_pending_sequences: {_id: key, first: sequence}.
+std::pair<std::string, std::int64_t> read_first_sequence(const bson_t* group);
+
+// A group of commands::lanes_with_work: {_id: {h: handler, l: lane}, at: date}.
+std::pair<std::string, std::int16_t> read_lane_group(const bson_t* group);
 
 }  // namespace relaybus::mongo

@@ -8,14 +8,21 @@
 // kMaxTransactionAttempts runs of the body; or inside the caller's session and transaction),
 // requeue and lookup.
 //
-// NOT BUILT (issue 11): the worker half. claim, complete_many, fail, bury, release,
-// relinquish, extend_lease, listen and wait_for_wakeup throw StoreError kInternal
-// "relaybus MongoDB store: <method> is not built yet (issue 11)"; begin() returns nullptr.
-// They wait for core::run_claim's extension for stores without row locks.
+// BUILT TOO: the worker half. claim is core::run_claim in LaneConcurrency::kConditionalWrites
+// mode: nothing is locked, each step is its own command outside any transaction, every lane
+// write is conditional on the epoch the claim read (one unordered update per claim step,
+// per-lane results from DuplicateKey write errors, see commands::lane_writes).
+// complete_many, fail, bury and release each run in one transaction of their own; begin()
+// returns a MongoDB transaction to complete in. A Worker without holder gets the process's
+// random holder. listen() does nothing and wait_for_wakeup() sleeps its timeout (polling).
+// None of it has run against a real server (docs/mongodb.md).
+//
+// NOT BUILT (issue 11): unsubscribe, take over expired, purge, statistics, listing.
 //
 // Needs a replica set (MongoDB 4.0 or later) or a sharded cluster (4.2 or later):
 // transactions do not run on a standalone server. Call setup() first: before 4.4 a
-// transaction cannot create the collections it writes. Not thread-safe: one instance per thread, like every store.
+// transaction cannot create the collections it writes. Not thread-safe: one instance per thread,
+// like every store.
 #pragma once
 
 #include <mongoc/mongoc.h>
@@ -27,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "core/attempt_end.hpp"
 #include "store/store.hpp"
 
 namespace relaybus::mongo {
@@ -57,7 +65,9 @@ class MongoStore final : public store::Store {
   // Creates the collections and indexes. Repeatable: existing ones are left as they are.
   void setup();
 
-  // --- the worker half: not built yet (issue 11), each throws StoreError kInternal.
+  // --- the worker half: core::run_claim in LaneConcurrency::kConditionalWrites mode (no
+  // locks: every lane write conditional on the epoch read), completions and attempt ends in
+  // transactions. A Worker without holder gets the process's random holder (see .cpp).
   std::vector<store::Delivery> claim(const store::Worker& worker, int batch,
                                      std::chrono::milliseconds lease,
                                      const std::vector<std::string>& handlers) override;
@@ -69,7 +79,10 @@ class MongoStore final : public store::Store {
   int relinquish(const store::Worker& worker) override;
   int extend_lease(const store::Worker& worker, std::chrono::milliseconds lease) override;
   void listen() override;
+  // No notifications yet: returns false after sleeping `timeout` (polling).
   bool wait_for_wakeup(std::chrono::milliseconds timeout) override;
+  // A MongoDB transaction (a session of client(), majority, snapshot) to complete in.
+  std::unique_ptr<store::Transaction> begin() override;
 
   // --- the publisher half. Each validates everything before it sends a command.
   std::string publish(const store::Event& event) override;
@@ -104,6 +117,9 @@ class MongoStore final : public store::Store {
   std::vector<std::string> publish_events(mongoc_client_session_t* session,
                                           const std::vector<store::Event>& events, bool batch);
   void subscribe_checked(mongoc_client_session_t* session, const store::Subscription& s);
+  // fail, bury, release: one transaction; core::end_attempt decides.
+  core::AttemptResult end(const std::string& token, core::Ending ending, const std::string& error,
+                          std::optional<std::chrono::milliseconds> retry_after);
 
   mongoc_client_t* client_ = nullptr;
   std::string database_;

@@ -1,4 +1,4 @@
-"""Wire tests of setup, subscribe, requeue and lookup, and of the worker half's refusal.
+"""Wire tests of setup, subscribe, requeue and lookup.
 Run: admin_test.py DRIVER."""
 
 import datetime
@@ -170,14 +170,6 @@ class AdminTest(WireTest):
         (line,) = rs.output()
         self.assertTrue(line.startswith("error conflict 11000 "), line)
         self.assertIn("duplicate key", line)
-
-    def test_the_worker_half_is_not_built(self):
-        rs = self.rs
-        rs.start(["claim"])
-        (line,) = rs.output()
-        self.assertEqual(line, "error internal - relaybus MongoDB store: claim is not built yet "
-                               "(issue 11)")
-        self.assertEqual(rs.handshakes, 0)
 
 
 if __name__ == "__main__":

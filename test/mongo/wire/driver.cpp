@@ -11,7 +11,12 @@
 //   session_without_transaction  TYPE  KEY  PAYLOAD   (in a session with no transaction)
 //   requeue          EVENT_ID  HANDLER
 //   lookup           EVENT_ID  HANDLER
-//   claim                                    (the worker half: not built)
+//   claim            WORKER  HOLDER  BATCH  [HANDLER,...]   prints "<n> <token>,<token>..."
+//   complete         TOKEN[,TOKEN...]                       prints how many were completed
+//   fail             TOKEN  ERROR                           prints retry, dead or lost
+//   tx_complete      TOKEN                                  begin(), complete, commit
+//   relinquish       WORKER  HOLDER                         prints how many lanes went back
+//   extend           WORKER  HOLDER                         prints how many were renewed
 #include <iostream>
 #include <string>
 #include <vector>
@@ -119,8 +124,37 @@ std::string run(relaybus::mongo::MongoStore& store, const std::vector<std::strin
     auto state = store.lookup(f.at(1), f.at(2));
     return state ? state->status + " " + std::to_string(state->attempts) : "none";
   }
-  if (op == "claim")
-    return std::to_string(store.claim({"w", ""}, 1, std::chrono::seconds(1), {}).size());
+  if (op == "claim") {
+    std::vector<std::string> handlers;
+    if (auto h = optional_field(f, 4)) handlers = split(*h, ',');
+    const auto got = store.claim({f.at(1), f.at(2) == "-" ? "" : f.at(2)}, std::stoi(f.at(3)),
+                                 std::chrono::seconds(30), handlers);
+    std::vector<std::string> tokens;
+    for (const auto& d : got) tokens.push_back(d.token);
+    return std::to_string(got.size()) + " " + join(tokens);
+  }
+  if (op == "complete") return std::to_string(store.complete_many(split(f.at(1), ',')));
+  if (op == "fail") {
+    switch (store.fail(f.at(1), f.at(2))) {
+      case relaybus::store::FailOutcome::kRetry:
+        return "retry";
+      case relaybus::store::FailOutcome::kDead:
+        return "dead";
+      default:
+        return "lost";
+    }
+  }
+  if (op == "relinquish")
+    return std::to_string(store.relinquish({f.at(1), f.at(2) == "-" ? "" : f.at(2)}));
+  if (op == "extend")
+    return std::to_string(
+        store.extend_lease({f.at(1), f.at(2) == "-" ? "" : f.at(2)}, std::chrono::seconds(30)));
+  if (op == "tx_complete") {
+    auto tx = store.begin();
+    const bool done = tx->complete(f.at(1));
+    tx->commit();
+    return done ? "completed" : "lost";
+  }
   return "unknown operation " + op;
 }
 
