@@ -149,8 +149,10 @@ enum class LaneConcurrency {
   // Its reads lock the lanes (PostgreSQL: FOR UPDATE, SKIP LOCKED): a claim's writes cannot
   // fail, so a takeover charges what was in flight at once.
   kLocks,
-  // Nothing is locked (MongoDB): every lane write is conditional on the epoch the claim
-  // read and may fail, because another claim got there first. Then a takeover records the
+  // Nothing is locked (MongoDB): every lane write is conditional on the lane being as the
+  // claim read it (its epoch, and a write counter the store keeps that every lane write
+  // moves, an attempt's end included) and may fail, because another write got there first. Then a
+  // takeover records the
   // in-flight deliveries as lost in the write that bumps the epoch and charges them only
   // once that write took effect (they run in a later claim, not this one); a lane whose
   // write failed gives up its picks; a lane found with a lost list left by a claim that

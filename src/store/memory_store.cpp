@@ -113,7 +113,14 @@ class MemoryClaimStore final : public core::ClaimStore {
     auto step = lock_step();
     for (std::size_t i = 0; i < lanes.size(); ++i) {
       auto& lane = bus_.lane(lanes[i].handler, lanes[i].lane);
-      if (lane.epoch == epochs[i]) lane.lost.clear();
+      if (lane.epoch != epochs[i]) continue;
+      lane.lost.clear();
+      // Still as this claim last wrote it: the claim's next write may follow this one.
+      // Changed meanwhile: that next write must find it changed.
+      auto& seen = versions_[{lanes[i].handler, lanes[i].lane}];
+      const bool unchanged = seen == lane.version;
+      ++lane.version;
+      if (unchanged) seen = lane.version;
     }
   }
 
@@ -270,10 +277,14 @@ class MemoryClaimStore final : public core::ClaimStore {
       // Conditional on the epoch the claim read; and a lane with a completion in progress
       // does not change hands under it (in MongoDB the takeover's charge and the
       // completion write the same delivery documents, and one of them fails).
-      const bool applies = !conditional() || (lane.epoch == u.read_epoch &&
-                                              (lane.pins == 0 || u.write.epoch == lane.epoch));
+      const auto read = versions_.find({u.handler, u.lane});
+      const bool applies =
+          !conditional() ||
+          (lane.epoch == u.read_epoch && read != versions_.end() && read->second == lane.version &&
+           (lane.pins == 0 || u.write.epoch == lane.epoch));
       took.push_back(applies);
       if (!applies) continue;
+      versions_[{u.handler, u.lane}] = ++lane.version;
       lane.epoch = u.write.epoch;
       lane.lost = u.lost;
       if (!u.write.hold) {
@@ -300,8 +311,10 @@ class MemoryClaimStore final : public core::ClaimStore {
   }
 
  private:
-  static core::LaneSnapshot snapshot(const MemoryBus::LaneKey& key, const MemoryBus::Lane& lane,
-                                     std::vector<std::string> in_flight) {
+  // A lane as read now; its version is remembered for the conditional write.
+  core::LaneSnapshot snapshot(const MemoryBus::LaneKey& key, const MemoryBus::Lane& lane,
+                              std::vector<std::string> in_flight) {
+    versions_[key] = lane.version;
     return {key.first, key.second, lane.epoch, std::move(in_flight), lane.lost};
   }
 
@@ -342,6 +355,7 @@ class MemoryClaimStore final : public core::ClaimStore {
   std::uint64_t instance_;
   std::chrono::milliseconds lease_;
   Clock::time_point now_;
+  std::map<MemoryBus::LaneKey, std::int64_t> versions_;  // of each lane as read or written
 };
 
 // ---------------------------------------------------------------- transactions
@@ -503,6 +517,7 @@ core::AttemptResult MemoryStore::end(const std::string& token_text, core::Ending
     if (ending != core::Ending::kRelease && !error.empty()) d.last_error = error;
     auto& f = bus_->lane(token.handler, token.lane).in_flight;
     f.erase(std::remove(f.begin(), f.end(), token.event_id), f.end());
+    ++bus_->lane(token.handler, token.lane).version;
     return end.result;
   });
 }
@@ -537,6 +552,7 @@ int MemoryStore::relinquish(const Worker& worker) {
       const bool same = lane.holder && *lane.holder == worker.holder;
       if (!core::relinquish_covers(lane.holder.has_value(), same, !worker.holder.empty())) continue;
       if (!core::relinquishes(bus_->live_in_flight(key.first, lane).size())) continue;
+      ++lane.version;
       lane.owner.reset();
       lane.holder.reset();
       lane.instance.reset();

@@ -59,7 +59,13 @@ class MemoryBus {
     Clock::time_point expires{};
     std::vector<std::string> in_flight;  // pruned lazily, as in the PostgreSQL store
     std::vector<std::string> lost;       // kConditionalWrites: taken over, not yet charged
-    int pins = 0;                        // open transactions that completed a delivery of this lane
+    // Moved by every write of the lane (a claim's, an attempt's end, relinquish): with
+    // kConditionalWrites a claim writes only a lane still as it read it. The epoch alone
+    // is not enough: an attempt that ends during its worker's next claim takes its
+    // delivery off in_flight without moving the epoch, and that claim's write would put
+    // it back, listed and pending, where nobody would run it again.
+    std::int64_t version = 0;
+    int pins = 0;  // open transactions that completed a delivery of this lane
   };
   struct Delivery {
     std::int16_t lane = 0;

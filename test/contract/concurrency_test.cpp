@@ -80,5 +80,54 @@ TEST_P(Contract, ConcurrentWorkersNeverShareADeliveryAndKeepKeyOrder) {
     EXPECT_EQ(admin->lookup(prefix + "-" + std::to_string(i), h), std::nullopt);
 }
 
+// One incarnation on two connections, claiming and failing at the same time: an attempt
+// that ends while the same worker's next claim is in progress is not written back into
+// the lane's in-flight list by that claim (where it would sit, pending and listed, and
+// never run again while the worker kept the lane). Every delivery completes.
+TEST_P(Contract, AnAttemptEndingDuringItsWorkersNextClaimIsNotStranded) {
+  constexpr int kEvents = 120;
+  auto admin = open();
+  const std::string type = unique_name("type");
+  const std::string h = subscribe(*admin, "h", {type});
+  std::vector<Event> events;
+  const std::string prefix = unique_name("e");
+  // All in one lane, so every claim and every fail meet on the same lane document.
+  for (const auto& id : ids_in_lane(prefix, core::lane_of(prefix), kEvents))
+    events.push_back(event(type, id));
+  admin->publish_batch(events);
+  const Worker me = worker("pool");
+
+  std::atomic<int> completed{0};
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  std::vector<std::thread> connections;
+  for (int c = 0; c < 2; ++c) {
+    connections.emplace_back([&, c] {
+      auto s = open();
+      int round = 0;
+      while (completed < kEvents && std::chrono::steady_clock::now() < deadline) {
+        const auto got = claim(*s, me, {h}, 5);
+        if (got.empty()) {
+          std::this_thread::sleep_for(1ms);
+          continue;
+        }
+        // Every other round fails its first delivery (due again at once), so attempt
+        // ends keep racing the other connection's claims.
+        std::vector<std::string> done;
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          if (i == 0 && (round + c) % 2 == 0 && got[i].attempts < 3) {
+            s->fail(got[i].token, "again", 0ms);
+          } else {
+            done.push_back(got[i].token);
+          }
+        }
+        ++round;
+        if (!done.empty()) completed += s->complete_many(done);
+      }
+    });
+  }
+  for (auto& t : connections) t.join();
+  EXPECT_EQ(completed.load(), kEvents) << "deliveries were stranded in the lane";
+}
+
 }  // namespace
 }  // namespace relaybus::contract
