@@ -13,6 +13,15 @@ namespace relaybus::mongo::commands {
 
 namespace {
 
+// $inc: {claims: 1}. Every end of a claim moves the delivery's claims counter, which kills
+// the token that ended it (core::token_holds).
+void append_claims_bump(bson_t* u) {
+  bson_t inc;
+  bson_append_document_begin(u, "$inc", -1, &inc);
+  bson_append_int32(&inc, field::kClaims, -1, 1);
+  bson_append_document_end(u, &inc);
+}
+
 // Appends docs as an array.
 void append_documents(bson_t* doc, const char* name, const std::vector<const Bson*>& docs) {
   bson_t array;
@@ -302,10 +311,7 @@ std::optional<Bson> requeue_update(const std::string& event_id, const std::strin
   bson_append_date_time(&set, field::kAvailableAt, -1, now_ms);
   bson_append_date_time(&set, field::kUpdatedAt, -1, now_ms);
   bson_append_document_end(u.get(), &set);
-  bson_t inc;
-  bson_append_document_begin(u.get(), "$inc", -1, &inc);
-  bson_append_int32(&inc, field::kClaims, -1, 1);
-  bson_append_document_end(u.get(), &inc);
+  append_claims_bump(u.get());
   Bson one = statement(q, u, false);
   return update(kDeliveries, {&one}, true);
 }
@@ -533,10 +539,7 @@ Bson charge_updates(const std::vector<core::Charge>& charges,
     BSON_APPEND_UTF8(&set, field::kLastError, core::kLeaseLostError);
     bson_append_date_time(&set, field::kUpdatedAt, -1, now_ms);
     bson_append_document_end(u.get(), &set);
-    bson_t inc;
-    bson_append_document_begin(u.get(), "$inc", -1, &inc);
-    bson_append_int32(&inc, field::kClaims, -1, 1);
-    bson_append_document_end(u.get(), &inc);
+    append_claims_bump(u.get());
     statements.push_back(statement(q, u, false));
   }
   std::vector<const Bson*> raw;
@@ -662,10 +665,7 @@ Bson end_update(const std::string& handler, const std::string& event_id, std::in
   if (!error.empty()) append_string(&set, field::kLastError, error);
   bson_append_date_time(&set, field::kUpdatedAt, -1, now_ms);
   bson_append_document_end(u.get(), &set);
-  bson_t inc;
-  bson_append_document_begin(u.get(), "$inc", -1, &inc);
-  bson_append_int32(&inc, field::kClaims, -1, 1);
-  bson_append_document_end(u.get(), &inc);
+  append_claims_bump(u.get());
   Bson one = statement(q, u, false);
   return update(kDeliveries, {&one}, true);
 }
