@@ -128,6 +128,8 @@ MONGO_CXXFLAGS = -std=c++17 -O2 -g -fPIC -Wall -Wextra -Isrc $(MONGO_CFLAGS) -MM
 MONGO_SRCS = $(sort $(wildcard src/mongo/*.cpp))
 MONGO_OBJS = $(patsubst src/%.cpp,build/mongo/%.o,$(MONGO_SRCS) $(CORE_SRCS))
 MONGO_LIB = lib/librelaybus_mongo.a
+# The headers mongo-install installs; the other src/mongo/*.hpp are internal to the library.
+MONGO_PUBLIC_HDRS = src/mongo/commands.hpp src/mongo/documents.hpp src/mongo/mongo_store.hpp
 # The Python with Debian's python3-mockupdb and python3-pymongo (not a pyenv shim).
 MONGO_PYTHON ?= /usr/bin/python3
 
@@ -170,7 +172,7 @@ mongo-install: $(MONGO_LIB)
 	  $(DESTDIR)$(MONGO_PREFIX)/include/relaybus/mongo $(DESTDIR)$(MONGO_PREFIX)/include/relaybus/core \
 	  $(DESTDIR)$(MONGO_PREFIX)/include/relaybus/store
 	install -m 644 $(MONGO_LIB) $(DESTDIR)$(MONGO_PREFIX)/lib/
-	install -m 644 src/mongo/*.hpp $(DESTDIR)$(MONGO_PREFIX)/include/relaybus/mongo/
+	install -m 644 $(MONGO_PUBLIC_HDRS) $(DESTDIR)$(MONGO_PREFIX)/include/relaybus/mongo/
 	install -m 644 src/core/*.hpp $(DESTDIR)$(MONGO_PREFIX)/include/relaybus/core/
 	install -m 644 src/store/store.hpp $(DESTDIR)$(MONGO_PREFIX)/include/relaybus/store/
 	sed -e 's|@PREFIX@|$(MONGO_PREFIX)|' -e 's|@VERSION@|$(MONGO_VERSION)|' relaybus-mongo.pc.in \

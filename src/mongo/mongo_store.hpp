@@ -67,7 +67,7 @@ class MongoStore final : public store::Store {
 
   // --- the worker half: core::run_claim in LaneConcurrency::kConditionalWrites mode (no
   // locks: every lane write conditional on the epoch read), completions and attempt ends in
-  // transactions. A Worker without holder gets the process's random holder (see .cpp).
+  // transactions. A Worker without holder gets the process's random holder (see lanes.hpp).
   std::vector<store::Delivery> claim(const store::Worker& worker, int batch,
                                      std::chrono::milliseconds lease,
                                      const std::vector<std::string>& handlers) override;
