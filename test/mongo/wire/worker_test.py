@@ -49,6 +49,18 @@ class WorkerTest(WireTest):
         for field in ("startTransaction", "autocommit", "txnNumber"):
             self.assertNotIn(field, request.doc, request.doc)
 
+    def claim_free_lane_7(self):
+        """Starts claim(batch 1) and answers it up to the candidates: no lanes held, lane 7
+        of handler mailer has due work, and is free at epoch 3."""
+        rs = self.rs
+        rs.start(["claim", "w", "H", "1"])
+        self.cursor(rs.expect("find"), [subscription()], "subscriptions")
+        self.cursor(rs.expect("find"), [], "lanes")
+        self.cursor(rs.expect("aggregate"), [{"_id": {"h": "mailer", "l": 7}, "at": now()}],
+                    "deliveries")
+        for _ in range(2):
+            self.cursor(rs.expect("find"), [lane(7, 3)], "lanes")
+
     def test_a_claim_writes_lanes_conditionally_and_gives_up_a_lane_it_lost(self):
         rs = self.rs
         rs.start(["claim", "w", "H", "2"])
@@ -123,13 +135,7 @@ class WorkerTest(WireTest):
 
     def test_another_write_error_on_the_lanes_fails_the_claim(self):
         rs = self.rs
-        rs.start(["claim", "w", "H", "1"])
-        self.cursor(rs.expect("find"), [subscription()], "subscriptions")
-        self.cursor(rs.expect("find"), [], "lanes")
-        self.cursor(rs.expect("aggregate"), [{"_id": {"h": "mailer", "l": 7}, "at": now()}],
-                    "deliveries")
-        for _ in range(2):
-            self.cursor(rs.expect("find"), [lane(7, 3)], "lanes")
+        self.claim_free_lane_7()
         self.cursor(rs.expect("find"), [delivery("e1")], "deliveries")
         rs.expect("update").ok(n=0, writeErrors=[
             {"index": 0, "code": 121, "errmsg": "Document failed validation"}])
@@ -303,13 +309,7 @@ class WorkerTest(WireTest):
 
     def test_a_delivery_with_a_pending_predecessor_does_not_use_up_the_room(self):
         rs = self.rs
-        rs.start(["claim", "w", "H", "1"])
-        self.cursor(rs.expect("find"), [subscription()], "subscriptions")
-        self.cursor(rs.expect("find"), [], "lanes")
-        self.cursor(rs.expect("aggregate"), [{"_id": {"h": "mailer", "l": 7}, "at": now()}],
-                    "deliveries")
-        for _ in range(2):
-            self.cursor(rs.expect("find"), [lane(7, 3)], "lanes")
+        self.claim_free_lane_7()
         first = rs.expect("find")
         self.assertEqual(first.doc["limit"], 1)
         self.assertNotIn("skip", first.doc)
