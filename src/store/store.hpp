@@ -91,6 +91,42 @@ struct DeliveryState {
   }
 };
 
+// One handler's counts, as the operator sees them.
+struct HandlerStatistics {
+  std::string handler;
+  std::int64_t pending = 0;     // waiting: not in any held lane's in-flight list
+  std::int64_t processing = 0;  // in flight: claimed under a lease, not yet ended
+  std::int64_t dead = 0;
+  std::int64_t completed = 0;  // completion history (0 when the store keeps none)
+  // Creation time of the oldest waiting delivery, microseconds since the Unix epoch.
+  std::optional<std::int64_t> oldest_pending_us;
+};
+
+// The statuses list_deliveries() accepts and reports.
+inline constexpr const char* kListableStatuses[] = {"pending", "processing", "dead",
+                                                    "completed"};
+
+// Which deliveries to list. Everything empty: pending, processing and dead of every handler.
+struct DeliveryFilter {
+  std::optional<std::string> status;  // one of kListableStatuses ("completed": the history)
+  std::optional<std::string> handler;
+  int max_rows = 100;  // zero or more
+};
+
+// One listed delivery, newest first.
+struct ListedDelivery {
+  std::string event_id;
+  std::string handler;
+  std::string type;
+  std::optional<std::string> key;
+  std::string status;  // one of kListableStatuses
+  int attempts = 0;
+  std::optional<std::int64_t> available_at_us;  // none for the completion history
+  std::optional<std::string> last_error;
+  std::optional<std::string> lease_owner;  // the worker holding its lane, when processing
+  std::int64_t created_at_us = 0;          // the history: when it completed
+};
+
 // Completion inside the caller's own transaction, where the store has transactions: the
 // handler's writes and the completion commit together or not at all (effectively-once for
 // transactional handlers). Destroying it uncommitted rolls back.
@@ -151,6 +187,26 @@ class Store {
   // The delivery's state; nullopt once completed (or never published).
   virtual std::optional<DeliveryState> lookup(const std::string& event_id,
                                               const std::string& handler) = 0;
+  // Removes the subscription (kUndefinedObject if there is none). Its deliveries and lanes
+  // stay: a re-subscribe resumes them; purge_expired() removes its pending ones once older
+  // than the dead-letter retention.
+  virtual void unsubscribe(const std::string& handler) = 0;
+  // requeue() for every dead delivery of `handler` (nullopt: of every handler); returns how
+  // many. kUndefinedObject for a handler neither subscribed nor with deliveries.
+  virtual std::int64_t requeue_dead(const std::optional<std::string>& handler) = 0;
+  // Per handler (subscribed, with deliveries left, or with completion history), by name.
+  virtual std::vector<HandlerStatistics> statistics() = 0;
+  // kInvalidParameter for an unknown status or a negative max_rows.
+  virtual std::vector<ListedDelivery> list_deliveries(const DeliveryFilter& filter) = 0;
+
+  // --- maintenance: what the PostgreSQL extension's background worker runs on its own,
+  // and an operator (`relaybus maintain`) runs for a store without one.
+  // Takes over lanes whose lease expired, charging each delivery in flight one attempt
+  // (dead-lettering those out of attempts); returns how many lanes.
+  virtual int take_over_expired() = 0;
+  // Deletes what the store's retention has expired (dead letters, history, events without
+  // deliveries) in bounded slices; returns how many. Call it until it returns 0.
+  virtual std::int64_t purge_expired() = 0;
 };
 
 // Opens a new store instance (a new connection) for a thread of the dispatcher.
