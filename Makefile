@@ -71,6 +71,8 @@ CLIENT_CXXFLAGS = -std=c++17 -O2 -g -Wall -Wextra -Isrc -I$(shell $(PG_CONFIG) -
 # implementations that need no server (src/store).
 STORE_SRCS = $(sort $(wildcard src/store/*.cpp))
 CLIENT_SRCS = $(sort $(wildcard src/client/*.cpp)) $(CORE_SRCS) $(STORE_SRCS)
+# PgStore: the only sources of the runtime that need libpq.
+PG_STORE_SRCS = src/client/pg_store.cpp src/client/pg_operator.cpp
 CLIENT_CLI_SRCS = $(sort $(wildcard src/client/cli/*.cpp))
 CLIENT_HDRS = $(wildcard src/client/*.hpp src/client/cli/*.hpp src/store/*.hpp src/core/*.hpp)
 bin/relaybus: $(CLIENT_SRCS) $(CLIENT_CLI_SRCS) $(CLIENT_HDRS)
@@ -86,10 +88,10 @@ endif
 
 # Dispatcher unit tests against an in-memory store (no libpq, no server).
 CLIENT_TEST_SRCS = $(sort $(wildcard test/client/*.cpp))
-test/client/client_tests: $(CLIENT_TEST_SRCS) $(filter-out src/client/pg_store.cpp,$(CLIENT_SRCS)) \
+test/client/client_tests: $(CLIENT_TEST_SRCS) $(filter-out $(PG_STORE_SRCS),$(CLIENT_SRCS)) \
                           $(CLIENT_HDRS) $(wildcard test/client/*.hpp)
 	$(CXX) -std=c++17 -O1 -g -Wall -Wextra -Isrc -Itest -o $@ $(CLIENT_TEST_SRCS) \
-	  $(filter-out src/client/pg_store.cpp,$(CLIENT_SRCS)) -lgtest -lgtest_main -pthread
+	  $(filter-out $(PG_STORE_SRCS),$(CLIENT_SRCS)) -lgtest -lgtest_main -pthread
 client-tests: test/client/client_tests
 	./test/client/client_tests
 
@@ -97,7 +99,7 @@ client-tests: test/client/client_tests
 # against every backend in test/contract/*_backend.cpp: the in-memory store (when
 # src/store/memory_store.hpp exists) and PgStore on the database RELAYBUS_CONTRACT_PG
 # names (a libpq connection string; unset: that backend is skipped).
-CONTRACT_SRCS = $(sort $(wildcard test/contract/*.cpp)) src/client/pg_store.cpp $(CORE_SRCS) \
+CONTRACT_SRCS = $(sort $(wildcard test/contract/*.cpp)) $(PG_STORE_SRCS) $(CORE_SRCS) \
                 $(sort $(wildcard src/store/*.cpp))
 # The MongoDB backend (test/contract/mongo_backend.cpp, on a replica set named by
 # RELAYBUS_MONGO_URI; skipped, with one line saying so, while that is unset) is built in

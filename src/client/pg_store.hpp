@@ -40,6 +40,13 @@ class PgStore final : public Store {
   bool requeue(const std::string& event_id, const std::string& handler) override;
   std::optional<store::DeliveryState> lookup(const std::string& event_id,
                                              const std::string& handler) override;
+  // The operator half and maintenance (pg_operator.cpp): the SQL functions of the same names.
+  void unsubscribe(const std::string& handler) override;
+  std::int64_t requeue_dead(const std::optional<std::string>& handler) override;
+  std::vector<store::HandlerStatistics> statistics() override;
+  std::vector<store::ListedDelivery> list_deliveries(const store::DeliveryFilter& filter) override;
+  int take_over_expired() override;
+  std::int64_t purge_expired() override;
 
   // The libpq connection, for a handler's statements inside begin()'s transaction.
   pg_conn* connection() const { return conn_; }

@@ -46,8 +46,8 @@ int take_over_expired_lanes(ClaimStore& store, const std::vector<LaneSnapshot>& 
     if (i >= took.size() || !took[i]) continue;
     ++taken;
     if (updates[i].lost.empty()) continue;
-    owed.push_back({updates[i].handler, updates[i].lane, updates[i].write.epoch, updates[i].lost,
-                    {}});
+    owed.push_back(
+        {updates[i].handler, updates[i].lane, updates[i].write.epoch, updates[i].lost, {}});
     refs.push_back({updates[i].handler, updates[i].lane});
     epochs.push_back(updates[i].write.epoch);
   }

@@ -7,6 +7,7 @@
 #include "core/claim_protocol.hpp"
 #include "core/claim_request.hpp"
 #include "core/error.hpp"
+#include "core/expired_takeover.hpp"
 #include "core/lane.hpp"
 #include "core/republish.hpp"
 
@@ -193,6 +194,7 @@ class MemoryClaimStore final : public core::ClaimStore {
       d.dead = c.dead;
       ++d.claims;
       d.last_error = core::kLeaseLostError;
+      d.updated_at = now_;
     }
   }
 
@@ -308,6 +310,13 @@ class MemoryClaimStore final : public core::ClaimStore {
       lane.in_flight = u.in_flight;
     }
     return took;
+  }
+
+  // A lane as read now, outside a claim (the maintenance takeover), with its live
+  // in-flight deliveries; its version is remembered for the conditional write.
+  core::LaneSnapshot read_lane(const MemoryBus::LaneKey& key) {
+    const auto& lane = bus_.lanes_.at(key);
+    return snapshot(key, lane, bus_.live_in_flight(key.first, lane));
   }
 
  private:
@@ -511,6 +520,7 @@ core::AttemptResult MemoryStore::end(const std::string& token_text, core::Ending
     auto& d = it->second;
     d.dead = end.dead;
     d.attempts = end.attempts;
+    d.updated_at = bus_->now();
     ++d.claims;
     if (end.result == core::AttemptResult::kRetry)
       d.available_at = bus_->now() + (retry_after ? *retry_after : us(end.delay_us));
@@ -632,7 +642,7 @@ std::string MemoryStore::publish_locked(const Event& in) {
   std::vector<std::string> added;
   if (existing == bus_->events_.end()) {
     added = core::handlers_to_add(targets, {});
-    bus_->events_[event_id] = {in.type, in.key, in.payload, added, utc_now()};
+    bus_->events_[event_id] = {in.type, in.key, in.payload, added, utc_now(), bus_->now()};
   } else {
     added = core::handlers_to_add(targets, existing->second.handlers);
     auto& had = existing->second.handlers;
@@ -648,6 +658,10 @@ std::string MemoryStore::publish_locked(const Event& in) {
     d.lane = core::lane_of(event.key ? *event.key : event_id);
     d.sequence = sequence;
     d.available_at = due;
+    d.created_at = d.updated_at = bus_->now();
+    d.created_wall_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
     bus_->deliveries_[{handler, event_id}] = d;
   }
   if (!added.empty()) ++bus_->publications_;
@@ -698,10 +712,27 @@ bool MemoryStore::requeue(const std::string& event_id, const std::string& handle
   d.dead = false;
   d.attempts = core::kRequeuedAttempts;
   ++d.claims;
-  d.available_at = bus_->now();
+  d.available_at = d.updated_at = bus_->now();
   ++bus_->publications_;
   bus_->published_.notify_all();
   return true;
+}
+
+int MemoryStore::take_over_expired() {
+  std::unique_lock<std::mutex> lock(bus_->mutex_);
+  const Worker nobody;  // hands lanes back: no worker is written
+  MemoryClaimStore store(*bus_, nobody, instance_, std::chrono::milliseconds(0));
+  std::vector<core::LaneSnapshot> expired;
+  for (const auto& [key, lane] : bus_->lanes_) {
+    // A lane with a completion in progress is left for a later round, as PostgreSQL's
+    // SKIP LOCKED leaves it.
+    if (core::due_for_takeover(lane.owner.has_value(), lane.expires <= bus_->now()) &&
+        lane.pins == 0)
+      expired.push_back(store.read_lane(key));
+  }
+  // kConditionalWrites: each step of the takeover takes the lock itself, as a claim's do.
+  if (bus_->concurrency_ == core::LaneConcurrency::kConditionalWrites) lock.unlock();
+  return core::take_over_expired_lanes(store, expired);
 }
 
 std::optional<DeliveryState> MemoryStore::lookup(const std::string& event_id,

@@ -76,7 +76,10 @@ class MemoryBus {
     std::int32_t claims = 0;
     Clock::time_point available_at{};
     std::string last_error;
-    bool completing = false;  // completed in a transaction still open: others wait for it
+    Clock::time_point created_at{};    // on the bus's clock: retention
+    Clock::time_point updated_at{};    // on the bus's clock: retention of dead letters
+    std::int64_t created_wall_us = 0;  // wall clock: statistics and listing
+    bool completing = false;           // completed in a transaction still open: others wait for it
   };
   struct Event {
     std::string type;
@@ -84,6 +87,7 @@ class MemoryBus {
     std::string payload;
     std::vector<std::string> handlers;  // every handler it ever had (inbox deduplication)
     std::string published_at;
+    Clock::time_point published{};  // on the bus's clock: retention
   };
   using DeliveryKey = std::pair<std::string, std::string>;  // handler, event id
   using LaneKey = std::pair<std::string, std::int16_t>;     // handler, lane
@@ -140,6 +144,17 @@ class MemoryStore final : public Store {
   bool requeue(const std::string& event_id, const std::string& handler) override;
   std::optional<DeliveryState> lookup(const std::string& event_id,
                                       const std::string& handler) override;
+  // The operator half (memory_operator.cpp). This store keeps no completion history:
+  // `completed` is always 0 and listing "completed" lists nothing.
+  void unsubscribe(const std::string& handler) override;
+  std::int64_t requeue_dead(const std::optional<std::string>& handler) override;
+  std::vector<HandlerStatistics> statistics() override;
+  std::vector<ListedDelivery> list_deliveries(const DeliveryFilter& filter) override;
+  int take_over_expired() override;
+  std::int64_t purge_expired() override;
+  // This instance's retention for purge_expired (PostgreSQL: relaybus.retention_completed
+  // and relaybus.retention_dead, with the same defaults), measured on the bus's clock.
+  void set_retention(std::chrono::milliseconds completed, std::chrono::milliseconds dead);
 
  private:
   friend class MemoryTransaction;
@@ -147,12 +162,17 @@ class MemoryStore final : public Store {
   core::AttemptResult end(const std::string& token, core::Ending ending, const std::string& error,
                           std::optional<std::chrono::milliseconds> retry_after);
   void check_publishable(const Event& event) const;
+  // The worker whose held lane lists this pending delivery as in flight, if one does.
+  std::optional<std::string> holding_worker(const std::string& handler, std::int16_t lane,
+                                            const std::string& event_id) const;
   std::string publish_locked(const Event& event);
 
   std::shared_ptr<MemoryBus> bus_;
   std::uint64_t instance_;
   std::uint64_t seen_publications_ = 0;
   bool listening_ = false;
+  std::chrono::milliseconds retention_completed_ = std::chrono::hours(7 * 24);
+  std::chrono::milliseconds retention_dead_ = std::chrono::hours(14 * 24);
 };
 
 }  // namespace relaybus::store

@@ -103,8 +103,7 @@ struct HandlerStatistics {
 };
 
 // The statuses list_deliveries() accepts and reports.
-inline constexpr const char* kListableStatuses[] = {"pending", "processing", "dead",
-                                                    "completed"};
+inline constexpr const char* kListableStatuses[] = {"pending", "processing", "dead", "completed"};
 
 // Which deliveries to list. Everything empty: pending, processing and dead of every handler.
 struct DeliveryFilter {
@@ -112,6 +111,21 @@ struct DeliveryFilter {
   std::optional<std::string> handler;
   int max_rows = 100;  // zero or more
 };
+
+// kInvalidParameter for an unknown status or a negative max_rows: every store checks a
+// filter with this before it reads anything.
+inline void validate(const DeliveryFilter& filter) {
+  if (filter.status) {
+    bool known = false;
+    for (const char* s : kListableStatuses) known = known || *filter.status == s;
+    if (!known)
+      throw StoreError(core::ErrorCode::kInvalidParameter,
+                       "unknown status \"" + *filter.status +
+                           "\": use pending, processing, dead, completed or none");
+  }
+  if (filter.max_rows < 0)
+    throw StoreError(core::ErrorCode::kInvalidParameter, "max_rows must be zero or more");
+}
 
 // One listed delivery, newest first.
 struct ListedDelivery {

@@ -178,6 +178,27 @@ class FakeStore final : public Store {
     refuse("lookup");
     return std::nullopt;
   }
+  void unsubscribe(const std::string&) override { refuse("unsubscribe"); }
+  std::int64_t requeue_dead(const std::optional<std::string>&) override {
+    refuse("requeue_dead");
+    return 0;
+  }
+  std::vector<store::HandlerStatistics> statistics() override {
+    refuse("statistics");
+    return {};
+  }
+  std::vector<store::ListedDelivery> list_deliveries(const store::DeliveryFilter&) override {
+    refuse("list_deliveries");
+    return {};
+  }
+  int take_over_expired() override {
+    refuse("take_over_expired");
+    return 0;
+  }
+  std::int64_t purge_expired() override {
+    refuse("purge_expired");
+    return 0;
+  }
 
  private:
   std::string refuse(const char* call) {

@@ -20,6 +20,9 @@ class Backend {
   virtual ~Backend() = default;
   // A new store instance (a new connection): each one is used by one thread.
   virtual std::unique_ptr<store::Store> open() = 0;
+  // A new store instance whose retention is zero: every dead letter and every event
+  // without deliveries has expired for its purge_expired().
+  virtual std::unique_ptr<store::Store> open_expiring() = 0;
 };
 
 // How a backend is registered: `unavailable` returns why it cannot run here (for example

@@ -56,6 +56,7 @@ class Contract : public ::testing::TestWithParam<std::string> {
 
   // A new store instance (connection) on this test's bus.
   std::unique_ptr<Store> open() { return backend_->open(); }
+  Backend& backend() { return *backend_; }
 
   // Subscribes a handler named after `stem` to `types`; returns its name.
   static std::string subscribe(Store& s, const std::string& stem,

@@ -15,6 +15,11 @@ class MemoryBackend final : public Backend {
   std::unique_ptr<store::Store> open() override {
     return std::make_unique<store::MemoryStore>(bus_);
   }
+  std::unique_ptr<store::Store> open_expiring() override {
+    auto s = std::make_unique<store::MemoryStore>(bus_);
+    s->set_retention(std::chrono::milliseconds(0), std::chrono::milliseconds(0));
+    return s;
+  }
 
  private:
   std::shared_ptr<store::MemoryBus> bus_;

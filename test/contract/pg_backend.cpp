@@ -1,7 +1,10 @@
 // The contract over relaybus::client::PgStore: a database with the extension created,
 // named by the libpq connection string in RELAYBUS_CONTRACT_PG (scripts/run-tests makes
 // one, `relaybus_contract`). Unset: the backend is skipped.
+#include <libpq-fe.h>
+
 #include <cstdlib>
+#include <stdexcept>
 
 #include "client/pg_store.hpp"
 #include "contract/backend.hpp"
@@ -18,6 +21,18 @@ class PgBackend final : public Backend {
  public:
   std::unique_ptr<store::Store> open() override {
     return std::make_unique<client::PgStore>(conninfo());
+  }
+  // The retention settings are PGC_SUSET: the contract database is reached as a superuser.
+  std::unique_ptr<store::Store> open_expiring() override {
+    auto s = std::make_unique<client::PgStore>(conninfo());
+    PGresult* r = PQexec(s->connection(),
+                         "SET relaybus.retention_dead = 0; SET relaybus.retention_completed = 0");
+    const bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    PQclear(r);
+    if (!ok)
+      throw std::runtime_error("cannot set the retention: " +
+                               std::string(PQerrorMessage(s->connection())));
+    return s;
   }
 };
 

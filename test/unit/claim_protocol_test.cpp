@@ -4,6 +4,7 @@
 #include "core/claim_protocol.hpp"
 
 #include "core/claim_request.hpp"
+#include "core/expired_takeover.hpp"
 #include "core/error.hpp"
 #include "expect_core_error.hpp"
 
@@ -947,6 +948,61 @@ TEST(ClaimProtocolTest, ALockingStoreThatRefusesAWriteIsAnInternalError) {
   store.refused_writes = {{"h", 0}};
   EXPECT_TRUE(ThrowsCoreError([&] { run_claim(store, std::nullopt, 10, kWithHolder); },
                               ErrorCode::kInternal));
+}
+
+// The maintenance takeover (expired_takeover.hpp). Under locks: the in-flight deliveries
+// are charged, then every lane is handed back at a new epoch, with nothing in flight.
+TEST(ExpiredTakeover, UnderLocksChargesThenHandsTheLanesBack) {
+  ScriptedStore store;
+  store.attempts = {{"e1", 0}, {"e2", 2}};
+  store.policy.max_attempts = 3;
+  const std::vector<LaneSnapshot> expired{{"h", 4, 7, {"e1", "e2"}, {}}, {"h", 9, 1, {}, {}}};
+  EXPECT_EQ(take_over_expired_lanes(store, expired), 2);
+  EXPECT_EQ(store.calls, (Names{"lock_lost", "write_charges", "write_lanes"}));
+  ASSERT_EQ(store.charges.size(), 2u);
+  EXPECT_EQ(store.charges[0].attempts, 1);
+  EXPECT_FALSE(store.charges[0].dead);
+  EXPECT_EQ(store.charges[1].attempts, 3);
+  EXPECT_TRUE(store.charges[1].dead) << "the budget's last attempt was the lost one";
+  ASSERT_EQ(store.updates.size(), 2u);
+  for (const auto& u : store.updates) {
+    EXPECT_TRUE(u.write.write);
+    EXPECT_FALSE(u.write.hold) << "handed back, not held";
+    EXPECT_TRUE(u.in_flight.empty());
+    EXPECT_TRUE(u.lost.empty()) << "charged already: nothing owed";
+  }
+  EXPECT_EQ(store.updates[0].write.epoch, 8) << "the epoch moves: the old tokens are fenced";
+  EXPECT_EQ(store.updates[1].write.epoch, 2);
+}
+
+// Conditional writes: the hand-back records what was in flight (and an older lost list)
+// as lost; only the lanes whose write took effect are charged, then cleared at the epoch
+// written. A refused lane changed hands: its new holder charges.
+TEST(ExpiredTakeover, WithConditionalWritesChargesOnlyTheLanesItTook) {
+  ScriptedStore store;
+  store.mode = LaneConcurrency::kConditionalWrites;
+  store.attempts = {{"e1", 0}, {"old", 1}, {"e3", 0}};
+  store.refused_writes = {{"h", 9}};
+  const std::vector<LaneSnapshot> expired{{"h", 4, 7, {"e1"}, {"old"}}, {"h", 9, 1, {"e3"}, {}}};
+  EXPECT_EQ(take_over_expired_lanes(store, expired), 1);
+  EXPECT_EQ(store.calls, (Names{"write_lanes", "lock_lost", "write_charges", "clear_lost"}));
+  ASSERT_EQ(store.updates.size(), 2u);
+  EXPECT_EQ(store.updates[0].read_epoch, 7) << "conditional on the epoch read";
+  EXPECT_EQ(store.updates[0].lost, (Names{"old", "e1"}));
+  EXPECT_EQ(store.updates[1].lost, (Names{"e3"}));
+  Names charged;
+  for (const auto& c : store.charges) charged.push_back(c.event_id);
+  std::sort(charged.begin(), charged.end());
+  EXPECT_EQ(charged, (Names{"e1", "old"})) << "the refused lane's delivery was charged";
+  ASSERT_EQ(store.cleared.size(), 1u);
+  EXPECT_EQ(store.cleared[0].lane, 4);
+  EXPECT_EQ(store.cleared[0].epoch, 8);
+}
+
+TEST(ExpiredTakeover, NothingExpiredAsksNothing) {
+  ScriptedStore store;
+  EXPECT_EQ(take_over_expired_lanes(store, {}), 0);
+  EXPECT_TRUE(store.calls.empty());
 }
 
 }  // namespace
