@@ -75,9 +75,18 @@ CLIENT_SRCS = $(sort $(wildcard src/client/*.cpp)) $(CORE_SRCS) $(STORE_SRCS)
 PG_STORE_SRCS = src/client/pg_store.cpp src/client/pg_operator.cpp
 CLIENT_CLI_SRCS = $(sort $(wildcard src/client/cli/*.cpp))
 CLIENT_HDRS = $(wildcard src/client/*.hpp src/client/cli/*.hpp src/store/*.hpp src/core/*.hpp)
-bin/relaybus: $(CLIENT_SRCS) $(CLIENT_CLI_SRCS) $(CLIENT_HDRS)
+# The tool speaks to the MongoDB store too (a mongodb:// --db) when libmongoc is installed
+# (scripts/install-deps installs it); WITH_MONGO=0 builds it for PostgreSQL only.
+WITH_MONGO ?= $(shell pkg-config --exists libmongoc-1.0 2>/dev/null && echo 1 || echo 0)
+ifeq ($(WITH_MONGO),1)
+CLI_MONGO_FLAGS = -DRELAYBUS_WITH_MONGO $(shell pkg-config --cflags libmongoc-1.0 2>/dev/null)
+CLI_MONGO_LIBS = lib/librelaybus_mongo.a $(shell pkg-config --libs libmongoc-1.0 2>/dev/null)
+CLI_MONGO_DEPS = lib/librelaybus_mongo.a $(wildcard src/mongo/*.hpp)
+endif
+bin/relaybus: $(CLIENT_SRCS) $(CLIENT_CLI_SRCS) $(CLIENT_HDRS) $(CLI_MONGO_DEPS)
 	@mkdir -p bin
-	$(CXX) $(CLIENT_CXXFLAGS) -o $@ $(CLIENT_SRCS) $(CLIENT_CLI_SRCS) -lpq -pthread
+	$(CXX) $(CLIENT_CXXFLAGS) $(CLI_MONGO_FLAGS) -o $@ $(CLIENT_SRCS) $(CLIENT_CLI_SRCS) \
+	  $(CLI_MONGO_LIBS) -lpq -pthread
 
 .PHONY: client client-tests
 client: bin/relaybus
@@ -104,7 +113,7 @@ CONTRACT_SRCS = $(sort $(wildcard test/contract/*.cpp)) $(PG_STORE_SRCS) $(CORE_
 # The MongoDB backend (test/contract/mongo_backend.cpp, on a replica set named by
 # RELAYBUS_MONGO_URI; skipped, with one line saying so, while that is unset) is built in
 # whenever libmongoc is found. CONTRACT_MONGO=0 leaves it out.
-CONTRACT_MONGO ?= $(shell pkg-config --exists libmongoc-1.0 2>/dev/null && echo 1 || echo 0)
+CONTRACT_MONGO ?= $(WITH_MONGO)
 ifeq ($(CONTRACT_MONGO),1)
 CONTRACT_MONGO_FLAGS = $(MONGO_CFLAGS)
 CONTRACT_MONGO_LIBS = $(MONGO_LIB) $(MONGO_LIBS)

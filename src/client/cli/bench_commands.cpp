@@ -1,5 +1,6 @@
 // relaybus bench drain|publish|mixed: the processes of one benchmark run, the measurement
-// window (wall time and WAL), and progress on stderr. Validation and the database
+// window (wall time, and the store's log: PostgreSQL's WAL or MongoDB's oplog), and progress
+// on stderr; --db is either store (store_uri.hpp). Validation and the database
 // statistics are the harness's (bench/run): it reads the files these commands write.
 #include <atomic>
 #include <chrono>
@@ -9,7 +10,7 @@
 
 #include "bench_processes.hpp"
 #include "commands.hpp"
-#include "connection.hpp"
+#include "bench_meter.hpp"
 
 namespace relaybus::cli {
 
@@ -29,24 +30,25 @@ client::DispatcherConfig dispatcher_config(const Args& args) {
   return c;
 }
 
-// Deliveries not finished yet (pending, in flight, waiting for a retry), in either version.
-const std::string kUnfinished = std::string("SELECT ") + kHarness +
-                                " count(*) FROM relaybus.deliveries "
-                                "WHERE status NOT IN ('dead', 'completed')";
-const std::string kLsn = std::string("SELECT ") + kHarness + " pg_current_wal_insert_lsn()::text";
-const std::string kLsnDiff =
-    std::string("SELECT ") + kHarness + " pg_wal_lsn_diff($1::pg_lsn, $2::pg_lsn)::bigint";
-
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+// The measurement window: wall time and the store's log.
 struct Window {
-  Connection& db;
-  std::string lsn_start;
-  Clock::time_point start = Clock::now();
-  explicit Window(Connection& c) : db(c), lsn_start(c.scalar(kLsn)) { start = Clock::now(); }
-  long long wal_bytes() { return std::stoll(db.scalar(kLsnDiff, {db.scalar(kLsn), lsn_start})); }
+  BenchMeter& meter;
+  Clock::time_point start;
+  explicit Window(BenchMeter& m) : meter(m) {
+    meter.mark();
+    start = Clock::now();
+  }
+  // Adds <log>_bytes (and <log>_entries where measured) to a summary.
+  void add_log(JsonObject& summary) {
+    const LogUse use = meter.since_mark();
+    const std::string name = meter.log_name();
+    summary.add(name + "_bytes", use.bytes);
+    if (use.entries >= 0) summary.add(name + "_entries", use.entries);
+  }
 };
 
 std::vector<pid_t> spawn_dispatchers(const Args& args, const std::string& conninfo,
@@ -73,16 +75,16 @@ int bench_drain_command(const Args& args) {
   const std::string conninfo = args.required("db");
   const std::string out = args.required("out");
   const double limit = args.number("duration-s", 600);
-  Connection db(conninfo);
-  const long long total = std::stoll(db.scalar(kUnfinished));
-  Window window(db);
+  auto meter = bench_meter(conninfo);
+  const long long total = meter->unfinished();
+  Window window(*meter);
   std::vector<DispatcherProcess> specs;
   auto pids = spawn_dispatchers(args, conninfo, out, specs);
   long long left = total;
   bool drained = false;
   auto next_report = Clock::now();
   for (;;) {
-    left = std::stoll(db.scalar(kUnfinished));
+    left = meter->unfinished();
     if (left == 0) {
       drained = true;
       break;
@@ -97,15 +99,14 @@ int bench_drain_command(const Args& args) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   const double elapsed = seconds_since(window.start);
-  const long long wal = window.wal_bytes();
+  JsonObject summary;
+  window.add_log(summary);
   const int failed = stop_and_wait(pids);
   std::fprintf(stderr, "drain: %s after %.2f s, %lld left\n", drained ? "drained" : "TIMED OUT",
                elapsed, left);
-  JsonObject()
-      .add("scenario", std::string("drain"))
+  summary.add("scenario", std::string("drain"))
       .add("deliveries", total)
       .add("elapsed_s", elapsed)
-      .add("wal_bytes", wal)
       .add("drained", drained)
       .add("left", left)
       .add("processes_failed", static_cast<long long>(failed))
@@ -118,8 +119,8 @@ int bench_publish_command(const Args& args) {
   const std::string out = args.required("out");
   const int publishers = static_cast<int>(args.integer("publishers", 1));
   const long long events = args.integer("events", 10000);
-  Connection db(conninfo);
-  Window window(db);
+  auto meter = bench_meter(conninfo);
+  Window window(*meter);
   std::vector<PublisherProcess> specs(static_cast<std::size_t>(publishers));
   std::vector<pid_t> pids;
   for (int i = 0; i < publishers; ++i) {
@@ -147,16 +148,15 @@ int bench_publish_command(const Args& args) {
   });
   const int failed = wait_all(pids);
   const double elapsed = seconds_since(window.start);
-  const long long wal = window.wal_bytes();
+  JsonObject summary;
+  window.add_log(summary);
   done = true;
   progress.join();
   std::fprintf(stderr, "publish: %lld events in %.2f s (%.0f/s)\n", events, elapsed,
                events / elapsed);
-  JsonObject()
-      .add("scenario", std::string("publish"))
+  summary.add("scenario", std::string("publish"))
       .add("events", events)
       .add("elapsed_s", elapsed)
-      .add("wal_bytes", wal)
       .add("processes_failed", static_cast<long long>(failed))
       .write(out + ".summary.json");
   return failed == 0 ? 0 : 1;
@@ -169,8 +169,8 @@ int bench_mixed_command(const Args& args) {
   const double duration = args.number("duration-s", 20);
   const double drain_limit = args.number("drain-timeout-s", 120);
   const int publishers = static_cast<int>(args.integer("publishers", 2));
-  Connection db(conninfo);
-  Window window(db);
+  auto meter = bench_meter(conninfo);
+  Window window(*meter);
   std::vector<DispatcherProcess> dispatcher_specs;
   auto dispatchers = spawn_dispatchers(args, conninfo, out, dispatcher_specs);
   std::vector<PublisherProcess> specs(static_cast<std::size_t>(publishers));
@@ -191,7 +191,7 @@ int bench_mixed_command(const Args& args) {
   long long backlog_max = 0;
   auto next_report = Clock::now() + std::chrono::seconds(1);
   while (seconds_since(window.start) < duration) {
-    const long long backlog = std::stoll(db.scalar(kUnfinished));
+    const long long backlog = meter->unfinished();
     backlog_max = std::max(backlog_max, backlog);
     if (Clock::now() >= next_report) {
       std::fprintf(stderr, "mixed: %5.1f s  backlog %lld\n", seconds_since(window.start), backlog);
@@ -205,7 +205,7 @@ int bench_mixed_command(const Args& args) {
   const auto drain_start = Clock::now();
   long long left = 0;
   while (seconds_since(drain_start) < drain_limit) {
-    left = std::stoll(db.scalar(kUnfinished));
+    left = meter->unfinished();
     backlog_max = std::max(backlog_max, left);
     if (left == 0) {
       drained = true;
@@ -214,16 +214,15 @@ int bench_mixed_command(const Args& args) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   const double elapsed = seconds_since(window.start);
-  const long long wal = window.wal_bytes();
+  JsonObject summary;
+  window.add_log(summary);
   failed += stop_and_wait(dispatchers);
   std::fprintf(stderr, "mixed: published for %.2f s, %s after %.2f s, backlog max %lld\n",
                publish_elapsed, drained ? "drained" : "NOT DRAINED", elapsed, backlog_max);
-  JsonObject()
-      .add("scenario", std::string("mixed"))
+  summary.add("scenario", std::string("mixed"))
       .add("offered_rate", rate)
       .add("publish_elapsed_s", publish_elapsed)
       .add("elapsed_s", elapsed)
-      .add("wal_bytes", wal)
       .add("backlog_max", backlog_max)
       .add("drained", drained)
       .add("left", left)

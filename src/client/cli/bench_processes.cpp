@@ -14,8 +14,8 @@
 #include <mutex>
 #include <thread>
 
-#include "client/pg_store.hpp"
 #include "connection.hpp"
+#include "store_uri.hpp"
 
 namespace relaybus::cli {
 
@@ -122,10 +122,7 @@ int run_dispatcher_process(const DispatcherProcess& p) {
          std::lock_guard<std::mutex> lock(mutex);
          handled.push_back(std::move(h));
        }}};
-  const std::string conninfo = p.conninfo;
-  client::Dispatcher dispatcher(
-      [conninfo] { return std::unique_ptr<client::Store>(new client::PgStore(conninfo)); }, config,
-      handlers);
+  client::Dispatcher dispatcher(store_factory(p.conninfo), config, handlers);
   dispatcher.start();
   while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   dispatcher.stop();
@@ -143,7 +140,15 @@ int run_dispatcher_process(const DispatcherProcess& p) {
 
 int run_publisher_process(const PublisherProcess& p) {
   install_term_handler();
-  Connection db(p.conninfo);
+  // PostgreSQL: the SQL functions through a plain connection, as any client calls them (and
+  // as 0.1.0 has them); MongoDB: the store's publish and publish_batch.
+  std::unique_ptr<Connection> db;
+  std::unique_ptr<store::Store> mongo;
+  if (is_mongodb_uri(p.conninfo)) {
+    mongo = open_store(p.conninfo);
+  } else {
+    db = std::make_unique<Connection>(p.conninfo);
+  }
   std::ofstream out(p.out_path);
   std::vector<long long> key_counter(static_cast<std::size_t>(std::max(1, p.keys)), 0);
   const std::string single = "SELECT relaybus.publish($1, $2::jsonb, $3, $4)";
@@ -184,13 +189,28 @@ int run_publisher_process(const PublisherProcess& p) {
       evs.push_back(std::move(e));
     }
     const std::int64_t sent = now_us();
-    if (n_this == 1) {
+    if (mongo) {
+      std::vector<store::Event> batch_events;
+      for (const auto& e : evs) {
+        store::Event ev;
+        ev.type = p.type;
+        ev.event_id = e.id;
+        if (!e.key.empty()) ev.key = e.key;
+        ev.payload = "{\"n\":" + std::to_string(e.n) + ",\"p\":" + std::to_string(p.index) + "}";
+        batch_events.push_back(std::move(ev));
+      }
+      if (n_this == 1) {
+        mongo->publish(batch_events[0]);
+      } else {
+        mongo->publish_batch(batch_events);
+      }
+    } else if (n_this == 1) {
       const auto& e = evs[0];
       const std::string payload =
           "{\"n\":" + std::to_string(e.n) + ",\"p\":" + std::to_string(p.index) + "}";
       std::optional<std::string> key;
       if (!e.key.empty()) key = e.key;
-      db.query(single, {p.type, payload, key, e.id});
+      db->query(single, {p.type, payload, key, e.id});
     } else {
       std::string json = "[";
       for (std::size_t i = 0; i < evs.size(); ++i) {
@@ -203,7 +223,7 @@ int run_publisher_process(const PublisherProcess& p) {
         json += '}';
       }
       json += ']';
-      db.query(batch_sql, {json});
+      db->query(batch_sql, {json});
     }
     const std::int64_t committed = now_us();
     lines += "C\t" + std::to_string(committed - sent) + '\t' + std::to_string(n_this) + '\n';
