@@ -4,6 +4,8 @@
   bench/run --quick        a few minutes: drain, publish, mixed
   bench/run --full         longer runs, more configurations
   bench/run --validity     a tiny validity-only run (the test suite's bench_validity.sh)
+  bench/run --quick --mongo mongodb://localhost:27017/relaybus_bench?replicaSet=rs0
+                           the same scenarios on the MongoDB store (bench/mongo_bench.py)
 
 Run it through bench/run, which installs the packages, the extension and the relaybus
 tool first. Starts a throwaway cluster (scripts/cluster, port 54360 unless --port), creates db_010
@@ -563,6 +565,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=None, help="A B rounds per configuration (default 2, validity 1)")
     ap.add_argument("--only", default=None, help="run only this scenario (drain, publish, mixed)")
     ap.add_argument("--out", default=None, help="results directory (default bench/results/<timestamp>)")
+    ap.add_argument("--mongo", default=None, metavar="URI",
+                    help="run on the MongoDB store at URI instead (a replica set and a database of "
+                         "its own, which every run drops: see bench/mongo_bench.py)")
     ap.add_argument("--report", default=None, metavar="DIR",
                     help="only re-render DIR/results.md and the charts from DIR/results.json")
     if "--report" in sys.argv:  # no mode needed to re-render
@@ -586,6 +591,10 @@ def main():
                            capture_output=True, text=True).stdout.strip()
     if dirty:
         git += " (with uncommitted changes)"
+    if args.mongo:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import mongo_bench
+        return mongo_bench.main(sys.modules[__name__], args, outdir, command, git)
     cluster = Cluster(args.port)
     cluster.start()
     results = []

@@ -1,0 +1,195 @@
+"""The benchmark on the MongoDB store: `bench/run --quick --mongo URI` (or --full, --validity).
+
+The same scenarios as on PostgreSQL (harness.plans), run by the same relaybus tool with a
+mongodb:// --db, and every run validated the same way (harness.check_handled: nothing lost,
+no duplicates, per-key order kept; then nothing left pending and no dead letters). The
+figures are MongoDB's: oplog entries and bytes per delivery (local.oplog.rs over the
+measurement window, summed by the tool; $bsonSize needs MongoDB 4.4), and the server's
+update and command counters (serverStatus opcounters) per delivery.
+
+Only relaybus 0.2.0 runs here: this repository has no 0.1.0 MongoDB store to compare with.
+The URI must name a replica set (transactions) and a database of its own, which every run
+drops and sets up again: mongodb://localhost:27017/relaybus_bench?replicaSet=rs0.
+It needs python3-pymongo (bench/run installs it).
+"""
+import json
+import os
+import sys
+
+HANDLER = "bench"
+TYPE = "bench.event"
+
+
+def connect(uri):
+    try:
+        import pymongo
+    except ImportError:
+        sys.exit("bench: --mongo needs python3-pymongo (apt-get install python3-pymongo)")
+    client = pymongo.MongoClient(uri, serverSelectionTimeoutMS=5000)
+    db = client.get_default_database(default=None)
+    if db is None:
+        sys.exit("bench: the --mongo URI must name a database: mongodb://host/relaybus_bench?replicaSet=rs0")
+    try:
+        client.admin.command("ping")
+    except pymongo.errors.PyMongoError as e:
+        sys.exit(f"bench: cannot reach MongoDB at {uri}: {e}")
+    return client, db
+
+
+def opcounters(client):
+    c = client.admin.command("serverStatus")["opcounters"]
+    return dict(update=int(c.get("update", 0)), command=int(c.get("command", 0)),
+                delete=int(c.get("delete", 0)), insert=int(c.get("insert", 0)), query=int(c.get("query", 0)))
+
+
+def reset(h, client, db, uri, log):
+    """Drops the bench database, sets the store up again and subscribes the bench handler."""
+    client.drop_database(db.name)
+    for args in (["setup", "--db", uri], ["subscribe", "--db", uri, "--handler", HANDLER, "--types", TYPE]):
+        if h.cli(args, log) != 0:
+            raise RuntimeError(f"relaybus {args[0]} failed; see {log}")
+
+
+def run_one(h, client, db, uri, scenario, p, outdir, tag):
+    prefix = os.path.join(outdir, "runs", tag)
+    log = prefix + ".log"
+    reset(h, client, db, uri, log)
+    problems, counts = [], {}
+    if scenario == "drain":
+        # Preloaded through the store's publish_batch (100 per transaction), keyed like
+        # PostgreSQL's preload: every other event, two events per key.
+        code = h.cli(["bench", "publish", "--db", uri, "--out", prefix + ".preload", "--batch", "100",
+                      "--events", str(p["events"]), "--keys", str(max(1, p["events"] // 4)), "--type", TYPE], log)
+        if code != 0:
+            raise RuntimeError(f"preload failed; see {log}")
+        expected = {r[1]: r[2] for r in h.read_tsv(prefix + ".preload.publisher-*.tsv") if r[0] == "E"}
+        before = opcounters(client)
+        code = h.cli(["bench", "drain", "--db", uri, "--out", prefix, "--handler", HANDLER,
+                      "--duration-s", "600"] + h.dispatcher_args(p), log)
+        after = opcounters(client)
+        summary = json.load(open(prefix + ".summary.json"))
+        probs, counts = h.check_handled(expected, h.read_tsv(prefix + ".dispatcher-*.tsv"))
+        problems += probs
+        deliveries = len(expected)
+        metrics = dict(throughput=deliveries / summary["elapsed_s"], throughput_unit="deliveries/s")
+        if not summary["drained"]:
+            problems.append("not drained within the time limit")
+    elif scenario == "publish":
+        before = opcounters(client)
+        code = h.cli(["bench", "publish", "--db", uri, "--out", prefix, "--publishers", str(p["publishers"]),
+                      "--batch", str(p["batch"]), "--events", str(p["events"]), "--type", TYPE], log)
+        after = opcounters(client)
+        summary = json.load(open(prefix + ".summary.json"))
+        rows = h.read_tsv(prefix + ".publisher-*.tsv")
+        published = {r[1] for r in rows if r[0] == "E"}
+        calls = [int(r[1]) / 1000.0 for r in rows if r[0] == "C"]
+        in_store = {d["_id"] for d in db.events.find({}, {"_id": 1})}
+        pending = db.deliveries.count_documents({"handler": HANDLER, "status": "pending"})
+        counts = dict(lost=len(published - in_store), unexpected=len(in_store - published), deliveries=pending)
+        if len(published) != p["events"]:
+            problems.append(f"published {len(published)} of {p['events']}")
+        if counts["lost"] or counts["unexpected"]:
+            problems.append(f"events lost {counts['lost']}, unexpected {counts['unexpected']}")
+        if pending != len(published):
+            problems.append(f"{pending} pending deliveries for {len(published)} events")
+        deliveries = len(published)
+        metrics = dict(throughput=deliveries / summary["elapsed_s"], throughput_unit="events/s",
+                       latency_p50_ms=h.percentile(calls, 50), latency_p95_ms=h.percentile(calls, 95),
+                       latency_p99_ms=h.percentile(calls, 99), latency_kind="publish call")
+    else:  # mixed
+        before = opcounters(client)
+        code = h.cli(["bench", "mixed", "--db", uri, "--out", prefix, "--rate", str(p["rate"]),
+                      "--duration-s", str(p["duration_s"]), "--publishers", "2",
+                      "--keys", str(max(100, p["rate"] * p["duration_s"] // 4))] + h.dispatcher_args(p), log)
+        after = opcounters(client)
+        summary = json.load(open(prefix + ".summary.json"))
+        commit = {r[1]: int(r[4]) for r in h.read_tsv(prefix + ".publisher-*.tsv") if r[0] == "E"}
+        handled = h.read_tsv(prefix + ".dispatcher-*.tsv")
+        probs, counts = h.check_handled(commit, handled)
+        problems += probs
+        lat = [max(0, int(r[4]) - commit[r[0]]) / 1000.0 for r in handled if r[0] in commit]
+        deliveries = len(commit)
+        metrics = dict(throughput=deliveries / summary["publish_elapsed_s"], throughput_unit="events/s achieved",
+                       offered=p["rate"], latency_p50_ms=h.percentile(lat, 50), latency_p95_ms=h.percentile(lat, 95),
+                       latency_p99_ms=h.percentile(lat, 99), latency_kind="commit to handler",
+                       backlog_max=summary["backlog_max"])
+        if not summary["drained"]:
+            problems.append("backlog not drained after publishing stopped")
+    if scenario != "publish":
+        left = db.deliveries.count_documents({"status": "pending"})
+        dead = db.deliveries.count_documents({"status": "dead"})
+        counts.update(pending=left, dead=dead)
+        if left:
+            problems.append(f"pending {left}")
+        if dead:
+            problems.append(f"dead {dead}")
+    if code != 0:
+        problems.append(f"relaybus bench exited with {code}")
+    if summary.get("processes_failed"):
+        problems.append(f"{summary['processes_failed']} processes failed")
+    per = max(deliveries, 1)
+    metrics.update(oplog_bytes_per_delivery=summary.get("oplog_bytes", 0) / per,
+                   oplog_entries_per_delivery=summary.get("oplog_entries", 0) / per,
+                   updates_per_delivery=(after["update"] - before["update"]) / per,
+                   commands_per_delivery=(after["command"] - before["command"]) / per,
+                   elapsed_s=summary["elapsed_s"])
+    return dict(valid=not problems, problems=problems, checks=counts, metrics=metrics, summary=summary)
+
+
+COLUMNS = [("throughput", "rate", 0), ("latency_p50_ms", "p50 ms", 1), ("latency_p95_ms", "p95 ms", 1),
+           ("latency_p99_ms", "p99 ms", 1), ("oplog_bytes_per_delivery", "oplog B/dlv", 0),
+           ("oplog_entries_per_delivery", "oplog entries/dlv", 2), ("updates_per_delivery", "updates/dlv", 2),
+           ("commands_per_delivery", "commands/dlv", 2), ("backlog_max", "backlog max", 0)]
+
+
+def markdown(h, results):
+    import statistics
+    out = []
+    for scenario in dict.fromkeys(r["scenario"] for r in results):
+        unit = next(r["metrics"]["throughput_unit"] for r in results if r["scenario"] == scenario)
+        out.append(f"### mongo: {scenario} (rate = {unit}; medians of the valid runs)\n")
+        out.append("| config | runs | " + " | ".join(c[1] for c in COLUMNS) + " |")
+        out.append("| --- | --- | " + " | ".join("---" for _ in COLUMNS) + " |")
+        for config in dict.fromkeys(r["config"] for r in results if r["scenario"] == scenario):
+            runs = [r for r in results if r["scenario"] == scenario and r["config"] == config]
+            invalid = [r for r in runs if not r["valid"]]
+            if invalid:
+                vals = ["INVALID"] * len(COLUMNS)
+            else:
+                vals = []
+                for k, _, d in COLUMNS:
+                    xs = [r["metrics"].get(k) for r in runs if r["metrics"].get(k) is not None]
+                    vals.append(h.fmt(statistics.median(xs), d) if xs else "-")
+            out.append(f"| {config} | {len(runs)}" + (f" ({len(invalid)} invalid)" if invalid else "") +
+                       " | " + " | ".join(vals) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+def main(h, args, outdir, command, git):
+    import time
+    client, db = connect(args.mongo)
+    rounds = args.rounds or (1 if args.mode == "validity" else 2)
+    results = []
+    started = time.time()
+    todo = [pl for pl in h.plans(args.mode) if not args.only or pl[0] == args.only]
+    for n, (scenario, config, params) in enumerate(todo, 1):
+        print(f"[{n}/{len(todo)}] mongo {scenario}: {config}", file=sys.stderr)
+        for rnd in range(rounds):
+            tag = f"mongo-{scenario}-{n}-r{rnd}"
+            r = run_one(h, client, db, args.mongo, scenario, params, outdir, tag)
+            r.update(scenario=scenario, config=config, params=params, version="0.2.0 mongo", round=rnd)
+            results.append(r)
+            m = r["metrics"]
+            state = "valid" if r["valid"] else "INVALID: " + ", ".join(r["problems"])
+            print(f"    round {rnd + 1}: {m['throughput']:,.0f} {m['throughput_unit']} ({state})", file=sys.stderr)
+    info = dict(command=command, mode=args.mode, rounds=rounds, machine=h.machine(),
+                mongodb=client.server_info().get("version"), seconds=round(time.time() - started, 1), git=git)
+    md = markdown(h, results)
+    with open(os.path.join(outdir, "results.json"), "w") as f:
+        json.dump(dict(info=info, runs=results), f, indent=1)
+    with open(os.path.join(outdir, "results.md"), "w") as f:
+        f.write(f"# relaybus benchmark on MongoDB {info['mongodb']}\n\n`{command}` at {git}\n\n{md}\n")
+    print(md)
+    print(f"results: {outdir}", file=sys.stderr)
+    return 1 if any(not r["valid"] for r in results) else 0
