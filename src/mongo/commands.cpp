@@ -476,6 +476,17 @@ Bson delete_deliveries(const Refs& handler_event) {
   return cmd;
 }
 
+Bson record_completions(const std::vector<NewCompletion>& completions) {
+  std::vector<Bson> statements;
+  for (const auto& c : completions) {
+    Bson q;
+    Bson id = delivery_id(c.event_id, c.handler);
+    bson_append_document(q.get(), field::kId, -1, id.get());
+    statements.push_back(statement(q, completion_fields(c), true));
+  }
+  return update(kCompletions, pointers_to(statements), true);
+}
+
 Bson end_update(const std::string& handler, const std::string& event_id, std::int32_t claims_read,
                 const core::AttemptEnd& end, std::optional<std::int64_t> available_at_ms,
                 const std::string& error, std::int64_t now_ms) {

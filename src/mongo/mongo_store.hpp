@@ -47,12 +47,27 @@ class Bson;  // documents.hpp
 // that time without running the body again.
 inline constexpr int kMaxTransactionAttempts = 5;
 
+// What PostgreSQL sets in GUCs (src/pg/settings.cpp), with the same defaults.
+struct MongoOptions {
+  // relaybus.completion_history: a completions document per completed delivery, written in
+  // the completing transaction (one more write per completion).
+  bool completion_history = false;
+  // relaybus.retention_completed: how long purge_expired() keeps the completion history, and
+  // events without deliveries.
+  std::chrono::seconds retention_completed{7 * 24 * 3600};
+  // relaybus.retention_dead: how long it keeps dead deliveries, and the pending deliveries
+  // of unsubscribed handlers.
+  std::chrono::seconds retention_dead{14 * 24 * 3600};
+};
+
 class MongoStore final : public store::Store {
  public:
   // `uri`: a mongodb:// URI (its replicaSet option names the set); `database`: where the
   // collections are. Connects lazily. Throws StoreError kInvalidParameter for a bad URI or
   // database name.
   MongoStore(const std::string& uri, std::string database);
+  // The same, with `options` (kInvalidParameter for a negative retention).
+  MongoStore(const std::string& uri, std::string database, const MongoOptions& options);
   ~MongoStore() override;
   MongoStore(const MongoStore&) = delete;
   MongoStore& operator=(const MongoStore&) = delete;
@@ -61,6 +76,7 @@ class MongoStore final : public store::Store {
   // session to the overloads below). Owned by the store.
   mongoc_client_t* client() const { return client_; }
   const std::string& database() const { return database_; }
+  const MongoOptions& options() const { return options_; }
 
   // Creates the collections and indexes. Repeatable: existing ones are left as they are.
   void setup();
@@ -123,6 +139,7 @@ class MongoStore final : public store::Store {
 
   mongoc_client_t* client_ = nullptr;
   std::string database_;
+  MongoOptions options_;
 };
 
 }  // namespace relaybus::mongo

@@ -1,6 +1,7 @@
-// Drives relaybus::mongo::MongoStore for the wire tests: `driver URI DATABASE` reads one
-// operation per line from stdin (fields separated by tabs, "-" for an absent value), runs
-// it against the server the test scripts, and prints one line per operation:
+// Drives relaybus::mongo::MongoStore for the wire tests: `driver URI DATABASE [OPTIONS]`
+// (OPTIONS: comma-separated history, retention_dead=SECONDS, retention_completed=SECONDS,
+// the MongoOptions) reads one operation per line from stdin (fields separated by tabs, "-" for an
+// absent value), runs it against the server the test scripts, and prints one line per operation:
 // "ok <result>" or "error <code> <native code> <message>".
 //
 //   setup
@@ -160,13 +161,29 @@ std::string run(relaybus::mongo::MongoStore& store, const std::vector<std::strin
 
 }  // namespace
 
+// The MongoOptions of argv[3].
+relaybus::mongo::MongoOptions options_of(const std::string& text) {
+  relaybus::mongo::MongoOptions options;
+  for (const auto& option : split(text, ',')) {
+    const auto eq = option.find('=');
+    const std::string name = option.substr(0, eq);
+    const std::string value = eq == std::string::npos ? "" : option.substr(eq + 1);
+    if (name == "history") options.completion_history = true;
+    if (name == "retention_dead") options.retention_dead = std::chrono::seconds(std::stoll(value));
+    if (name == "retention_completed")
+      options.retention_completed = std::chrono::seconds(std::stoll(value));
+  }
+  return options;
+}
+
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::cerr << "usage: driver URI DATABASE < operations\n";
+  if (argc != 3 && argc != 4) {
+    std::cerr << "usage: driver URI DATABASE [OPTIONS] < operations\n";
     return 2;
   }
   try {
-    relaybus::mongo::MongoStore store(argv[1], argv[2]);
+    relaybus::mongo::MongoStore store(
+        argv[1], argv[2], argc == 4 ? options_of(argv[3]) : relaybus::mongo::MongoOptions{});
     std::string line;
     while (std::getline(std::cin, line)) {
       if (line.empty()) continue;
