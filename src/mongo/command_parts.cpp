@@ -1,5 +1,7 @@
 #include "command_parts.hpp"
 
+#include "core/attempt_end.hpp"
+
 namespace relaybus::mongo::commands::parts {
 
 std::vector<const Bson*> pointers_to(const std::vector<Bson>& docs) {
@@ -148,6 +150,68 @@ void append_due_by(bson_t* doc, std::int64_t now_ms) {
   bson_append_document_begin(doc, field::kAvailableAt, -1, &lte);
   bson_append_date_time(&lte, "$lte", -1, now_ms);
   bson_append_document_end(doc, &lte);
+}
+
+// name: {op: [{e, h}, ...]}
+void append_delivery_ids(bson_t* doc, const char* name, const char* op, const Refs& refs) {
+  std::vector<Bson> ids;
+  for (const auto& [h, e] : refs) ids.push_back(delivery_id(e, h));
+  bson_t in;
+  bson_append_document_begin(doc, name, -1, &in);
+  append_documents(&in, op, pointers_to(ids));
+  bson_append_document_end(doc, &in);
+}
+
+void append_date_op(bson_t* doc, const char* name, const char* op, std::int64_t ms) {
+  bson_t cmp;
+  bson_append_document_begin(doc, name, -1, &cmp);
+  bson_append_date_time(&cmp, op, -1, ms);
+  bson_append_document_end(doc, &cmp);
+}
+
+Bson sort_by(const std::vector<std::pair<const char*, int>>& keys) {
+  Bson sort;
+  for (const auto& [name, direction] : keys) bson_append_int32(sort.get(), name, -1, direction);
+  return sort;
+}
+
+Bson sorted_find(const char* collection, const Bson& filter, const Bson& sort,
+                 const std::vector<const char*>& fields, int limit) {
+  Bson cmd;
+  BSON_APPEND_UTF8(cmd.get(), "find", collection);
+  bson_append_document(cmd.get(), "filter", -1, filter.get());
+  if (!bson_empty(sort.get())) bson_append_document(cmd.get(), "sort", -1, sort.get());
+  bson_t projection;
+  bson_append_document_begin(cmd.get(), "projection", -1, &projection);
+  for (const char* f : fields) bson_append_int32(&projection, f, -1, 1);
+  bson_append_document_end(cmd.get(), &projection);
+  BSON_APPEND_INT64(cmd.get(), "limit", limit);
+  return cmd;
+}
+
+Bson delete_matching(const char* collection, const Bson& q, int limit) {
+  Bson one;
+  bson_append_document(one.get(), "q", -1, q.get());
+  BSON_APPEND_INT32(one.get(), "limit", limit);
+  Bson cmd;
+  BSON_APPEND_UTF8(cmd.get(), "delete", collection);
+  append_documents(cmd.get(), "deletes", {&one});
+  BSON_APPEND_BOOL(cmd.get(), "ordered", true);
+  append_majority(cmd.get());
+  return cmd;
+}
+
+Bson requeue_change(std::int64_t now_ms) {
+  Bson u;
+  bson_t set;
+  bson_append_document_begin(u.get(), "$set", -1, &set);
+  append_string(&set, field::kStatus, kPending);
+  bson_append_int32(&set, field::kAttempts, -1, core::kRequeuedAttempts);
+  bson_append_date_time(&set, field::kAvailableAt, -1, now_ms);
+  bson_append_date_time(&set, field::kUpdatedAt, -1, now_ms);
+  bson_append_document_end(u.get(), &set);
+  append_claims_bump(u.get());
+  return u;
 }
 
 Bson aggregate(const char* collection, const std::vector<const Bson*>& stages) {

@@ -36,6 +36,10 @@ void append_in(bson_t* doc, const char* name, const std::vector<const Bson*>& va
 // name: {op: [strings]}
 void append_strings_op(bson_t* doc, const char* name, const char* op,
                        const std::vector<std::string>& values);
+// name: {op: [{e, h}, ...]}
+void append_delivery_ids(bson_t* doc, const char* name, const char* op, const Refs& refs);
+// name: {op: date}
+void append_date_op(bson_t* doc, const char* name, const char* op, std::int64_t ms);
 // name: value, or null
 void append_optional_string(bson_t* doc, const char* name, const std::optional<std::string>& v);
 // availableAt: {$lte: now}
@@ -54,10 +58,21 @@ Bson lane_filter(const std::string& handler, std::int16_t lane);
 // lookup by _id, else sorted by _id.
 Bson find(const char* collection, const Bson& filter, const std::vector<const char*>& fields,
           bool by_id);
+// {k1: d1, k2: d2, ...}: a sort.
+Bson sort_by(const std::vector<std::pair<const char*, int>>& keys);
+// {find, filter, sort (left out when empty), projection: {fields: 1}, limit}
+Bson sorted_find(const char* collection, const Bson& filter, const Bson& sort,
+                 const std::vector<const char*>& fields, int limit);
 // {update: collection, updates: [statements], ordered}
 Bson update(const char* collection, const std::vector<const Bson*>& statements, bool ordered);
 // {q, u, upsert}
 Bson statement(const Bson& q, const Bson& u, bool upsert);
+// {delete: collection, deletes: [{q, limit}], ordered: true, writeConcern: majority}: `limit`
+// 0 deletes every match, 1 the first.
+Bson delete_matching(const char* collection, const Bson& q, int limit);
+// What a requeue writes (the u of its update): pending, core::kRequeuedAttempts, due now,
+// the claims counter bumped (the old token dies).
+Bson requeue_change(std::int64_t now_ms);
 // {aggregate: collection, pipeline: [stages], cursor: {}}
 Bson aggregate(const char* collection, const std::vector<const Bson*>& stages);
 // {name: body}

@@ -226,16 +226,7 @@ std::optional<Bson> requeue_update(const std::string& event_id, const std::strin
   bson_append_document(q.get(), field::kId, -1, id.get());
   append_string(q.get(), field::kStatus, seen.status);
   bson_append_int32(q.get(), field::kClaims, -1, seen.claims);
-  Bson u;
-  bson_t set;
-  bson_append_document_begin(u.get(), "$set", -1, &set);
-  append_string(&set, field::kStatus, kPending);
-  bson_append_int32(&set, field::kAttempts, -1, core::kRequeuedAttempts);
-  bson_append_date_time(&set, field::kAvailableAt, -1, now_ms);
-  bson_append_date_time(&set, field::kUpdatedAt, -1, now_ms);
-  bson_append_document_end(u.get(), &set);
-  append_claims_bump(u.get());
-  Bson one = statement(q, u, false);
+  Bson one = statement(q, requeue_change(now_ms), false);
   return update(kDeliveries, {&one}, true);
 }
 

@@ -118,6 +118,17 @@ class MongoStore final : public store::Store {
   bool requeue(const std::string& event_id, const std::string& handler) override;
   std::optional<store::DeliveryState> lookup(const std::string& event_id,
                                              const std::string& handler) override;
+  // Deletes the subscription; kUndefinedObject when there is none.
+  void unsubscribe(const std::string& handler) override;
+  // One multi-update of the dead deliveries; kUndefinedObject for a handler neither
+  // subscribed nor with a delivery.
+  std::int64_t requeue_dead(const std::optional<std::string>& handler) override;
+  // Admin reads, outside a transaction: a scan of deliveries and of the history, the held
+  // lanes' in-flight lists. Not one snapshot: a delivery that changes state meanwhile may
+  // be counted as it was or as it is.
+  std::vector<store::HandlerStatistics> statistics() override;
+  // Admin reads as statistics(); a scan of deliveries with a top-k sort.
+  std::vector<store::ListedDelivery> list_deliveries(const store::DeliveryFilter& filter) override;
 
  private:
   using Body = std::function<void(mongoc_client_session_t*)>;

@@ -18,7 +18,14 @@
 //   tx_complete      TOKEN                                  begin(), complete, commit
 //   relinquish       WORKER  HOLDER                         prints how many lanes went back
 //   extend           WORKER  HOLDER                         prints how many were renewed
+//   unsubscribe      HANDLER
+//   requeue_dead     HANDLER|-                              prints how many
+//   statistics       prints "handler:pending/processing/dead/completed/oldest_us|-" per
+//                    handler, separated by spaces
+//   list             STATUS|-  HANDLER|-  MAX_ROWS          prints one
+//                    "event/handler/type/key|-/status/attempts/owner|-" per row, by spaces
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -150,6 +157,38 @@ std::string run(relaybus::mongo::MongoStore& store, const std::vector<std::strin
   if (op == "extend")
     return std::to_string(
         store.extend_lease({f.at(1), f.at(2) == "-" ? "" : f.at(2)}, std::chrono::seconds(30)));
+  if (op == "unsubscribe") {
+    store.unsubscribe(f.at(1));
+    return "unsubscribed";
+  }
+  if (op == "requeue_dead") return std::to_string(store.requeue_dead(optional_field(f, 1)));
+  if (op == "statistics") {
+    std::ostringstream out;
+    for (const auto& s : store.statistics()) {
+      out << (out.tellp() > 0 ? " " : "") << s.handler << ":" << s.pending << "/" << s.processing
+          << "/" << s.dead << "/" << s.completed << "/";
+      if (s.oldest_pending_us) {
+        out << *s.oldest_pending_us;
+      } else {
+        out << "-";
+      }
+    }
+    return out.str();
+  }
+  if (op == "list") {
+    relaybus::store::DeliveryFilter filter;
+    filter.status = optional_field(f, 1);
+    filter.handler = optional_field(f, 2);
+    filter.max_rows = std::stoi(f.at(3));
+    std::vector<std::string> rows;
+    for (const auto& d : store.list_deliveries(filter))
+      rows.push_back(d.event_id + "/" + d.handler + "/" + d.type + "/" + d.key.value_or("-") + "/" +
+                     d.status + "/" + std::to_string(d.attempts) + "/" +
+                     d.lease_owner.value_or("-"));
+    std::string out;
+    for (const auto& r : rows) out += (out.empty() ? "" : " ") + r;
+    return out;
+  }
   if (op == "tx_complete") {
     auto tx = store.begin();
     const bool done = tx->complete(f.at(1));
