@@ -15,9 +15,15 @@
 // complete_many, fail, bury and release each run in one transaction of their own; begin()
 // returns a MongoDB transaction to complete in. A Worker without holder gets the process's
 // random holder. listen() does nothing and wait_for_wakeup() sleeps its timeout (polling).
+// BUILT TOO: the operator half and maintenance, none of it in a transaction
+// (mongo_operator.cpp, mongo_maintenance.cpp). unsubscribe deletes the subscription;
+// requeue_dead is one multi-update on the core::requeues condition; statistics and
+// list_deliveries are admin reads (scans of deliveries), "in flight" being
+// core::counts_in_flight over held lanes' in-flight lists; take_over_expired reads expired
+// lanes and runs core::take_over_expired_lanes on the claim's conditional writes;
+// purge_expired deletes in slices of commands::kPurgeSlice. The optional completion history
+// (MongoOptions::completion_history) is written in the completing transaction.
 // None of it has run against a real server (docs/mongodb.md).
-//
-// NOT BUILT (issue 11): unsubscribe, take over expired, purge, statistics, listing.
 //
 // Needs a replica set (MongoDB 4.0 or later) or a sharded cluster (4.2 or later):
 // transactions do not run on a standalone server. Call setup() first: before 4.4 a
@@ -129,6 +135,14 @@ class MongoStore final : public store::Store {
   std::vector<store::HandlerStatistics> statistics() override;
   // Admin reads as statistics(); a scan of deliveries with a top-k sort.
   std::vector<store::ListedDelivery> list_deliveries(const store::DeliveryFilter& filter) override;
+
+  // --- maintenance: no background worker runs it here; call it from a scheduler or
+  // `relaybus maintain`.
+  // Up to commands::kTakeoverBatch expired lanes (core::take_over_expired_lanes, the
+  // conditional-writes steps).
+  int take_over_expired() override;
+  // One slice (commands::kPurgeSlice) of each kind; call it until it returns 0.
+  std::int64_t purge_expired() override;
 
  private:
   using Body = std::function<void(mongoc_client_session_t*)>;

@@ -24,6 +24,8 @@
 //                    handler, separated by spaces
 //   list             STATUS|-  HANDLER|-  MAX_ROWS          prints one
 //                    "event/handler/type/key|-/status/attempts/owner|-" per row, by spaces
+//   take_over        prints how many lanes were taken over
+//   purge            prints how many documents were deleted
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -189,6 +191,8 @@ std::string run(relaybus::mongo::MongoStore& store, const std::vector<std::strin
     for (const auto& r : rows) out += (out.empty() ? "" : " ") + r;
     return out;
   }
+  if (op == "take_over") return std::to_string(store.take_over_expired());
+  if (op == "purge") return std::to_string(store.purge_expired());
   if (op == "tx_complete") {
     auto tx = store.begin();
     const bool done = tx->complete(f.at(1));
