@@ -140,7 +140,8 @@ MONGO_SRCS = $(sort $(wildcard src/mongo/*.cpp))
 MONGO_OBJS = $(patsubst src/%.cpp,build/mongo/%.o,$(MONGO_SRCS) $(CORE_SRCS))
 MONGO_LIB = lib/librelaybus_mongo.a
 # The headers mongo-install installs; the other src/mongo/*.hpp are internal to the library.
-MONGO_PUBLIC_HDRS = src/mongo/commands.hpp src/mongo/documents.hpp src/mongo/mongo_store.hpp
+MONGO_PUBLIC_HDRS = src/mongo/commands.hpp src/mongo/documents.hpp src/mongo/mongo_store.hpp \
+  src/mongo/operator_commands.hpp src/mongo/maintenance_commands.hpp
 # The Python with Debian's python3-mockupdb and python3-pymongo (not a pyenv shim).
 MONGO_PYTHON ?= /usr/bin/python3
 

@@ -155,6 +155,12 @@ Bson find_events(const std::vector<std::string>& ids);
 
 // Completion, in a transaction: the deliveries whose tokens core::token_holds.
 Bson delete_deliveries(const std::vector<std::pair<std::string, std::string>>& handler_event);
+// With the completion history on, in the same transaction: one statement per completed
+// delivery, an upsert of the completions document with its _id {e, h}. An upsert, not an
+// insert: the only (event, handler) completed twice is an event purged and published again
+// with its id while its history was still kept, and a DuplicateKey there would abort the
+// completion every time it ran. The later completion replaces the earlier entry.
+Bson record_completions(const std::vector<NewCompletion>& completions);
 
 // fail / bury / release, in a transaction: the write core::end_attempt chose, on condition
 // that the delivery is still as read (pending, `claims_read`); `available_at_ms`: its new

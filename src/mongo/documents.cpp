@@ -224,7 +224,19 @@ Bson delivery_document(const NewDelivery& d) {
   bson_append_int32(doc.get(), field::kClaims, -1, 0);
   bson_append_date_time(doc.get(), field::kAvailableAt, -1, d.available_at_ms);
   bson_append_null(doc.get(), field::kLastError, -1);
+  // The listing's order and oldest_pending, and the purge of an unsubscribed handler's
+  // pending deliveries, go by when the delivery was created, as PostgreSQL's created_at.
+  bson_append_date_time(doc.get(), field::kCreatedAt, -1, d.now_ms);
   bson_append_date_time(doc.get(), field::kUpdatedAt, -1, d.now_ms);
+  return doc;
+}
+
+Bson completion_fields(const NewCompletion& c) {
+  Bson doc;
+  append_string(doc.get(), field::kEventId, c.event_id);
+  append_string(doc.get(), field::kHandler, c.handler);
+  bson_append_int32(doc.get(), field::kAttempts, -1, c.attempts);
+  bson_append_date_time(doc.get(), field::kCompletedAt, -1, c.completed_at_ms);
   return doc;
 }
 
@@ -273,6 +285,35 @@ std::vector<IndexSpec> index_specs() {
                 true,   "one lane document per (handler, lane), found by handler"};
     BSON_APPEND_INT32(s.keys.get(), field::kHandler, 1);
     BSON_APPEND_INT32(s.keys.get(), field::kLane, 1);
+    specs.push_back(std::move(s));
+  }
+  {
+    // PostgreSQL keeps a BRIN index for this; an insert-only, ascending key is as cheap here.
+    IndexSpec s{kEvents, "events_created_at",
+                Bson(),  Bson(),
+                false,   "purge: events by age, without scanning every event"};
+    BSON_APPEND_INT32(s.keys.get(), field::kCreatedAt, 1);
+    specs.push_back(std::move(s));
+  }
+  {
+    IndexSpec s{kCompletions, "completions_completed_at",
+                Bson(),       Bson(),
+                false,        "purge: history by age; listing: the newest first"};
+    BSON_APPEND_INT32(s.keys.get(), field::kCompletedAt, -1);
+    BSON_APPEND_INT32(s.keys.get(), field::kEventId, 1);
+    BSON_APPEND_INT32(s.keys.get(), field::kHandler, 1);
+    specs.push_back(std::move(s));
+  }
+  {
+    IndexSpec s{kCompletions,
+                "completions_handler",
+                Bson(),
+                Bson(),
+                false,
+                "listing one handler's history, newest first; statistics: counts per handler"};
+    BSON_APPEND_INT32(s.keys.get(), field::kHandler, 1);
+    BSON_APPEND_INT32(s.keys.get(), field::kCompletedAt, -1);
+    BSON_APPEND_INT32(s.keys.get(), field::kEventId, 1);
     specs.push_back(std::move(s));
   }
   return specs;
@@ -401,6 +442,61 @@ std::pair<std::string, std::int16_t> read_lane_group(const bson_t* group) {
   const Bson id = document_field(group, field::kId);
   return {string_field(id.get(), field::kIdHandler),
           lane_number(integer_field(id.get(), field::kIdLane), field::kIdLane)};
+}
+
+// ---------------------------------------------------------------- the operator half's reads
+
+std::pair<std::string, std::string> read_delivery_id(const bson_t* document) {
+  const Bson id = document_field(document, field::kId);
+  return {string_field(id.get(), field::kIdHandler), string_field(id.get(), field::kIdEvent)};
+}
+
+ListedDeliveryDocument read_listed_delivery(const bson_t* delivery) {
+  ListedDeliveryDocument d;
+  d.event_id = string_field(delivery, field::kEventId);
+  d.handler = string_field(delivery, field::kHandler);
+  d.key = string_or_null_field(delivery, field::kKey);
+  d.status = string_field(delivery, field::kStatus);
+  if (d.status != kPending && d.status != kDead) unreadable(field::kStatus);
+  d.attempts = to_int32(integer_field(delivery, field::kAttempts), field::kAttempts);
+  d.available_at_ms = date_field(delivery, field::kAvailableAt);
+  d.last_error = string_or_null_field(delivery, field::kLastError);
+  d.created_at_ms = date_field(delivery, field::kCreatedAt);
+  return d;
+}
+
+StoredCompletion read_completion(const bson_t* completion) {
+  StoredCompletion c;
+  c.event_id = string_field(completion, field::kEventId);
+  c.handler = string_field(completion, field::kHandler);
+  c.attempts = to_int32(integer_field(completion, field::kAttempts), field::kAttempts);
+  c.completed_at_ms = date_field(completion, field::kCompletedAt);
+  return c;
+}
+
+EventSummary read_event_summary(const bson_t* event) {
+  EventSummary e;
+  e.id = string_field(event, field::kId);
+  e.type = string_field(event, field::kType);
+  e.key = string_or_null_field(event, field::kKey);
+  return e;
+}
+
+std::pair<std::string, std::vector<std::string>> read_event_handlers(const bson_t* event) {
+  return {string_field(event, field::kId), strings_field(event, field::kHandlers)};
+}
+
+DeliveryCounts read_delivery_counts(const bson_t* group) {
+  DeliveryCounts c;
+  c.handler = string_field(group, field::kId);
+  c.pending = integer_field(group, kPending);
+  c.dead = integer_field(group, kDead);
+  c.oldest_pending_ms = date_or_null_field(group, "oldest");
+  return c;
+}
+
+std::pair<std::string, std::int64_t> read_completion_count(const bson_t* group) {
+  return {string_field(group, field::kId), integer_field(group, "completed")};
 }
 
 }  // namespace relaybus::mongo

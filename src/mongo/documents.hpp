@@ -16,12 +16,17 @@
 //                   (core::lane_of of the key, else of the event id), key: string|null,
 //                   sequence: int64 (per key, from key_counters; 0 unkeyed),
 //                   status: "pending"|"dead", attempts: int32, claims: int32,
-//                   availableAt: date, lastError: string|null, updatedAt: date}
+//                   availableAt: date, lastError: string|null, createdAt: date,
+//                   updatedAt: date}
 //   lanes          {_id: {h: handler, l: lane}, handler, lane: int32, epoch: int64,
 //                   owner: string|null, holder: string|null, leaseExpiresAt: date|null,
 //                   inFlight: [eventId..], lost: [eventId..], version: int64 (absent until
 //                   a claim writes the lane)}
 //   key_counters   {_id: key, last: int64}
+//   completions    {_id: {e: eventId, h: handler}, eventId, handler, attempts: int32 (the
+//                   completing one included), completedAt: date}: the optional completion
+//                   history (MongoOptions::completion_history), and 0.1.0's completed
+//                   deliveries, which the upgrade moves here in the same shape
 //
 // Storage: every multi-document write runs in a transaction with write concern
 // {w: "majority"} and read concern "snapshot" (read preference primary), so what a
@@ -76,8 +81,9 @@ inline constexpr char kEvents[] = "events";
 inline constexpr char kDeliveries[] = "deliveries";
 inline constexpr char kLanes[] = "lanes";
 inline constexpr char kKeyCounters[] = "key_counters";
-inline constexpr const char* kCollections[] = {kSubscriptions, kEvents, kDeliveries, kLanes,
-                                               kKeyCounters};
+inline constexpr char kCompletions[] = "completions";
+inline constexpr const char* kCollections[] = {kSubscriptions, kEvents,      kDeliveries,
+                                               kLanes,         kKeyCounters, kCompletions};
 
 // Field names: the one place each is spelled.
 namespace field {
@@ -92,7 +98,7 @@ inline constexpr char kType[] = "type";
 inline constexpr char kKey[] = "key";  // also deliveries
 inline constexpr char kPayload[] = "payload";
 inline constexpr char kHandlers[] = "handlers";
-inline constexpr char kCreatedAt[] = "createdAt";
+inline constexpr char kCreatedAt[] = "createdAt";  // also deliveries
 // deliveries (their _id is {e, h})
 inline constexpr char kIdEvent[] = "e";
 inline constexpr char kIdHandler[] = "h";
@@ -120,11 +126,17 @@ inline constexpr char kLost[] = "lost";
 inline constexpr char kVersion[] = "version";
 // key_counters
 inline constexpr char kLast[] = "last";
+// completions (their _id is {e, h}; eventId, handler and attempts as in deliveries)
+inline constexpr char kCompletedAt[] = "completedAt";
 }  // namespace field
 
 // Delivery statuses: the stored ones of the seam (store::DeliveryState::status).
 inline constexpr char kPending[] = "pending";
 inline constexpr char kDead[] = "dead";
+// The listing's statuses that are not stored (store::kListableStatuses): a pending delivery
+// in flight, and the completion history.
+inline constexpr char kProcessing[] = "processing";
+inline constexpr char kCompleted[] = "completed";
 
 // The payload: a JSON object, parsed (bson_init_from_json). Throws core::Error
 // kInvalidParameter for anything else (not JSON, an array, a scalar, trailing text).
@@ -151,6 +163,7 @@ struct NewEvent {
 Bson event_document(const NewEvent& event);
 
 // One pending delivery as publish inserts it. The lane is core::lane_of(key or event id).
+// createdAt and updatedAt are `now_ms`.
 struct NewDelivery {
   std::string event_id;
   std::string handler;
@@ -160,6 +173,16 @@ struct NewDelivery {
   std::int64_t now_ms = 0;
 };
 Bson delivery_document(const NewDelivery& delivery);
+
+// One completion history entry, as the completing transaction writes it (its _id is
+// delivery_id()): the fields other than _id.
+struct NewCompletion {
+  std::string event_id;
+  std::string handler;
+  std::int32_t attempts = 0;  // the attempts it took, the completing one included
+  std::int64_t completed_at_ms = 0;
+};
+Bson completion_fields(const NewCompletion& completion);
 
 // One index, with why it exists.
 struct IndexSpec {
@@ -245,5 +268,56 @@ std::pair<std::string, std::int64_t> read_first_sequence(const bson_t* group);
 
 // A group of commands::lanes_with_work: {_id: {h: handler, l: lane}, at: date}.
 std::pair<std::string, std::int16_t> read_lane_group(const bson_t* group);
+
+// --- the operator half's and maintenance's reads
+
+// The _id {e, h} of a deliveries or completions document, as (handler, event id).
+std::pair<std::string, std::string> read_delivery_id(const bson_t* document);
+
+// A deliveries document as list_deliveries reads it (projection: commands::listed_fields).
+struct ListedDeliveryDocument {
+  std::string event_id;
+  std::string handler;
+  std::optional<std::string> key;
+  std::string status;
+  std::int32_t attempts = 0;
+  std::int64_t available_at_ms = 0;
+  std::optional<std::string> last_error;
+  std::int64_t created_at_ms = 0;
+  bool pending() const { return status == kPending; }
+};
+ListedDeliveryDocument read_listed_delivery(const bson_t* delivery);
+
+// A completions document.
+struct StoredCompletion {
+  std::string event_id;
+  std::string handler;
+  std::int32_t attempts = 0;
+  std::int64_t completed_at_ms = 0;
+};
+StoredCompletion read_completion(const bson_t* completion);
+
+// An events document with the fields a listing shows (projection: type, key).
+struct EventSummary {
+  std::string id;
+  std::string type;
+  std::optional<std::string> key;
+};
+EventSummary read_event_summary(const bson_t* event);
+
+// An events document's _id and handlers (purge: the deliveries it can still have).
+std::pair<std::string, std::vector<std::string>> read_event_handlers(const bson_t* event);
+
+// A group of commands::count_deliveries: {_id: handler, pending, dead, oldest: date|null}.
+struct DeliveryCounts {
+  std::string handler;
+  std::int64_t pending = 0;  // waiting, not in flight
+  std::int64_t dead = 0;
+  std::optional<std::int64_t> oldest_pending_ms;  // createdAt of the oldest waiting one
+};
+DeliveryCounts read_delivery_counts(const bson_t* group);
+
+// A group of commands::count_completions: {_id: handler, completed}.
+std::pair<std::string, std::int64_t> read_completion_count(const bson_t* group);
 
 }  // namespace relaybus::mongo

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "commands.hpp"
+#include "maintenance_commands.hpp"
 #include "core/lane_lease.hpp"
 
 namespace relaybus::mongo::detail {
@@ -220,6 +221,38 @@ void MongoClaimStore::clear_lost(const std::vector<core::LaneRef>& lanes,
                                  const std::vector<std::int64_t>& epochs) {
   if (lanes.empty()) return;
   run(client_, database_, nullptr, commands::clear_lost(lanes, epochs), "clear lost");
+}
+
+std::vector<core::LaneSnapshot> MongoClaimStore::expired_lanes(int limit) {
+  std::vector<StoredLane> due;
+  for (auto& l : lanes_of(all(commands::find_expired_lanes(now_, limit), "find expired lanes"))) {
+    if (core::due_for_takeover(l.owner.has_value(), lease_expired(l, now_)))
+      due.push_back(std::move(l));
+  }
+  if (due.empty()) return {};
+  std::vector<std::string> handlers;
+  HandlerEvents refs;
+  for (const auto& l : due) {
+    if (std::find(handlers.begin(), handlers.end(), l.handler) == handlers.end())
+      handlers.push_back(l.handler);
+    for (const auto& id : l.in_flight) refs.push_back({l.handler, id});
+  }
+  subscribed_handlers(handlers);  // their policies
+  const auto pending =
+      refs.empty() ? decltype(deliveries_of({})){}
+                   : deliveries_of(all(commands::find_deliveries(refs, true), "find in flight"));
+  std::vector<core::LaneSnapshot> out;
+  for (const auto& l : due) {
+    core::LaneSnapshot lane{l.handler, l.lane, l.epoch, {}, l.lost};
+    for (const auto& id : l.in_flight) {
+      auto d = pending.find({l.handler, id});
+      if (core::counts_in_flight(d != pending.end() && d->second.pending()))
+        lane.in_flight.push_back(id);
+    }
+    versions_[{l.handler, l.lane}] = l.version;
+    out.push_back(std::move(lane));
+  }
+  return out;
 }
 
 std::vector<Bson> MongoClaimStore::all(const Bson& cmd, const char* what) {

@@ -18,10 +18,11 @@
 
 namespace relaybus::mongo::detail {
 
-// core::ClaimStore on MongoDB, for one claim. Nothing is locked
+// core::ClaimStore on MongoDB, for one claim, or for one maintenance takeover
+// (expired_lanes, then core::take_over_expired_lanes). Nothing is locked
 // (LaneConcurrency::kConditionalWrites): each call is its own command(s), outside any
-// transaction, and every lane write is conditional on the epoch the claim read. The clock
-// is the client's, read once per claim (as publish stamps availableAt).
+// transaction, and every lane write is conditional on the epoch (and version) it read. The
+// clock is the client's, read once per instance (as publish stamps availableAt).
 class MongoClaimStore final : public core::ClaimStore {
  public:
   MongoClaimStore(mongoc_client_t* client, const std::string& database, const std::string& worker,
@@ -67,6 +68,13 @@ class MongoClaimStore final : public core::ClaimStore {
 
   void clear_lost(const std::vector<core::LaneRef>& lanes,
                   const std::vector<std::int64_t>& epochs) override;
+
+  // The maintenance takeover's read, outside a claim: up to `limit` lanes
+  // core::due_for_takeover chooses (the server filter is its copy), as snapshots whose
+  // in_flight holds only the ids core::counts_in_flight keeps. Their versions are recorded,
+  // so write_lanes is conditional on this read, and their handlers' retry policies read,
+  // for the charges (core's defaults for a handler no longer subscribed, as in PostgreSQL).
+  std::vector<core::LaneSnapshot> expired_lanes(int limit);
 
  private:
   // The page of candidates grows from the lane's room up to this, while deliveries with a

@@ -13,8 +13,14 @@ using namespace detail;
 // ---------------------------------------------------------------- the store
 
 MongoStore::MongoStore(const std::string& uri, std::string database)
-    : database_(std::move(database)) {
+    : MongoStore(uri, std::move(database), MongoOptions{}) {}
+
+MongoStore::MongoStore(const std::string& uri, std::string database, const MongoOptions& options)
+    : database_(std::move(database)), options_(options) {
   init_driver();
+  if (options_.retention_completed.count() < 0 || options_.retention_dead.count() < 0)
+    throw StoreError(core::ErrorCode::kInvalidParameter,
+                     "relaybus MongoDB store: a retention must not be negative");
   reported([&] { core::validate_name("database", database_); });
   if (database_.find_first_of(std::string("/\\. \"$\0", 7)) != std::string::npos)
     throw StoreError(core::ErrorCode::kInvalidParameter,

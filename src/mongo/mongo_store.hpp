@@ -15,9 +15,15 @@
 // complete_many, fail, bury and release each run in one transaction of their own; begin()
 // returns a MongoDB transaction to complete in. A Worker without holder gets the process's
 // random holder. listen() does nothing and wait_for_wakeup() sleeps its timeout (polling).
+// BUILT TOO: the operator half and maintenance, none of it in a transaction
+// (mongo_operator.cpp, mongo_maintenance.cpp). unsubscribe deletes the subscription;
+// requeue_dead is one multi-update on the core::requeues condition; statistics and
+// list_deliveries are admin reads (scans of deliveries), "in flight" being
+// core::counts_in_flight over held lanes' in-flight lists; take_over_expired reads expired
+// lanes and runs core::take_over_expired_lanes on the claim's conditional writes;
+// purge_expired deletes in slices of commands::kPurgeSlice. The optional completion history
+// (MongoOptions::completion_history) is written in the completing transaction.
 // None of it has run against a real server (docs/mongodb.md).
-//
-// NOT BUILT (issue 11): unsubscribe, take over expired, purge, statistics, listing.
 //
 // Needs a replica set (MongoDB 4.0 or later) or a sharded cluster (4.2 or later):
 // transactions do not run on a standalone server. Call setup() first: before 4.4 a
@@ -47,12 +53,27 @@ class Bson;  // documents.hpp
 // that time without running the body again.
 inline constexpr int kMaxTransactionAttempts = 5;
 
+// What PostgreSQL sets in GUCs (src/pg/settings.cpp), with the same defaults.
+struct MongoOptions {
+  // relaybus.completion_history: a completions document per completed delivery, written in
+  // the completing transaction (one more write per completion).
+  bool completion_history = false;
+  // relaybus.retention_completed: how long purge_expired() keeps the completion history, and
+  // events without deliveries.
+  std::chrono::seconds retention_completed{7 * 24 * 3600};
+  // relaybus.retention_dead: how long it keeps dead deliveries, and the pending deliveries
+  // of unsubscribed handlers.
+  std::chrono::seconds retention_dead{14 * 24 * 3600};
+};
+
 class MongoStore final : public store::Store {
  public:
   // `uri`: a mongodb:// URI (its replicaSet option names the set); `database`: where the
   // collections are. Connects lazily. Throws StoreError kInvalidParameter for a bad URI or
   // database name.
   MongoStore(const std::string& uri, std::string database);
+  // The same, with `options` (kInvalidParameter for a negative retention).
+  MongoStore(const std::string& uri, std::string database, const MongoOptions& options);
   ~MongoStore() override;
   MongoStore(const MongoStore&) = delete;
   MongoStore& operator=(const MongoStore&) = delete;
@@ -61,6 +82,7 @@ class MongoStore final : public store::Store {
   // session to the overloads below). Owned by the store.
   mongoc_client_t* client() const { return client_; }
   const std::string& database() const { return database_; }
+  const MongoOptions& options() const { return options_; }
 
   // Creates the collections and indexes. Repeatable: existing ones are left as they are.
   void setup();
@@ -102,6 +124,25 @@ class MongoStore final : public store::Store {
   bool requeue(const std::string& event_id, const std::string& handler) override;
   std::optional<store::DeliveryState> lookup(const std::string& event_id,
                                              const std::string& handler) override;
+  // Deletes the subscription; kUndefinedObject when there is none.
+  void unsubscribe(const std::string& handler) override;
+  // One multi-update of the dead deliveries; kUndefinedObject for a handler neither
+  // subscribed nor with a delivery.
+  std::int64_t requeue_dead(const std::optional<std::string>& handler) override;
+  // Admin reads, outside a transaction: a scan of deliveries and of the history, the held
+  // lanes' in-flight lists. Not one snapshot: a delivery that changes state meanwhile may
+  // be counted as it was or as it is.
+  std::vector<store::HandlerStatistics> statistics() override;
+  // Admin reads as statistics(); a scan of deliveries with a top-k sort.
+  std::vector<store::ListedDelivery> list_deliveries(const store::DeliveryFilter& filter) override;
+
+  // --- maintenance: no background worker runs it here; call it from a scheduler or
+  // `relaybus maintain`.
+  // Up to commands::kTakeoverBatch expired lanes (core::take_over_expired_lanes, the
+  // conditional-writes steps).
+  int take_over_expired() override;
+  // One slice (commands::kPurgeSlice) of each kind; call it until it returns 0.
+  std::int64_t purge_expired() override;
 
  private:
   using Body = std::function<void(mongoc_client_session_t*)>;
@@ -123,6 +164,7 @@ class MongoStore final : public store::Store {
 
   mongoc_client_t* client_ = nullptr;
   std::string database_;
+  MongoOptions options_;
 };
 
 }  // namespace relaybus::mongo

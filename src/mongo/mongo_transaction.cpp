@@ -5,8 +5,9 @@
 
 namespace relaybus::mongo::detail {
 
-MongoTransaction::MongoTransaction(mongoc_client_t* client, const std::string& database)
-    : client_(client), database_(database) {
+MongoTransaction::MongoTransaction(mongoc_client_t* client, const std::string& database,
+                                   bool history)
+    : client_(client), database_(database), history_(history) {
   bson_error_t error;
   session_ = mongoc_client_start_session(client_, nullptr, &error);
   if (!session_) fail_with("start a session", error, Bson());
@@ -22,7 +23,7 @@ MongoTransaction::~MongoTransaction() {
 }
 
 bool MongoTransaction::complete(const std::string& token) {
-  return complete_in(client_, database_, session_, parse_tokens({token})) == 1;
+  return complete_in(client_, database_, session_, parse_tokens({token}), history_) == 1;
 }
 
 void MongoTransaction::commit() {

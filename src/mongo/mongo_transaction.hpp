@@ -12,7 +12,8 @@ namespace relaybus::mongo::detail {
 // Completion inside the caller's MongoDB transaction (store::Transaction).
 class MongoTransaction final : public store::Transaction {
  public:
-  MongoTransaction(mongoc_client_t* client, const std::string& database);
+  // `history`: record completions (MongoOptions::completion_history).
+  MongoTransaction(mongoc_client_t* client, const std::string& database, bool history);
   ~MongoTransaction() override;
 
   bool complete(const std::string& token) override;
@@ -25,6 +26,7 @@ class MongoTransaction final : public store::Transaction {
   mongoc_client_t* client_;
   std::string database_;
   mongoc_client_session_t* session_ = nullptr;
+  bool history_;
   bool open_ = true;
 };
 

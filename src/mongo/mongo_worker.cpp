@@ -92,7 +92,7 @@ int MongoStore::complete_many(const std::vector<std::string>& tokens) {
   int n = 0;
   in_transaction([&](mongoc_client_session_t* session) {
     n = 0;
-    n = complete_in(client_, database_, session, parsed);
+    n = complete_in(client_, database_, session, parsed, options_.completion_history);
   });
   return n;
 }
@@ -218,7 +218,7 @@ bool MongoStore::wait_for_wakeup(std::chrono::milliseconds timeout) {
 }
 
 std::unique_ptr<store::Transaction> MongoStore::begin() {
-  return std::make_unique<MongoTransaction>(client_, database_);
+  return std::make_unique<MongoTransaction>(client_, database_, options_.completion_history);
 }
 
 }  // namespace relaybus::mongo

@@ -44,7 +44,33 @@ TEST(Setup, IndexOfLanes) {
             R"({ "key" : { "handler" : { "$numberInt" : "1" }, "lane" : { "$numberInt" : "1" } }, )"
             R"("name" : "lanes_handler_lane", "unique" : true } ], )"
             R"("writeConcern" : { "w" : "majority" } })");
-  EXPECT_EQ(indexed_collections(), (std::vector<const char*>{kDeliveries, kLanes}));
+  EXPECT_EQ(indexed_collections(),
+            (std::vector<const char*>{kDeliveries, kLanes, kEvents, kCompletions}));
+}
+
+TEST(Setup, IndexOfEvents) {
+  EXPECT_EQ(
+      create_indexes(kEvents).canonical_json(),
+      R"({ "createIndexes" : "events", "indexes" : [ )"
+      R"({ "key" : { "createdAt" : { "$numberInt" : "1" } }, "name" : "events_created_at" } ], )"
+      R"("writeConcern" : { "w" : "majority" } })");
+}
+
+TEST(Setup, IndexesOfCompletions) {
+  EXPECT_EQ(
+      create_indexes(kCompletions).canonical_json(),
+      R"({ "createIndexes" : "completions", "indexes" : [ )"
+      R"({ "key" : { "completedAt" : { "$numberInt" : "-1" }, "eventId" : { "$numberInt" : "1" }, )"
+      R"("handler" : { "$numberInt" : "1" } }, "name" : "completions_completed_at" }, )"
+      R"({ "key" : { "handler" : { "$numberInt" : "1" }, "completedAt" : { "$numberInt" : "-1" }, )"
+      R"("eventId" : { "$numberInt" : "1" } }, "name" : "completions_handler" } ], )"
+      R"("writeConcern" : { "w" : "majority" } })");
+}
+
+TEST(Setup, EveryCollectionIsCreated) {
+  EXPECT_EQ(std::vector<std::string>(std::begin(kCollections), std::end(kCollections)),
+            (std::vector<std::string>{"subscriptions", "events", "deliveries", "lanes",
+                                      "key_counters", "completions"}));
 }
 
 TEST(Subscribe, SubscriptionUpsert) {

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "core/lane.hpp"
 #include "core/retry_policy.hpp"
 #include "unit/expect_core_error.hpp"
@@ -55,7 +57,8 @@ TEST(Documents, DeliveryOfAKeyedEvent) {
       R"("sequence" : { "$numberLong" : "7" }, "status" : "pending", )"
       R"("attempts" : { "$numberInt" : "0" }, "claims" : { "$numberInt" : "0" }, )"
       R"("availableAt" : { "$date" : { "$numberLong" : "1764547201000" } }, )"
-      R"("lastError" : null, "updatedAt" : { "$date" : { "$numberLong" : "1764547200000" } } })");
+      R"("lastError" : null, "createdAt" : { "$date" : { "$numberLong" : "1764547200000" } }, )"
+      R"("updatedAt" : { "$date" : { "$numberLong" : "1764547200000" } } })");
   EXPECT_EQ(core::lane_of("user-42"), 171);  // the lane is core's
 }
 
@@ -98,15 +101,22 @@ TEST(Documents, Subscription) {
 
 TEST(Documents, IndexesEachHaveAReason) {
   const auto specs = index_specs();
-  ASSERT_EQ(specs.size(), 4u);
+  ASSERT_EQ(specs.size(), 7u);
   std::vector<std::string> names;
   for (const auto& s : specs) {
     names.push_back(s.name);
     EXPECT_GT(std::string(s.reason).size(), 10u) << s.name;
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"deliveries_claim", "deliveries_key_order",
-                                             "deliveries_dead", "lanes_handler_lane"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"deliveries_claim", "deliveries_key_order", "deliveries_dead",
+                                      "lanes_handler_lane", "events_created_at",
+                                      "completions_completed_at", "completions_handler"}));
   EXPECT_TRUE(specs[3].unique);
+  // Deliveries keep their three: a new one would be written by every publish and completion.
+  EXPECT_EQ(
+      std::count_if(specs.begin(), specs.end(),
+                    [](const IndexSpec& s) { return std::string(s.collection) == kDeliveries; }),
+      3);
 }
 
 TEST(Reading, EventDeliveryCounter) {

@@ -192,6 +192,20 @@ TEST(Claim, ClearLost) {
             R"("writeConcern" : { "w" : "majority" } })");
 }
 
+TEST(Completion, HistoryUpsertedByTheDeliverysId) {
+  EXPECT_EQ(
+      record_completions({{"e1", "mailer", 3, kNow}, {"e2", "mailer", 1, kNow}}).canonical_json(),
+      R"({ "update" : "completions", "updates" : [ { "q" : { "_id" : { "e" : "e1", )"
+      R"("h" : "mailer" } }, "u" : { "eventId" : "e1", "handler" : "mailer", )"
+      R"("attempts" : { "$numberInt" : "3" }, )"
+      R"("completedAt" : { "$date" : { "$numberLong" : "1764547200000" } } }, )"
+      R"("upsert" : true }, { "q" : { "_id" : { "e" : "e2", "h" : "mailer" } }, )"
+      R"("u" : { "eventId" : "e2", "handler" : "mailer", )"
+      R"("attempts" : { "$numberInt" : "1" }, )"
+      R"("completedAt" : { "$date" : { "$numberLong" : "1764547200000" } } }, )"
+      R"("upsert" : true } ], "ordered" : true })");
+}
+
 TEST(Claim, FindEvents) {
   EXPECT_EQ(find_events({"e1", "e2"}).canonical_json(),
             R"({ "find" : "events", "filter" : { "_id" : { "$in" : [ "e1", "e2" ] } }, )"

@@ -8,7 +8,7 @@ from bson.int64 import Int64
 import mockrs
 from mockrs import DATABASE, WireTest
 
-COLLECTIONS = ["subscriptions", "events", "deliveries", "lanes", "key_counters"]
+COLLECTIONS = ["subscriptions", "events", "deliveries", "lanes", "key_counters", "completions"]
 
 
 class AdminTest(WireTest):
@@ -40,6 +40,15 @@ class AdminTest(WireTest):
                          [{"key": {"handler": 1, "lane": 1}, "name": "lanes_handler_lane",
                            "unique": True}])
         lanes.ok()
+        events = rs.expect("createIndexes")
+        self.assertEqual(events.doc["indexes"],
+                         [{"key": {"createdAt": 1}, "name": "events_created_at"}])
+        events.ok()
+        history = rs.expect("createIndexes")
+        self.assertEqual(history.doc["createIndexes"], "completions")
+        self.assertEqual([i["name"] for i in history.doc["indexes"]],
+                         ["completions_completed_at", "completions_handler"])
+        history.ok()
         self.assertEqual(rs.output(), ["ok setup"])
         rs.nothing_more()
 

@@ -1,6 +1,7 @@
-// Drives relaybus::mongo::MongoStore for the wire tests: `driver URI DATABASE` reads one
-// operation per line from stdin (fields separated by tabs, "-" for an absent value), runs
-// it against the server the test scripts, and prints one line per operation:
+// Drives relaybus::mongo::MongoStore for the wire tests: `driver URI DATABASE [OPTIONS]`
+// (OPTIONS: comma-separated history, retention_dead=SECONDS, retention_completed=SECONDS,
+// the MongoOptions) reads one operation per line from stdin (fields separated by tabs, "-" for an
+// absent value), runs it against the server the test scripts, and prints one line per operation:
 // "ok <result>" or "error <code> <native code> <message>".
 //
 //   setup
@@ -17,7 +18,16 @@
 //   tx_complete      TOKEN                                  begin(), complete, commit
 //   relinquish       WORKER  HOLDER                         prints how many lanes went back
 //   extend           WORKER  HOLDER                         prints how many were renewed
+//   unsubscribe      HANDLER
+//   requeue_dead     HANDLER|-                              prints how many
+//   statistics       prints "handler:pending/processing/dead/completed/oldest_us|-" per
+//                    handler, separated by spaces
+//   list             STATUS|-  HANDLER|-  MAX_ROWS          prints one
+//                    "event/handler/type/key|-/status/attempts/owner|-" per row, by spaces
+//   take_over        prints how many lanes were taken over
+//   purge            prints how many documents were deleted
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -149,6 +159,40 @@ std::string run(relaybus::mongo::MongoStore& store, const std::vector<std::strin
   if (op == "extend")
     return std::to_string(
         store.extend_lease({f.at(1), f.at(2) == "-" ? "" : f.at(2)}, std::chrono::seconds(30)));
+  if (op == "unsubscribe") {
+    store.unsubscribe(f.at(1));
+    return "unsubscribed";
+  }
+  if (op == "requeue_dead") return std::to_string(store.requeue_dead(optional_field(f, 1)));
+  if (op == "statistics") {
+    std::ostringstream out;
+    for (const auto& s : store.statistics()) {
+      out << (out.tellp() > 0 ? " " : "") << s.handler << ":" << s.pending << "/" << s.processing
+          << "/" << s.dead << "/" << s.completed << "/";
+      if (s.oldest_pending_us) {
+        out << *s.oldest_pending_us;
+      } else {
+        out << "-";
+      }
+    }
+    return out.str();
+  }
+  if (op == "list") {
+    relaybus::store::DeliveryFilter filter;
+    filter.status = optional_field(f, 1);
+    filter.handler = optional_field(f, 2);
+    filter.max_rows = std::stoi(f.at(3));
+    std::vector<std::string> rows;
+    for (const auto& d : store.list_deliveries(filter))
+      rows.push_back(d.event_id + "/" + d.handler + "/" + d.type + "/" + d.key.value_or("-") + "/" +
+                     d.status + "/" + std::to_string(d.attempts) + "/" +
+                     d.lease_owner.value_or("-"));
+    std::string out;
+    for (const auto& r : rows) out += (out.empty() ? "" : " ") + r;
+    return out;
+  }
+  if (op == "take_over") return std::to_string(store.take_over_expired());
+  if (op == "purge") return std::to_string(store.purge_expired());
   if (op == "tx_complete") {
     auto tx = store.begin();
     const bool done = tx->complete(f.at(1));
@@ -160,13 +204,29 @@ std::string run(relaybus::mongo::MongoStore& store, const std::vector<std::strin
 
 }  // namespace
 
+// The MongoOptions of argv[3].
+relaybus::mongo::MongoOptions options_of(const std::string& text) {
+  relaybus::mongo::MongoOptions options;
+  for (const auto& option : split(text, ',')) {
+    const auto eq = option.find('=');
+    const std::string name = option.substr(0, eq);
+    const std::string value = eq == std::string::npos ? "" : option.substr(eq + 1);
+    if (name == "history") options.completion_history = true;
+    if (name == "retention_dead") options.retention_dead = std::chrono::seconds(std::stoll(value));
+    if (name == "retention_completed")
+      options.retention_completed = std::chrono::seconds(std::stoll(value));
+  }
+  return options;
+}
+
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::cerr << "usage: driver URI DATABASE < operations\n";
+  if (argc != 3 && argc != 4) {
+    std::cerr << "usage: driver URI DATABASE [OPTIONS] < operations\n";
     return 2;
   }
   try {
-    relaybus::mongo::MongoStore store(argv[1], argv[2]);
+    relaybus::mongo::MongoStore store(
+        argv[1], argv[2], argc == 4 ? options_of(argv[3]) : relaybus::mongo::MongoOptions{});
     std::string line;
     while (std::getline(std::cin, line)) {
       if (line.empty()) continue;

@@ -56,12 +56,13 @@ class MockRs:
         return "mongodb://localhost:%d/?replicaSet=%s&serverSelectionTimeoutMS=5000" % (
             self.port, SET_NAME)
 
-    def start(self, *operations):
-        """Runs the driver with one operation per argument (a list of fields)."""
+    def start(self, *operations, options=None):
+        """Runs the driver with one operation per argument (a list of fields), and the
+        store's options ("history,retention_dead=60": see driver.cpp) if given."""
         text = "".join("\t".join(op) + "\n" for op in operations)
         self.process = subprocess.Popen(
-            [DRIVER, self.uri, DATABASE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True)
+            [DRIVER, self.uri, DATABASE] + ([options] if options else []),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.process.stdin.write(text)
         self.process.stdin.close()
 
