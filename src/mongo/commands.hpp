@@ -2,7 +2,7 @@
 // session: the driver adds lsid, txnNumber, startTransaction, autocommit, readConcern and
 // $db when it sends them). The unit tests compare each with golden extended JSON.
 //
-// Every decision comes from src/core: the lane (core::lane_of, in delivery_document), the
+// Every decision comes from src/core: the lane (core::lane_of, in delivery_lane), the
 // handlers a repeated publish adds (core::handlers_to_add, in plan_publish), whether a
 // delivery requeues and with what budget (core::requeues, core::kRequeuedAttempts, in
 // requeue_update), the bounds of names and policies (core::validate_name, core::validate).

@@ -210,13 +210,17 @@ Bson event_document(const NewEvent& e) {
   return doc;
 }
 
+std::int16_t delivery_lane(const std::string& event_id, const std::optional<std::string>& key) {
+  return core::lane_of(key ? *key : event_id);
+}
+
 Bson delivery_document(const NewDelivery& d) {
   Bson doc;
   Bson id = delivery_id(d.event_id, d.handler);
   bson_append_document(doc.get(), field::kId, -1, id.get());
   append_string(doc.get(), field::kEventId, d.event_id);
   append_string(doc.get(), field::kHandler, d.handler);
-  bson_append_int32(doc.get(), field::kLaneId, -1, core::lane_of(d.key ? *d.key : d.event_id));
+  bson_append_int32(doc.get(), field::kLaneId, -1, delivery_lane(d.event_id, d.key));
   append_string_or_null(doc.get(), field::kKey, d.key);
   bson_append_int64(doc.get(), field::kSequence, -1, d.sequence);
   append_string(doc.get(), field::kStatus, kPending);

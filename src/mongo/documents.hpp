@@ -162,8 +162,12 @@ struct NewEvent {
 };
 Bson event_document(const NewEvent& event);
 
-// One pending delivery as publish inserts it. The lane is core::lane_of(key or event id).
-// createdAt and updatedAt are `now_ms`.
+// A delivery's lane: core::lane_of of its key, else of its event id. Publish stores it, and
+// the 0.1.0 upgrade backfills it (upgrade_commands.hpp) with this same function.
+std::int16_t delivery_lane(const std::string& event_id, const std::optional<std::string>& key);
+
+// One pending delivery as publish inserts it. Its lane is delivery_lane(). createdAt and
+// updatedAt are `now_ms`.
 struct NewDelivery {
   std::string event_id;
   std::string handler;

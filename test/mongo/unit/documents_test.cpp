@@ -71,6 +71,11 @@ TEST(Documents, AnUnkeyedDeliveryLivesInTheLaneOfItsEventId) {
       << json;
 }
 
+TEST(Documents, TheLaneOfADeliveryIsCoresLaneOfItsKeyElseItsEventId) {
+  EXPECT_EQ(delivery_lane("e1", std::string("user-42")), core::lane_of("user-42"));
+  EXPECT_EQ(delivery_lane("e2", std::nullopt), core::lane_of("e2"));
+}
+
 TEST(Documents, Event) {
   Bson payload = parse_payload(R"({"id": 42})");
   NewEvent e{"e1", "user.created", std::nullopt, payload.get(), {"audit", "mailer"}, kNow};
