@@ -5,6 +5,7 @@
 #include "core/error.hpp"
 #include "documents.hpp"
 #include "driver.hpp"
+#include "upgrade.hpp"
 
 namespace relaybus::mongo {
 
@@ -81,6 +82,7 @@ void MongoStore::setup() {
       if (e.error().code != 48) throw;  // NamespaceExists: done already
     }
   }
+  upgrade_layout(client_, database_);  // the 0.1.0 layout converted, lanes, no 0.1.0 index
   for (const char* collection : commands::indexed_collections())
     run(client_, database_, nullptr, commands::create_indexes(collection), "createIndexes");
 }

@@ -85,6 +85,9 @@ class MongoStore final : public store::Store {
   const MongoOptions& options() const { return options_; }
 
   // Creates the collections and indexes. Repeatable: existing ones are left as they are.
+  // Converts a database in the 0.1.0 layout in place (docs/mongodb.md, "Upgrading from the
+  // 0.1.0 layout"; stop every 0.1.0 worker first: kConflict while a 0.1.0 lease is live),
+  // and gives every subscribed handler its lanes.
   void setup();
 
   // --- the worker half: core::run_claim in LaneConcurrency::kConditionalWrites mode (no

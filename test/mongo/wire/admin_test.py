@@ -24,6 +24,7 @@ class AdminTest(WireTest):
                 create.replies(ok=0, code=48, codeName="NamespaceExists", errmsg="exists")
             else:
                 create.ok()
+        self.answer_layout_checks()  # a database in the 0.2.0 layout: reads only
         deliveries = rs.expect("createIndexes")
         self.assertEqual(deliveries.doc["createIndexes"], "deliveries")
         self.assertEqual([i["name"] for i in deliveries.doc["indexes"]],

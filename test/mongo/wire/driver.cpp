@@ -26,12 +26,14 @@
 //                    "event/handler/type/key|-/status/attempts/owner|-" per row, by spaces
 //   take_over        prints how many lanes were taken over
 //   purge            prints how many documents were deleted
+//   lane             KEY_OR_EVENT_ID                        core::lane_of (no server)
 #include <iostream>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/lane.hpp"
 #include "mongo/mongo_store.hpp"
 
 namespace {
@@ -193,6 +195,7 @@ std::string run(relaybus::mongo::MongoStore& store, const std::vector<std::strin
   }
   if (op == "take_over") return std::to_string(store.take_over_expired());
   if (op == "purge") return std::to_string(store.purge_expired());
+  if (op == "lane") return std::to_string(relaybus::core::lane_of(f.at(1)));
   if (op == "tx_complete") {
     auto tx = store.begin();
     const bool done = tx->complete(f.at(1));

@@ -138,6 +138,49 @@ class WireTest(unittest.TestCase):
         request.ok(cursor={"id": bson.int64.Int64(0), "ns": "%s.%s" % (DATABASE, collection),
                            "firstBatch": docs})
 
+    # --- setup's reads of a database already in the 0.2.0 layout (src/mongo/upgrade.hpp)
+
+    def answer_layout_checks(self, subscriptions=(), lane_counts=()):
+        """Answers setup()'s reads between its creates and its createIndexes on a database
+        with no 0.1.0 document and no 0.1.0 index: the two marker finds, listIndexes of
+        deliveries, the subscriptions and (if any) the lane count per handler. Returns the
+        requests, for the caller's own checks."""
+        rs = self.rs
+        requests = []
+        for collection in ("deliveries", "events"):
+            marker = rs.expect("find")
+            self.assertEqual(marker.doc["find"], collection)
+            self.assertEqual(marker.doc["limit"], 1)
+            self.cursor(marker, [], collection)
+            requests.append(marker)
+        indexes = rs.expect("listIndexes")
+        self.assertEqual(indexes.doc["listIndexes"], "deliveries")
+        self.cursor(indexes, [{"v": 2, "key": {"_id": 1}, "name": name}
+                              for name in ("_id_", "deliveries_claim", "deliveries_key_order",
+                                           "deliveries_dead")], "deliveries")
+        requests.append(indexes)
+        subs = rs.expect("find")
+        self.assertEqual(subs.doc["find"], "subscriptions")
+        self.cursor(subs, [{"_id": h} for h in subscriptions], "subscriptions")
+        requests.append(subs)
+        if subscriptions:
+            counts = rs.expect("aggregate")
+            self.assertEqual(counts.doc["aggregate"], "lanes")
+            self.cursor(counts, [{"_id": h, "n": n} for h, n in lane_counts], "lanes")
+            requests.append(counts)
+        return requests
+
+
+def lanes_of(*keys):
+    """core::lane_of of each key (or event id), computed by the driver: no server needed."""
+    result = subprocess.run(
+        [DRIVER, "mongodb://localhost:1/?replicaSet=%s" % SET_NAME, DATABASE],
+        input="".join("lane\t%s\n" % k for k in keys), capture_output=True, text=True,
+        check=True, timeout=20)
+    lines = result.stdout.splitlines()
+    assert len(lines) == len(keys) and all(l.startswith("ok ") for l in lines), lines
+    return [int(l[3:]) for l in lines]
+
 
 def main():
     global DRIVER
