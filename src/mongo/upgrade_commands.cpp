@@ -12,11 +12,11 @@
 
 namespace relaybus::mongo::upgrade {
 
-using detail::find;
-using detail::pointers;
-using detail::statement;
-using detail::update;
-using detail::with_majority;
+using commands::parts::find;
+using commands::parts::pointers_to;
+using commands::parts::statement;
+using commands::parts::update;
+using commands::parts::with_majority;
 
 namespace {
 
@@ -75,7 +75,7 @@ void append_unconverted(bson_t* filter) {
   append_exists(leased.get(), kLeaseToken, true);
   Bson laneless;
   append_exists(laneless.get(), field::kLaneId, false);
-  detail::append_documents(filter, "$or", {&leased, &laneless});
+  commands::parts::append_documents(filter, "$or", {&leased, &laneless});
 }
 
 // {_id: {$gt: value}} for the next batch of a step (each reads in _id order).
@@ -129,6 +129,11 @@ LegacyDelivery read_legacy_delivery(const bson_t* delivery) {
     unreadable(field::kStatus);
   d.has_claims = has_field(delivery, field::kClaims);
   d.last_error = string_or_null_field(delivery, field::kLastError);
+  d.has_created_at = has_field(delivery, field::kCreatedAt);
+  bson_iter_t it;
+  if (!bson_iter_init_find(&it, delivery, field::kUpdatedAt) || !BSON_ITER_HOLDS_DATE_TIME(&it))
+    unreadable(field::kUpdatedAt);
+  d.updated_at_ms = bson_iter_date_time(&it);
   return d;
 }
 
@@ -218,7 +223,7 @@ Bson count_lanes() {
   bson_append_document(stage.get(), "$group", -1, group.get());
   Bson cmd;
   BSON_APPEND_UTF8(cmd.get(), "aggregate", kLanes);
-  detail::append_documents(cmd.get(), "pipeline", {&stage});
+  commands::parts::append_documents(cmd.get(), "pipeline", {&stage});
   bson_t cursor;
   bson_append_document_begin(cmd.get(), "cursor", -1, &cursor);
   bson_append_document_end(cmd.get(), &cursor);
@@ -295,7 +300,7 @@ Bson set_event_handlers(
     bson_append_document_end(u.get(), &set);
     statements.push_back(statement(q, u, false));
   }
-  return with_majority(update(kEvents, pointers(statements), false));
+  return with_majority(update(kEvents, pointers_to(statements), false));
 }
 
 // ---------------------------------------------------------------- completed deliveries
@@ -321,7 +326,7 @@ Bson record_completions(const std::vector<CompletedDelivery>& completed) {
     bson_append_document_end(u.get(), &insert);
     statements.push_back(statement(delivery_filter(c.id), u, true));
   }
-  return with_majority(update(kCompletions, pointers(statements), false));
+  return with_majority(update(kCompletions, pointers_to(statements), false));
 }
 
 Bson delete_completed(const std::vector<CompletedDelivery>& completed) {
@@ -336,7 +341,7 @@ Bson delete_completed(const std::vector<CompletedDelivery>& completed) {
   }
   Bson cmd;
   BSON_APPEND_UTF8(cmd.get(), "delete", kDeliveries);
-  detail::append_documents(cmd.get(), "deletes", pointers(statements));
+  commands::parts::append_documents(cmd.get(), "deletes", pointers_to(statements));
   BSON_APPEND_BOOL(cmd.get(), "ordered", false);
   return with_majority(std::move(cmd));
 }
@@ -344,8 +349,8 @@ Bson delete_completed(const std::vector<CompletedDelivery>& completed) {
 // ---------------------------------------------------------------- the other deliveries
 
 std::vector<const char*> legacy_fields() {
-  return {field::kEventId, field::kHandler, field::kKey,
-          field::kStatus,  field::kClaims,  field::kLastError};
+  return {field::kEventId, field::kHandler,   field::kKey,       field::kStatus,
+          field::kClaims,  field::kLastError, field::kCreatedAt, field::kUpdatedAt};
 }
 
 Bson find_unconverted(const std::optional<DeliveryKey>& after) {
@@ -369,6 +374,7 @@ Bson convert_deliveries(const std::vector<LegacyDelivery>& deliveries, std::int6
     bson_append_document_begin(u.get(), "$set", -1, &set);
     bson_append_int32(&set, field::kLaneId, -1, delivery_lane(d.id.event_id, d.key));
     if (!d.has_claims) bson_append_int32(&set, field::kClaims, -1, 0);
+    if (!d.has_created_at) bson_append_date_time(&set, field::kCreatedAt, -1, d.updated_at_ms);
     if (d.status == kProcessing) {
       // Back to pending, its attempt (charged at claim) kept, as a lost lease is charged.
       append_string(&set, field::kStatus, kPending);
@@ -383,7 +389,7 @@ Bson convert_deliveries(const std::vector<LegacyDelivery>& deliveries, std::int6
     bson_append_document_end(u.get(), &unset);
     statements.push_back(statement(q, u, false));
   }
-  return with_majority(update(kDeliveries, pointers(statements), false));
+  return with_majority(update(kDeliveries, pointers_to(statements), false));
 }
 
 }  // namespace relaybus::mongo::upgrade

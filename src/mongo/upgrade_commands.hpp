@@ -71,6 +71,10 @@ struct LegacyDelivery {
   std::string status;  // pending, processing or dead
   bool has_claims = false;
   std::optional<std::string> last_error;
+  // 0.1.0 deliveries have no createdAt (statistics, listing and purge read it): they get
+  // their updatedAt, the closest time the document has (its creation, unless it was claimed).
+  bool has_created_at = false;
+  std::int64_t updated_at_ms = 0;
 };
 LegacyDelivery read_legacy_delivery(const bson_t* delivery);
 

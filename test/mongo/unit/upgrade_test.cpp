@@ -178,7 +178,8 @@ TEST(UpgradeDeliveries, TheOthersFoundInBatchesById) {
   const std::string fields =
       R"("projection" : { "eventId" : { "$numberInt" : "1" }, "handler" : { "$numberInt" : "1" }, )"
       R"("key" : { "$numberInt" : "1" }, "status" : { "$numberInt" : "1" }, )"
-      R"("claims" : { "$numberInt" : "1" }, "lastError" : { "$numberInt" : "1" } }, )";
+      R"("claims" : { "$numberInt" : "1" }, "lastError" : { "$numberInt" : "1" }, )"
+      R"("createdAt" : { "$numberInt" : "1" }, "updatedAt" : { "$numberInt" : "1" } }, )";
   EXPECT_EQ(find_unconverted(std::nullopt).canonical_json(),
             std::string(R"({ "find" : "deliveries", "filter" : { )"
                         R"("status" : { "$ne" : "completed" }, )") +
@@ -192,10 +193,15 @@ TEST(UpgradeDeliveries, TheOthersFoundInBatchesById) {
 
 TEST(UpgradeDeliveries, EachGetsCoresLaneAndLosesItsLease) {
   const std::vector<LegacyDelivery> deliveries{
-      {{"e1", "mailer"}, std::string("user-42"), "processing", false, std::nullopt},
-      {{"e2", "mailer"}, std::nullopt, "processing", false, std::string("timeout")},
-      {{"e3", "audit"}, std::string("k"), "dead", true, std::string("boom")},
-      {{"e5", "mailer"}, std::nullopt, "pending", false, std::nullopt}};
+      {{"e1", "mailer"}, std::string("user-42"), "processing", false, std::nullopt, false, 7000},
+      {{"e2", "mailer"}, std::nullopt, "processing", false, std::string("timeout"), false, 7000},
+      {{"e3", "audit"}, std::string("k"), "dead", true, std::string("boom"), false, 6000},
+      // converted once already, but its claims counter was not set: createdAt is kept
+      {{"e5", "mailer"}, std::nullopt, "pending", false, std::nullopt, true, 5000}};
+  // Without createdAt, a delivery gets its updatedAt as read (before the upgrade's own).
+  const auto created = [](const char* ms) {
+    return std::string(R"(, "createdAt" : { "$date" : { "$numberLong" : ")") + ms + "\" } }";
+  };
   const std::string unset =
       R"("$unset" : { "leaseOwner" : "", "leaseToken" : "", "leaseExpiresAt" : "" } }, )"
       R"("upsert" : false })";
@@ -205,21 +211,21 @@ TEST(UpgradeDeliveries, EachGetsCoresLaneAndLosesItsLease) {
                 // processing, keyed: pending, its attempts untouched, the upgrade's lastError
                 R"({ "q" : { "_id" : { "e" : "e1", "h" : "mailer" }, "status" : "processing" }, )"
                 R"("u" : { "$set" : { )" +
-                lane_json("user-42") +
-                R"(, "claims" : { "$numberInt" : "0" }, "status" : "pending", )"
+                lane_json("user-42") + R"(, "claims" : { "$numberInt" : "0" })" + created("7000") +
+                R"(, "status" : "pending", )"
                 R"("lastError" : "lease lost: upgraded from 0.1.0 while in flight", )" +
                 now + " }, " + unset +
                 ", "
                 // processing, unkeyed, with a lastError of its own: kept
                 R"({ "q" : { "_id" : { "e" : "e2", "h" : "mailer" }, "status" : "processing" }, )"
                 R"("u" : { "$set" : { )" +
-                lane_json("e2") + R"(, "claims" : { "$numberInt" : "0" }, "status" : "pending", )" +
-                now + " }, " + unset +
+                lane_json("e2") + R"(, "claims" : { "$numberInt" : "0" })" + created("7000") +
+                R"(, "status" : "pending", )" + now + " }, " + unset +
                 ", "
-                // dead (claims present already): only the lane and the lease fields
+                // dead (claims present already): the lane, createdAt and the lease fields
                 R"({ "q" : { "_id" : { "e" : "e3", "h" : "audit" }, "status" : "dead" }, )"
                 R"("u" : { "$set" : { )" +
-                lane_json("k") + " }, " + unset +
+                lane_json("k") + created("6000") + " }, " + unset +
                 ", "
                 // pending, unkeyed
                 R"({ "q" : { "_id" : { "e" : "e5", "h" : "mailer" }, "status" : "pending" }, )"
@@ -231,7 +237,8 @@ TEST(UpgradeDeliveries, EachGetsCoresLaneAndLosesItsLease) {
 TEST(UpgradeReading, ALegacyDelivery) {
   const LegacyDelivery d = read_legacy_delivery(
       from_json(R"({"_id": {"e": "e1", "h": "mailer"}, "eventId": "e1", "handler": "mailer",
-                    "key": "user-42", "status": "processing", "lastError": null})")
+                    "key": "user-42", "status": "processing", "lastError": null,
+                    "updatedAt": {"$date": {"$numberLong": "1764547195000"}}})")
           .get());
   EXPECT_EQ(d.id.event_id, "e1");
   EXPECT_EQ(d.id.handler, "mailer");
@@ -239,10 +246,15 @@ TEST(UpgradeReading, ALegacyDelivery) {
   EXPECT_EQ(d.status, "processing");
   EXPECT_FALSE(d.has_claims);
   EXPECT_EQ(d.last_error, std::nullopt);
+  EXPECT_FALSE(d.has_created_at);
+  EXPECT_EQ(d.updated_at_ms, 1764547195000);
   const LegacyDelivery converted_once = read_legacy_delivery(
       from_json(R"({"eventId": "e2", "handler": "h", "key": null, "status": "dead",
-                    "claims": 3, "lastError": "boom"})")
+                    "claims": 3, "lastError": "boom",
+                    "createdAt": {"$date": {"$numberLong": "1"}},
+                    "updatedAt": {"$date": {"$numberLong": "2"}}})")
           .get());
+  EXPECT_TRUE(converted_once.has_created_at);
   EXPECT_EQ(converted_once.key, std::nullopt);
   EXPECT_TRUE(converted_once.has_claims);
   EXPECT_EQ(converted_once.last_error, std::optional<std::string>("boom"));

@@ -219,6 +219,8 @@ class UpgradeTest(WireTest):
                 got = dict(u["$set"])
                 if status == "processing":  # the attempt charged at claim stays charged
                     self.assertIsInstance(got.pop("updatedAt"), datetime.datetime)
+                # 0.1.0 deliveries have no createdAt: they get the updatedAt they had
+                self.assertEqual(got.pop("createdAt"), d["updatedAt"])
                 self.assertNotIn("attempts", got)
                 self.assertNotIn("availableAt", got)  # due as it was: at once
                 self.assertEqual(got, fields)
@@ -228,7 +230,7 @@ class UpgradeTest(WireTest):
             after = batch[-1]["_id"]
 
     def answer_create_indexes(self):
-        for collection in ("deliveries", "lanes"):
+        for collection in ("deliveries", "lanes", "events", "completions"):
             create = self.rs.expect("createIndexes")
             self.assertEqual(create.doc["createIndexes"], collection)
             create.ok()
@@ -268,7 +270,7 @@ class UpgradeTest(WireTest):
             self.assertEqual(marker.doc["limit"], 1)
             self.assertIs(marker.doc["singleBatch"], True)
             self.assertNotIn("txnNumber", marker.doc)
-        for collection in ("deliveries", "lanes"):  # as before: existing indexes are a no-op
+        for collection in ("deliveries", "lanes", "events", "completions"):  # a no-op: they exist
             create = rs.expect("createIndexes")
             self.assertEqual(create.doc["createIndexes"], collection)
             create.ok(note="all indexes already exist")
