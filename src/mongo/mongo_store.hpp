@@ -1,12 +1,13 @@
 // The MongoDB store on libmongoc: the store seam (src/store/store.hpp) over the documents of
 // documents.hpp, sending the commands of commands.hpp. Every decision is core's.
 //
-// BUILT: setup (collections and indexes, repeatable), subscribe (the subscription and the
-// handler's 256 lane documents), publish and publish_batch (atomic: one transaction of
-// their own, run with mongoc_client_session_with_transaction, the driver's documented retry
-// loop for TransientTransactionError and UnknownTransactionCommitResult, bounded here to
-// kMaxTransactionAttempts runs of the body; or inside the caller's session and transaction),
-// requeue and lookup.
+// BUILT: setup (collections and indexes, repeatable; converts the 0.1.0 layout in place),
+// subscribe (the subscription and the handler's 256 lane documents), publish and
+// publish_batch (atomic: one transaction of their own, run with
+// mongoc_client_session_with_transaction, the driver's documented retry loop for
+// TransientTransactionError and UnknownTransactionCommitResult, bounded here to
+// kMaxTransactionAttempts runs of the body; or inside the caller's session and
+// transaction), requeue and lookup.
 //
 // BUILT TOO: the worker half. claim is core::run_claim in LaneConcurrency::kConditionalWrites
 // mode: nothing is locked, each step is its own command outside any transaction, every lane
