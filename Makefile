@@ -170,7 +170,8 @@ test/mongo/unit/mongo_unit_tests: $(MONGO_UNIT_SRCS) $(MONGO_LIB) $(wildcard src
 test/mongo/wire/driver: test/mongo/wire/driver.cpp $(MONGO_LIB) $(wildcard src/mongo/*.hpp)
 	$(CXX) -std=c++17 -O1 -g -Wall -Wextra -Isrc $(MONGO_CFLAGS) -o $@ $< $(MONGO_LIB) $(MONGO_LIBS)
 
-mongo-test: test/mongo/unit/mongo_unit_tests test/mongo/wire/driver
+# cli_test.py runs bin/relaybus on a mongodb:// URI.
+mongo-test: test/mongo/unit/mongo_unit_tests test/mongo/wire/driver bin/relaybus
 	./test/mongo/unit/mongo_unit_tests
 	@for t in $(sort $(wildcard test/mongo/wire/*_test.py)); do \
 	  echo "-- $$t"; $(MONGO_PYTHON) $$t ./test/mongo/wire/driver || exit 1; done

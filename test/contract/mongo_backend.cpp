@@ -27,6 +27,11 @@ class MongoBackend final : public Backend {
   std::unique_ptr<store::Store> open() override {
     return std::make_unique<mongo::MongoStore>(uri(), database());
   }
+  std::unique_ptr<store::Store> open_expiring() override {
+    mongo::MongoOptions options;
+    options.retention_completed = options.retention_dead = std::chrono::seconds(0);
+    return std::make_unique<mongo::MongoStore>(uri(), database(), options);
+  }
 };
 
 const RegisterBackend registered{{
