@@ -178,9 +178,8 @@ def check_handled(expected, handled):
     return problems, dict(lost=lost, unexpected=unexpected, duplicates=duplicates, order_violations=order)
 
 
-def check_store(cluster, db):
-    left = int(cluster.value(db, f"SELECT {HARNESS} count(*) FROM relaybus.deliveries WHERE status NOT IN ('dead', 'completed')"))
-    dead = int(cluster.value(db, f"SELECT {HARNESS} count(*) FROM relaybus.deliveries WHERE status = 'dead'"))
+def check_leftovers(left, dead):
+    """After a drain or mixed run: nothing may be left pending and nothing dead."""
     problems = []
     if left:
         problems.append(f"pending {left}")
@@ -219,17 +218,58 @@ def dispatcher_args(p):
             "--batch", str(p["batch"]), "--poll-ms", str(p["poll_ms"])]
 
 
-def run_one(cluster, scenario, p, db, outdir, tag):
+class PgTarget:
+    """One database of the throwaway cluster, as run_one needs a store: the --db the tool
+    gets, and what the harness reads and resets around a run."""
+
+    def __init__(self, cluster, db):
+        self.cluster, self.name = cluster, db
+        self.db = cluster.conninfo(db)
+
+    def reset(self, preload, prefix, log):
+        """Empties the store and subscribes the bench handler; returns the preloaded ids."""
+        reset(self.cluster, self.name, preload=preload)
+        return {f"e-{i}" for i in range(1, preload + 1)}
+
+    def start(self):
+        pass  # reset() zeroed the statistics already
+
+    def event_ids(self):
+        return {r[0] for r in self.cluster.sql(self.name, f"SELECT {HARNESS} id FROM relaybus.events")}
+
+    def pending_deliveries(self):
+        return int(self.cluster.value(self.name, f"SELECT {HARNESS} count(*) FROM relaybus.deliveries WHERE handler = '{HANDLER}' AND status = 'pending'"))
+
+    def leftovers(self):
+        left = int(self.cluster.value(self.name, f"SELECT {HARNESS} count(*) FROM relaybus.deliveries WHERE status NOT IN ('dead', 'completed')"))
+        dead = int(self.cluster.value(self.name, f"SELECT {HARNESS} count(*) FROM relaybus.deliveries WHERE status = 'dead'"))
+        return left, dead
+
+    def measure(self, summary, deliveries):
+        """The store's figures of the run: (metrics, raw statistics)."""
+        stats = table_stats(self.cluster, self.name)
+        return shared_metrics(stats, deliveries, summary["wal_bytes"]), stats
+
+    def finish(self):
+        # Measured and checked: empty this database now, so that autovacuum does not work
+        # through its dead tuples while the other version's run is being measured.
+        tables = [r[0] for r in self.cluster.sql(self.name, "SELECT format('%I.%I', schemaname, tablename) FROM pg_tables WHERE schemaname = 'relaybus'")]
+        self.cluster.sql(self.name, f"TRUNCATE {', '.join(tables)} CASCADE")
+
+
+def run_one(target, scenario, p, outdir, tag):
+    """One run of a scenario on a store target (PgTarget, or mongo_bench.MongoTarget),
+    validated: returns dict(valid, problems, checks, metrics, table_stats, summary)."""
     prefix = os.path.join(outdir, "runs", tag)
     log = prefix + ".log"
-    conn = cluster.conninfo(db)
+    conn = target.db
     problems = []
     if scenario == "drain":
-        reset(cluster, db, preload=p["events"])
+        expected = target.reset(p["events"], prefix, log)
+        target.start()
         code = cli(["bench", "drain", "--db", conn, "--out", prefix, "--handler", HANDLER,
                     "--duration-s", "600"] + dispatcher_args(p), log)
         summary = json.load(open(prefix + ".summary.json"))
-        expected = {f"e-{i}" for i in range(1, p["events"] + 1)}
         handled = read_tsv(prefix + ".dispatcher-*.tsv")
         probs, counts = check_handled(expected, handled)
         problems += probs
@@ -238,15 +278,16 @@ def run_one(cluster, scenario, p, db, outdir, tag):
         if not summary["drained"]:
             problems.append("not drained within the time limit")
     elif scenario == "publish":
-        reset(cluster, db)
+        target.reset(0, prefix, log)
+        target.start()
         code = cli(["bench", "publish", "--db", conn, "--out", prefix, "--publishers", str(p["publishers"]),
                     "--batch", str(p["batch"]), "--events", str(p["events"])], log)
         summary = json.load(open(prefix + ".summary.json"))
         rows = read_tsv(prefix + ".publisher-*.tsv")
         published = {r[1] for r in rows if r[0] == "E"}
         calls = [int(r[1]) / 1000.0 for r in rows if r[0] == "C"]
-        in_store = {r[0] for r in cluster.sql(db, f"SELECT {HARNESS} id FROM relaybus.events")}
-        deliveries = int(cluster.value(db, f"SELECT {HARNESS} count(*) FROM relaybus.deliveries WHERE handler = '{HANDLER}' AND status = 'pending'"))
+        in_store = target.event_ids()
+        deliveries = target.pending_deliveries()
         counts = dict(lost=len(published - in_store), unexpected=len(in_store - published),
                       deliveries=deliveries)
         if len(published) != p["events"]:
@@ -260,7 +301,8 @@ def run_one(cluster, scenario, p, db, outdir, tag):
                        latency_p99_ms=percentile(calls, 99), latency_kind="publish call")
         deliveries = len(published)
     else:  # mixed
-        reset(cluster, db)
+        target.reset(0, prefix, log)
+        target.start()
         code = cli(["bench", "mixed", "--db", conn, "--out", prefix, "--rate", str(p["rate"]),
                     "--duration-s", str(p["duration_s"]), "--publishers", "2",
                     # keys like entity ids: many, each with few events in flight at a time
@@ -281,21 +323,18 @@ def run_one(cluster, scenario, p, db, outdir, tag):
                        backlog_max=summary["backlog_max"])
         if not summary["drained"]:
             problems.append("backlog not drained after publishing stopped")
-    stats = table_stats(cluster, db)
+    store_metrics, stats = target.measure(summary, deliveries)
     if scenario != "publish":
-        probs, store_counts = check_store(cluster, db)
+        probs, store_counts = check_leftovers(*target.leftovers())
         problems += probs
         counts.update(store_counts)
     if code != 0:
         problems.append(f"relaybus bench exited with {code}")
     if summary.get("processes_failed"):
         problems.append(f"{summary['processes_failed']} processes failed")
-    metrics.update(shared_metrics(stats, deliveries, summary["wal_bytes"]))
+    metrics.update(store_metrics)
     metrics["elapsed_s"] = summary["elapsed_s"]
-    # Measured and checked: empty this database now, so that autovacuum does not work
-    # through its dead tuples while the other version's run is being measured.
-    tables = [r[0] for r in cluster.sql(db, "SELECT format('%I.%I', schemaname, tablename) FROM pg_tables WHERE schemaname = 'relaybus'")]
-    cluster.sql(db, f"TRUNCATE {', '.join(tables)} CASCADE")
+    target.finish()
     return dict(valid=not problems, problems=problems, checks=counts, metrics=metrics, table_stats=stats,
                 summary=summary)
 
@@ -607,7 +646,7 @@ def main():
             for rnd in range(rounds):
                 for version, db in VERSIONS:  # interleaved: A B A B
                     tag = f"{scenario}-{n}-r{rnd}-{version}"
-                    r = run_one(cluster, scenario, params, db, outdir, tag)
+                    r = run_one(PgTarget(cluster, db), scenario, params, outdir, tag)
                     r.update(scenario=scenario, config=config, params=params, version=version, round=rnd)
                     results.append(r)
                     m = r["metrics"]

@@ -5,7 +5,9 @@ mongodb:// --db, and every run validated the same way (harness.check_handled: no
 no duplicates, per-key order kept; then nothing left pending and no dead letters). The
 figures are MongoDB's: oplog entries and bytes per delivery (local.oplog.rs over the
 measurement window, summed by the tool; $bsonSize needs MongoDB 4.4), and the server's
-update and command counters (serverStatus opcounters) per delivery.
+update and command counters (serverStatus opcounters) per delivery; the commands include
+the tool's own polling of the work left (one count every 100 ms of a drain, 250 ms of a
+mixed run).
 
 Only relaybus 0.2.0 runs here: this repository has no 0.1.0 MongoDB store to compare with.
 The URI must name a replica set (transactions) and a database of its own, which every run
@@ -42,98 +44,53 @@ def opcounters(client):
                 delete=int(c.get("delete", 0)), insert=int(c.get("insert", 0)), query=int(c.get("query", 0)))
 
 
-def reset(h, client, db, uri, log):
-    """Drops the bench database, sets the store up again and subscribes the bench handler."""
-    client.drop_database(db.name)
-    for args in (["setup", "--db", uri], ["subscribe", "--db", uri, "--handler", HANDLER, "--types", TYPE]):
-        if h.cli(args, log) != 0:
-            raise RuntimeError(f"relaybus {args[0]} failed; see {log}")
+class MongoTarget:
+    """The MongoDB store as harness.run_one needs a store (see harness.PgTarget)."""
 
+    def __init__(self, h, client, db, uri):
+        self.h, self.client, self.mdb, self.db = h, client, db, uri
+        self.before = None
 
-def run_one(h, client, db, uri, scenario, p, outdir, tag):
-    prefix = os.path.join(outdir, "runs", tag)
-    log = prefix + ".log"
-    reset(h, client, db, uri, log)
-    problems, counts = [], {}
-    if scenario == "drain":
-        # Preloaded through the store's publish_batch (100 per transaction), keyed like
-        # PostgreSQL's preload: every other event, two events per key.
-        code = h.cli(["bench", "publish", "--db", uri, "--out", prefix + ".preload", "--batch", "100",
-                      "--events", str(p["events"]), "--keys", str(max(1, p["events"] // 4)), "--type", TYPE], log)
-        if code != 0:
+    def reset(self, preload, prefix, log):
+        """Drops the bench database, sets the store up again, subscribes the bench handler and
+        preloads through publish_batch (100 per transaction), keyed like PostgreSQL's preload:
+        every other event, two events per key. Returns the preloaded ids."""
+        self.client.drop_database(self.mdb.name)
+        for args in (["setup", "--db", self.db],
+                     ["subscribe", "--db", self.db, "--handler", HANDLER, "--types", TYPE]):
+            if self.h.cli(args, log) != 0:
+                raise RuntimeError(f"relaybus {args[0]} failed; see {log}")
+        if not preload:
+            return set()
+        if self.h.cli(["bench", "publish", "--db", self.db, "--out", prefix + ".preload", "--batch", "100",
+                       "--events", str(preload), "--keys", str(max(1, preload // 4)), "--type", TYPE], log) != 0:
             raise RuntimeError(f"preload failed; see {log}")
-        expected = {r[1]: r[2] for r in h.read_tsv(prefix + ".preload.publisher-*.tsv") if r[0] == "E"}
-        before = opcounters(client)
-        code = h.cli(["bench", "drain", "--db", uri, "--out", prefix, "--handler", HANDLER,
-                      "--duration-s", "600"] + h.dispatcher_args(p), log)
-        after = opcounters(client)
-        summary = json.load(open(prefix + ".summary.json"))
-        probs, counts = h.check_handled(expected, h.read_tsv(prefix + ".dispatcher-*.tsv"))
-        problems += probs
-        deliveries = len(expected)
-        metrics = dict(throughput=deliveries / summary["elapsed_s"], throughput_unit="deliveries/s")
-        if not summary["drained"]:
-            problems.append("not drained within the time limit")
-    elif scenario == "publish":
-        before = opcounters(client)
-        code = h.cli(["bench", "publish", "--db", uri, "--out", prefix, "--publishers", str(p["publishers"]),
-                      "--batch", str(p["batch"]), "--events", str(p["events"]), "--type", TYPE], log)
-        after = opcounters(client)
-        summary = json.load(open(prefix + ".summary.json"))
-        rows = h.read_tsv(prefix + ".publisher-*.tsv")
-        published = {r[1] for r in rows if r[0] == "E"}
-        calls = [int(r[1]) / 1000.0 for r in rows if r[0] == "C"]
-        in_store = {d["_id"] for d in db.events.find({}, {"_id": 1})}
-        pending = db.deliveries.count_documents({"handler": HANDLER, "status": "pending"})
-        counts = dict(lost=len(published - in_store), unexpected=len(in_store - published), deliveries=pending)
-        if len(published) != p["events"]:
-            problems.append(f"published {len(published)} of {p['events']}")
-        if counts["lost"] or counts["unexpected"]:
-            problems.append(f"events lost {counts['lost']}, unexpected {counts['unexpected']}")
-        if pending != len(published):
-            problems.append(f"{pending} pending deliveries for {len(published)} events")
-        deliveries = len(published)
-        metrics = dict(throughput=deliveries / summary["elapsed_s"], throughput_unit="events/s",
-                       latency_p50_ms=h.percentile(calls, 50), latency_p95_ms=h.percentile(calls, 95),
-                       latency_p99_ms=h.percentile(calls, 99), latency_kind="publish call")
-    else:  # mixed
-        before = opcounters(client)
-        code = h.cli(["bench", "mixed", "--db", uri, "--out", prefix, "--rate", str(p["rate"]),
-                      "--duration-s", str(p["duration_s"]), "--publishers", "2",
-                      "--keys", str(max(100, p["rate"] * p["duration_s"] // 4))] + h.dispatcher_args(p), log)
-        after = opcounters(client)
-        summary = json.load(open(prefix + ".summary.json"))
-        commit = {r[1]: int(r[4]) for r in h.read_tsv(prefix + ".publisher-*.tsv") if r[0] == "E"}
-        handled = h.read_tsv(prefix + ".dispatcher-*.tsv")
-        probs, counts = h.check_handled(commit, handled)
-        problems += probs
-        lat = [max(0, int(r[4]) - commit[r[0]]) / 1000.0 for r in handled if r[0] in commit]
-        deliveries = len(commit)
-        metrics = dict(throughput=deliveries / summary["publish_elapsed_s"], throughput_unit="events/s achieved",
-                       offered=p["rate"], latency_p50_ms=h.percentile(lat, 50), latency_p95_ms=h.percentile(lat, 95),
-                       latency_p99_ms=h.percentile(lat, 99), latency_kind="commit to handler",
-                       backlog_max=summary["backlog_max"])
-        if not summary["drained"]:
-            problems.append("backlog not drained after publishing stopped")
-    if scenario != "publish":
-        left = db.deliveries.count_documents({"status": "pending"})
-        dead = db.deliveries.count_documents({"status": "dead"})
-        counts.update(pending=left, dead=dead)
-        if left:
-            problems.append(f"pending {left}")
-        if dead:
-            problems.append(f"dead {dead}")
-    if code != 0:
-        problems.append(f"relaybus bench exited with {code}")
-    if summary.get("processes_failed"):
-        problems.append(f"{summary['processes_failed']} processes failed")
-    per = max(deliveries, 1)
-    metrics.update(oplog_bytes_per_delivery=summary.get("oplog_bytes", 0) / per,
-                   oplog_entries_per_delivery=summary.get("oplog_entries", 0) / per,
-                   updates_per_delivery=(after["update"] - before["update"]) / per,
-                   commands_per_delivery=(after["command"] - before["command"]) / per,
-                   elapsed_s=summary["elapsed_s"])
-    return dict(valid=not problems, problems=problems, checks=counts, metrics=metrics, summary=summary)
+        return {r[1] for r in self.h.read_tsv(prefix + ".preload.publisher-*.tsv") if r[0] == "E"}
+
+    def start(self):
+        self.before = opcounters(self.client)
+
+    def event_ids(self):
+        return {d["_id"] for d in self.mdb.events.find({}, {"_id": 1})}
+
+    def pending_deliveries(self):
+        return self.mdb.deliveries.count_documents({"handler": HANDLER, "status": "pending"})
+
+    def leftovers(self):
+        return (self.mdb.deliveries.count_documents({"status": "pending"}),
+                self.mdb.deliveries.count_documents({"status": "dead"}))
+
+    def measure(self, summary, deliveries):
+        after = opcounters(self.client)
+        per = max(deliveries, 1)
+        counters = {k: after[k] - self.before[k] for k in after}
+        return dict(oplog_bytes_per_delivery=summary.get("oplog_bytes", 0) / per,
+                    oplog_entries_per_delivery=summary.get("oplog_entries", 0) / per,
+                    updates_per_delivery=counters["update"] / per,
+                    commands_per_delivery=counters["command"] / per), counters
+
+    def finish(self):
+        pass  # the next run drops the database
 
 
 COLUMNS = [("throughput", "rate", 0), ("latency_p50_ms", "p50 ms", 1), ("latency_p95_ms", "p95 ms", 1),
@@ -177,7 +134,7 @@ def main(h, args, outdir, command, git):
         print(f"[{n}/{len(todo)}] mongo {scenario}: {config}", file=sys.stderr)
         for rnd in range(rounds):
             tag = f"mongo-{scenario}-{n}-r{rnd}"
-            r = run_one(h, client, db, args.mongo, scenario, params, outdir, tag)
+            r = h.run_one(MongoTarget(h, client, db, args.mongo), scenario, params, outdir, tag)
             r.update(scenario=scenario, config=config, params=params, version="0.2.0 mongo", round=rnd)
             results.append(r)
             m = r["metrics"]
