@@ -27,6 +27,9 @@
 //                   completing one included), completedAt: date}: the optional completion
 //                   history (MongoOptions::completion_history), and 0.1.0's completed
 //                   deliveries, which the upgrade moves here in the same shape
+//   relaybus_meta  the store's own metadata: {_id: "layout", version: int32
+//                   (kLayoutVersion), convertedAt: date}, the layout mark setup() writes
+//                   once the database is in this layout (upgrade.hpp)
 //
 // Storage: every multi-document write runs in a transaction with write concern
 // {w: "majority"} and read concern "snapshot" (read preference primary), so what a
@@ -82,8 +85,15 @@ inline constexpr char kDeliveries[] = "deliveries";
 inline constexpr char kLanes[] = "lanes";
 inline constexpr char kKeyCounters[] = "key_counters";
 inline constexpr char kCompletions[] = "completions";
+inline constexpr char kMeta[] = "relaybus_meta";
 inline constexpr const char* kCollections[] = {kSubscriptions, kEvents,      kDeliveries,
                                                kLanes,         kKeyCounters, kCompletions};
+
+// The layout mark: the relaybus_meta document that says which layout the database is in, so
+// that setup() need not look for 0.1.0 documents (which no index finds) on every start.
+// This file's layout is version 2 (0.1.0's, unmarked, counts as 1).
+inline constexpr char kLayoutMark[] = "layout";
+inline constexpr std::int32_t kLayoutVersion = 2;
 
 // Field names: the one place each is spelled.
 namespace field {
@@ -123,11 +133,13 @@ inline constexpr char kInFlight[] = "inFlight";
 inline constexpr char kLost[] = "lost";
 // Bumped by every write that changes inFlight (claims, attempt ends, hand-backs); absent on
 // a lane no claim has written yet. A claim's lane write is conditional on it too.
-inline constexpr char kVersion[] = "version";
+inline constexpr char kVersion[] = "version";  // also the layout mark's
 // key_counters
 inline constexpr char kLast[] = "last";
 // completions (their _id is {e, h}; eventId, handler and attempts as in deliveries)
 inline constexpr char kCompletedAt[] = "completedAt";
+// relaybus_meta's layout mark (its _id is kLayoutMark; version as above)
+inline constexpr char kConvertedAt[] = "convertedAt";
 }  // namespace field
 
 // Delivery statuses: the stored ones of the seam (store::DeliveryState::status).

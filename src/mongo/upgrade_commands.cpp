@@ -158,6 +158,36 @@ std::pair<std::string, std::int64_t> read_lane_count(const bson_t* group) {
   return {string_field(group, field::kId), integer_field(group, "n")};
 }
 
+std::int64_t read_layout_version(const bson_t* mark) {
+  bson_iter_t it;
+  if (!bson_iter_init_find(&it, mark, field::kVersion) ||
+      !(BSON_ITER_HOLDS_INT32(&it) || BSON_ITER_HOLDS_INT64(&it)))
+    throw core::Error(core::ErrorCode::kInternal,
+                      std::string("relaybus MongoDB store: unreadable layout mark (") + kMeta +
+                          " \"" + kLayoutMark + "\"): no integer " + field::kVersion);
+  return bson_iter_as_int64(&it);
+}
+
+// ---------------------------------------------------------------- the layout mark
+
+Bson find_layout_mark() {
+  return find(kMeta, commands::parts::id_filter(kLayoutMark), {field::kVersion}, true);
+}
+
+Bson write_layout_mark(std::int64_t now_ms) {
+  Bson u;
+  bson_t max;
+  bson_append_document_begin(u.get(), "$max", -1, &max);
+  bson_append_int32(&max, field::kVersion, -1, kLayoutVersion);
+  bson_append_document_end(u.get(), &max);
+  bson_t insert;
+  bson_append_document_begin(u.get(), "$setOnInsert", -1, &insert);
+  bson_append_date_time(&insert, field::kConvertedAt, -1, now_ms);
+  bson_append_document_end(u.get(), &insert);
+  const Bson mark = statement(commands::parts::id_filter(kLayoutMark), u, true);
+  return with_majority(update(kMeta, {&mark}, true));
+}
+
 // ---------------------------------------------------------------- the marker
 
 Bson find_unconverted_delivery() {

@@ -91,6 +91,16 @@ std::string read_index_name(const bson_t* index);
 // A group of count_lanes: {_id: handler, n: count}.
 std::pair<std::string, std::int64_t> read_lane_count(const bson_t* group);
 
+// --- the layout mark (documents.hpp, kLayoutMark): read first, written last.
+
+// The mark by _id, limit 1: its version.
+Bson find_layout_mark();
+// The mark's version (int32 or int64; anything else is kInternal).
+std::int64_t read_layout_version(const bson_t* mark);
+// Upserts the mark at kLayoutVersion. $max, so that it never lowers a version a newer relaybus
+// wrote meanwhile; convertedAt ($setOnInsert) is the first marking's.
+Bson write_layout_mark(std::int64_t now_ms);
+
 // --- the marker of a database not (fully) in the 0.2.0 layout: limit-1 finds of _id.
 
 // A delivery with a lease field or without laneId (every 0.1.0 delivery has both).

@@ -34,6 +34,36 @@ constexpr char kUnconverted[] =
 constexpr char kById[] = R"("sort" : { "_id" : { "$numberInt" : "1" } }, )"
                          R"("limit" : { "$numberLong" : "1000" } })";
 
+TEST(UpgradeMark, ReadByIdFirst) {
+  EXPECT_EQ(find_layout_mark().canonical_json(),
+            R"({ "find" : "relaybus_meta", "filter" : { "_id" : "layout" }, )"
+            R"("projection" : { "version" : { "$numberInt" : "1" } }, )"
+            R"("limit" : { "$numberLong" : "1" }, "singleBatch" : true })");
+}
+
+TEST(UpgradeMark, WrittenLastNeverLoweringANewerVersion) {
+  EXPECT_EQ(write_layout_mark(kNow).canonical_json(),
+            std::string(R"({ "update" : "relaybus_meta", "updates" : [ )"
+                        R"({ "q" : { "_id" : "layout" }, )"
+                        R"("u" : { "$max" : { "version" : { "$numberInt" : "2" } }, )"
+                        R"("$setOnInsert" : { "convertedAt" : )"
+                        R"({ "$date" : { "$numberLong" : "1764547200000" } } } }, )"
+                        R"("upsert" : true } ], "ordered" : true, )") +
+                kMajority + " }");
+}
+
+TEST(UpgradeMark, ItsVersionIsAnInteger) {
+  EXPECT_EQ(read_layout_version(from_json(R"({"_id": "layout", "version": 2})").get()), 2);
+  EXPECT_EQ(
+      read_layout_version(from_json(R"({"_id": "layout", "version": {"$numberLong": "3"}})").get()),
+      3);
+  for (const char* bad : {R"({"_id": "layout"})", R"({"_id": "layout", "version": "2"})",
+                          R"({"_id": "layout", "version": 2.0})"})
+    EXPECT_TRUE(ThrowsCoreError([&] { read_layout_version(from_json(bad).get()); },
+                                core::ErrorCode::kInternal))
+        << bad;
+}
+
 TEST(UpgradeMarker, TwoLimitOneFindsOfAnId) {
   EXPECT_EQ(find_unconverted_delivery().canonical_json(),
             std::string(R"({ "find" : "deliveries", "filter" : { )") + kUnconverted +
