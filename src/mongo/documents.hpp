@@ -86,8 +86,8 @@ inline constexpr char kLanes[] = "lanes";
 inline constexpr char kKeyCounters[] = "key_counters";
 inline constexpr char kCompletions[] = "completions";
 inline constexpr char kMeta[] = "relaybus_meta";
-inline constexpr const char* kCollections[] = {kSubscriptions, kEvents,      kDeliveries,
-                                               kLanes,         kKeyCounters, kCompletions};
+inline constexpr const char* kCollections[] = {kSubscriptions, kEvents,      kDeliveries, kLanes,
+                                               kKeyCounters,   kCompletions, kMeta};
 
 // The layout mark: the relaybus_meta document that says which layout the database is in, so
 // that setup() need not look for 0.1.0 documents (which no index finds) on every start.

@@ -75,6 +75,7 @@ void MongoStore::require_session(mongoc_client_session_t* session) const {
 }
 
 void MongoStore::setup() {
+  const bool marked = layout_marked(client_, database_);  // first: a newer layout is refused
   for (const char* collection : kCollections) {
     try {
       run(client_, database_, nullptr, commands::create_collection(collection), "create");
@@ -82,7 +83,7 @@ void MongoStore::setup() {
       if (e.error().code != 48) throw;  // NamespaceExists: done already
     }
   }
-  upgrade_layout(client_, database_);  // the 0.1.0 layout converted, lanes, no 0.1.0 index
+  upgrade_layout(client_, database_, marked);  // 0.1.0 converted, lanes, no 0.1.0 index
   for (const char* collection : commands::indexed_collections())
     run(client_, database_, nullptr, commands::create_indexes(collection), "createIndexes");
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "driver.hpp"
@@ -17,7 +18,18 @@ class Upgrade {
   Upgrade(mongoc_client_t* client, const std::string& database)
       : client_(client), database_(database), now_(now_ms()) {}
 
-  void run_all() {
+  void run_all(bool marked) {
+    if (marked) {  // converted: no marker find (a scan); these two are cheap and idempotent
+      drop_obsolete_indexes();
+      give_lanes();
+      return;
+    }
+    convert_if_0_1_0();
+    mark();
+  }
+
+ private:
+  void convert_if_0_1_0() {
     // The data steps run only while the marker is set, and a run that stopped anywhere
     // leaves it set while anything is left to do: an event has no handlers until its batch
     // is written, and a 0.1.0 delivery keeps its leaseToken field until it is moved or
@@ -34,7 +46,10 @@ class Upgrade {
     convert_deliveries();
   }
 
- private:
+  // Only after every step has finished: the mark stops the marker finds for good, so a run
+  // that stopped before it must leave none.
+  void mark() { write(upgrade::write_layout_mark(now_), "write layout mark"); }
+
   std::vector<Bson> read(const Bson& cmd, const char* what) {
     return find_all(client_, database_, nullptr, cmd, what);
   }
@@ -124,10 +139,31 @@ class Upgrade {
   const std::int64_t now_;
 };
 
+// Running on it would write this library's layout into a newer one, which nothing here
+// knows how to read.
+[[noreturn]] void refuse_newer_layout(std::int64_t version) {
+  throw StoreError(core::ErrorCode::kInvalidParameter,
+                   "relaybus MongoDB store: setup: the database is in layout version " +
+                       std::to_string(version) + " (" + kMeta + " \"" + kLayoutMark +
+                       "\"), newer than this library's " + std::to_string(kLayoutVersion) +
+                       ": a newer relaybus has set it up; upgrade this library (setup has "
+                       "changed nothing)");
+}
+
 }  // namespace
 
-void upgrade_layout(mongoc_client_t* client, const std::string& database) {
-  Upgrade(client, database).run_all();
+bool layout_marked(mongoc_client_t* client, const std::string& database) {
+  const auto found =
+      find_all(client, database, nullptr, upgrade::find_layout_mark(), "find layout mark");
+  if (found.empty()) return false;
+  const std::int64_t version =
+      reported([&] { return upgrade::read_layout_version(found.front().get()); });
+  if (version > kLayoutVersion) refuse_newer_layout(version);
+  return version == kLayoutVersion;
+}
+
+void upgrade_layout(mongoc_client_t* client, const std::string& database, bool marked) {
+  Upgrade(client, database).run_all(marked);
 }
 
 }  // namespace relaybus::mongo::detail

@@ -70,7 +70,7 @@ TEST(Setup, IndexesOfCompletions) {
 TEST(Setup, EveryCollectionIsCreated) {
   EXPECT_EQ(std::vector<std::string>(std::begin(kCollections), std::end(kCollections)),
             (std::vector<std::string>{"subscriptions", "events", "deliveries", "lanes",
-                                      "key_counters", "completions"}));
+                                      "key_counters", "completions", "relaybus_meta"}));
 }
 
 TEST(Subscribe, SubscriptionUpsert) {

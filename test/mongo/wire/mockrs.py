@@ -8,6 +8,7 @@ it (request.ok(...), request.replies(...)). The driver program (driver.cpp) runs
 subprocess with the operations given to start().
 """
 
+import datetime
 import os
 import subprocess
 import sys
@@ -138,16 +139,46 @@ class WireTest(unittest.TestCase):
         request.ok(cursor={"id": bson.int64.Int64(0), "ns": "%s.%s" % (DATABASE, collection),
                            "firstBatch": docs})
 
-    # --- setup's reads of a database already in the 0.2.0 layout (src/mongo/upgrade.hpp)
+    # --- setup's commands on a database already in the 0.2.0 layout (src/mongo/upgrade.hpp)
 
-    def answer_layout_checks(self, subscriptions=(), lane_counts=()):
-        """Answers setup()'s reads between its creates and its createIndexes on a database
-        with no 0.1.0 document and no 0.1.0 index: the two marker finds, listIndexes of
-        deliveries, the subscriptions and (if any) the lane count per handler. Returns the
-        requests, for the caller's own checks."""
+    def answer_layout_mark(self, version=None):
+        """Answers setup()'s first command, the read of the layout mark: none (version None)
+        or one of that version. Returns the request."""
+        mark = self.rs.expect("find")
+        self.assertEqual(mark.doc["find"], "relaybus_meta")
+        self.assertEqual(mark.doc["filter"], {"_id": "layout"})
+        self.assertEqual(mark.doc["limit"], 1)
+        self.assertNotIn("txnNumber", mark.doc)
+        found = [] if version is None else [{"_id": "layout", "version": version}]
+        self.cursor(mark, found, "relaybus_meta")
+        return mark
+
+    def expect_layout_mark_written(self):
+        """setup()'s upsert of the layout mark, answered as an insert. Returns the request."""
+        write = self.rs.expect("update")
+        self.assertEqual(write.doc["update"], "relaybus_meta")
+        self.assertEqual(write.doc["writeConcern"], {"w": "majority"})
+        self.assertNotIn("txnNumber", write.doc)
+        (statement,) = write.doc["updates"]
+        self.assertEqual(statement["q"], {"_id": "layout"})
+        self.assertEqual(list(statement["u"]), ["$max", "$setOnInsert"])
+        self.assertEqual(statement["u"]["$max"], {"version": 2})  # kLayoutVersion
+        self.assertEqual(list(statement["u"]["$setOnInsert"]), ["convertedAt"])
+        self.assertIsInstance(statement["u"]["$setOnInsert"]["convertedAt"],
+                              datetime.datetime)
+        self.assertIs(statement["upsert"], True)
+        write.ok(n=1, nModified=0, upserted=[{"index": 0, "_id": "layout"}])
+        return write
+
+    def answer_layout_checks(self, subscriptions=(), lane_counts=(), marked=False):
+        """Answers setup()'s commands between its creates and its createIndexes on a
+        database with no 0.1.0 document and no 0.1.0 index. Unmarked: the two marker finds,
+        listIndexes of deliveries, the subscriptions, (if any) the lane count per handler,
+        then the mark written. Marked: the same without the marker finds and the mark.
+        Returns the requests, for the caller's own checks."""
         rs = self.rs
         requests = []
-        for collection in ("deliveries", "events"):
+        for collection in () if marked else ("deliveries", "events"):
             marker = rs.expect("find")
             self.assertEqual(marker.doc["find"], collection)
             self.assertEqual(marker.doc["limit"], 1)
@@ -168,6 +199,8 @@ class WireTest(unittest.TestCase):
             self.assertEqual(counts.doc["aggregate"], "lanes")
             self.cursor(counts, [{"_id": h, "n": n} for h, n in lane_counts], "lanes")
             requests.append(counts)
+        if not marked:
+            requests.append(self.expect_layout_mark_written())
         return requests
 
 

@@ -1,6 +1,7 @@
 """Wire tests of setup() converting the 0.1.0 layout in place (src/mongo/upgrade.hpp,
 docs/mongodb.md "Upgrading from the 0.1.0 layout"). The scripted server answers setup's
-finds with 0.1.0 documents and the test checks every write it sends.
+finds with 0.1.0 documents and the test checks every write it sends, the layout mark last,
+and that a marked database is not looked through again.
 Run: upgrade_test.py DRIVER."""
 
 import datetime
@@ -11,7 +12,8 @@ from bson.max_key import MaxKey
 import mockrs
 from mockrs import DATABASE, WireTest, lanes_of
 
-COLLECTIONS = ["subscriptions", "events", "deliveries", "lanes", "key_counters", "completions"]
+COLLECTIONS = ["subscriptions", "events", "deliveries", "lanes", "key_counters", "completions",
+               "relaybus_meta"]
 OBSOLETE = ["deliveries_status_available", "deliveries_status_lease", "deliveries_key_sequence",
             "deliveries_handler_updated"]  # upgrade::kObsoleteIndexes
 IN_FLIGHT_ERROR = "lease lost: upgraded from 0.1.0 while in flight"  # upgrade::kInFlightError
@@ -62,7 +64,9 @@ def project(docs, request):
 class UpgradeTest(WireTest):
     # --- each phase of setup, answered; the assertions are the exact commands
 
-    def answer_creates(self, exist=False):
+    def answer_start(self, exist=False, mark=None):
+        """The layout mark read (none, or of version `mark`), then a create per collection."""
+        self.answer_layout_mark(mark)
         for name in COLLECTIONS:
             create = self.rs.expect("create")
             self.assertEqual(create.doc["create"], name)
@@ -240,7 +244,7 @@ class UpgradeTest(WireTest):
     def test_setup_converts_a_0_1_0_database_in_place(self):
         rs = self.rs
         rs.start(["setup"])
-        self.answer_creates()
+        self.answer_start()
         self.answer_marker_and_lease_check(PENDING_KEYED)
         self.answer_indexes(OBSOLETE)
         self.answer_lanes([], expected_writes=SUBSCRIBED)
@@ -250,15 +254,16 @@ class UpgradeTest(WireTest):
         self.answer_completed_delete().ok(n=1)
         self.answer_completed_done()
         self.answer_conversion()
+        self.expect_layout_mark_written()  # last, once every step has finished
         self.answer_create_indexes()
         self.assertEqual(rs.output(), ["ok setup"])
         rs.nothing_more()
 
-    def test_a_converted_database_is_only_read(self):
+    def test_an_unmarked_converted_database_is_checked_then_marked(self):
         rs = self.rs
         rs.start(["setup"])
-        self.answer_creates(exist=True)
-        marker_deliveries, marker_events, _, _, _ = self.answer_layout_checks(
+        self.answer_start(exist=True)  # no mark: a 0.2.0 database from before the mark
+        marker_deliveries, marker_events, _, _, _, _ = self.answer_layout_checks(
             subscriptions=SUBSCRIBED, lane_counts=[("audit", 256), ("mailer", 256)])
         for marker, collection, filter_ in (
                 (marker_deliveries, "deliveries",
@@ -275,16 +280,23 @@ class UpgradeTest(WireTest):
             self.assertEqual(create.doc["createIndexes"], collection)
             create.ok(note="all indexes already exist")
         self.assertEqual(rs.output(), ["ok setup"])
-        rs.nothing_more()  # no update, delete or dropIndexes
+        rs.nothing_more()  # no update but the mark, no delete, no dropIndexes
 
-    def test_a_handler_short_of_its_lanes_gets_them_on_a_converted_database(self):
+    def test_a_marked_database_gets_no_marker_find_and_no_data_step(self):
         rs = self.rs
         rs.start(["setup"])
-        self.answer_creates(exist=True)
-        for collection in ("deliveries", "events"):
-            self.cursor(rs.expect("find"), [], collection)
-        self.cursor(rs.expect("listIndexes"), [{"v": 2, "key": {"_id": 1}, "name": "_id_"}],
-                    "deliveries")
+        self.answer_start(exist=True, mark=2)
+        self.answer_layout_checks(subscriptions=SUBSCRIBED, marked=True,
+                                  lane_counts=[("audit", 256), ("mailer", 256)])
+        self.answer_create_indexes()
+        self.assertEqual(rs.output(), ["ok setup"])
+        rs.nothing_more()  # no marker find, no lease check, no batch, no mark written again
+
+    def test_a_marked_database_still_loses_0_1_0_indexes_and_gets_its_lanes(self):
+        rs = self.rs
+        rs.start(["setup"])
+        self.answer_start(exist=True, mark=2)
+        self.answer_indexes(["deliveries_handler_updated"])  # cheap to check: every run
         self.answer_lanes([("mailer", 256), ("audit", 17)], expected_writes=["audit"])
         self.answer_create_indexes()
         self.assertEqual(rs.output(), ["ok setup"])
@@ -293,7 +305,7 @@ class UpgradeTest(WireTest):
     def test_events_without_handlers_alone_are_a_0_1_0_database(self):
         rs = self.rs
         rs.start(["setup"])
-        self.answer_creates(exist=True)
+        self.answer_start(exist=True)
         self.cursor(rs.expect("find"), [], "deliveries")
         marker = rs.expect("find")
         self.assertEqual(marker.doc["find"], "events")
@@ -315,6 +327,7 @@ class UpgradeTest(WireTest):
             find = rs.expect("find")
             self.assertEqual(find.doc["find"], "deliveries", step)
             self.cursor(find, [], "deliveries")
+        self.expect_layout_mark_written()
         self.answer_create_indexes()
         self.assertEqual(rs.output(), ["ok setup"])
         rs.nothing_more()
@@ -322,7 +335,7 @@ class UpgradeTest(WireTest):
     def test_a_live_0_1_0_lease_is_refused_before_anything_is_converted(self):
         rs = self.rs
         rs.start(["setup"])
-        self.answer_creates(exist=True)
+        self.answer_start(exist=True)
         self.cursor(rs.expect("find"), [{"_id": PROCESSING_KEYED["_id"]}], "deliveries")
         live = rs.expect("find")
         self.assertEqual(live.doc["filter"]["status"], "processing")
@@ -333,14 +346,14 @@ class UpgradeTest(WireTest):
                                         "worker still holds a lease"), line)
         self.assertIn("worker-1", line)
         self.assertIn("stop every 0.1.0 worker", line)
-        rs.nothing_more()  # no index dropped, no document written, no index created
+        rs.nothing_more()  # no index dropped, no document written, no mark, no index created
 
     def test_a_run_cut_off_between_history_and_delete_is_finished_by_the_next(self):
         rs = self.rs
         # Run 1: everything up to the completed delivery's history document, then the
         # connection drops on its delete (which the server never applied).
         rs.start(["setup"])
-        self.answer_creates()
+        self.answer_start()
         self.answer_marker_and_lease_check(PENDING_KEYED)
         self.answer_indexes(OBSOLETE)
         self.answer_lanes([], expected_writes=SUBSCRIBED)
@@ -350,12 +363,13 @@ class UpgradeTest(WireTest):
         self.answer_completed_delete().hangup()
         (line,) = rs.output()
         self.assertTrue(line.startswith("error unavailable "), line)
-        rs.nothing_more()
+        rs.nothing_more()  # no mark
 
-        # Run 2, on what run 1 left: events with handlers, no 0.1.0 index, every lane, the
-        # history document and the completed delivery both, the rest unconverted.
+        # Run 2, on what run 1 left (no mark, so it checks again): events with handlers, no
+        # 0.1.0 index, every lane, the history document and the completed delivery both, the
+        # rest unconverted.
         rs.start(["setup"])
-        self.answer_creates(exist=True)
+        self.answer_start(exist=True)
         self.answer_marker_and_lease_check(PENDING_KEYED)
         self.answer_indexes([])
         self.answer_lanes([("audit", 256), ("mailer", 256)], expected_writes=[])
@@ -365,18 +379,58 @@ class UpgradeTest(WireTest):
         self.answer_completed_delete().ok(n=1)
         self.answer_completed_done()
         self.answer_conversion()
+        self.expect_layout_mark_written()  # last, once every step has finished
         self.answer_create_indexes()
         self.assertEqual(rs.output(), ["ok setup"])
         rs.nothing_more()
 
-        # Run 3, on the converted database: reads only.
+        # Run 3, on the converted and marked database: no marker find, reads only.
         rs.start(["setup"])
-        self.answer_creates(exist=True)
+        self.answer_start(exist=True, mark=2)
+        self.answer_layout_checks(subscriptions=SUBSCRIBED, marked=True,
+                                  lane_counts=[("audit", 256), ("mailer", 256)])
+        self.answer_create_indexes()
+        self.assertEqual(rs.output(), ["ok setup"])
+        rs.nothing_more()
+
+    def test_a_run_cut_off_at_its_mark_is_checked_again_by_the_next(self):
+        rs = self.rs
+        # Run 1: every check done on a converted database, then the connection drops on the
+        # mark's upsert (which the server never applied).
+        rs.start(["setup"])
+        self.answer_start(exist=True)
+        for collection in ("deliveries", "events"):
+            self.cursor(rs.expect("find"), [], collection)
+        self.answer_indexes([])
+        self.answer_lanes([("audit", 256), ("mailer", 256)], expected_writes=[])
+        mark = rs.expect("update")
+        self.assertEqual(mark.doc["update"], "relaybus_meta")
+        mark.hangup()
+        (line,) = rs.output()
+        self.assertTrue(line.startswith("error unavailable "), line)
+        self.assertIn("write layout mark", line)
+        rs.nothing_more()  # no index created
+
+        # Run 2 finds no mark, so it checks again, and marks.
+        rs.start(["setup"])
+        self.answer_start(exist=True)
         self.answer_layout_checks(subscriptions=SUBSCRIBED,
                                   lane_counts=[("audit", 256), ("mailer", 256)])
         self.answer_create_indexes()
         self.assertEqual(rs.output(), ["ok setup"])
         rs.nothing_more()
+
+    def test_a_mark_of_a_newer_layout_is_refused_before_anything_is_written(self):
+        rs = self.rs
+        rs.start(["setup"])
+        self.answer_layout_mark(3)  # a newer relaybus set the database up
+        (line,) = rs.output()
+        self.assertTrue(line.startswith(
+            "error invalid_parameter - relaybus MongoDB store: setup: the database is in "
+            "layout version 3"), line)
+        self.assertIn("newer than this library's 2", line)
+        self.assertIn("upgrade this library", line)
+        rs.nothing_more()  # no create, no check, no write, no index
 
 
 if __name__ == "__main__":
