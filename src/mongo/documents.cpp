@@ -5,15 +5,13 @@
 #include "core/error.hpp"
 #include "core/lane.hpp"
 #include "core/retry_policy.hpp"
+#include "field_readers.hpp"
 
 namespace relaybus::mongo {
 
-namespace {
+using namespace fields;
 
-[[noreturn]] void unreadable(const char* what) {
-  throw core::Error(core::ErrorCode::kInternal,
-                    std::string("relaybus MongoDB store: unreadable document: ") + what);
-}
+namespace {
 
 void append_string_or_null(bson_t* doc, const char* name, const std::optional<std::string>& value) {
   if (value) {
@@ -27,55 +25,6 @@ void append_empty_array(bson_t* doc, const char* name) {
   bson_t array;
   bson_append_array_begin(doc, name, -1, &array);
   bson_append_array_end(doc, &array);
-}
-
-bool find(const bson_t* doc, const char* name, bson_iter_t* it) {
-  return bson_iter_init_find(it, doc, name);
-}
-
-std::string string_field(const bson_t* doc, const char* name) {
-  bson_iter_t it;
-  if (!find(doc, name, &it) || !BSON_ITER_HOLDS_UTF8(&it)) unreadable(name);
-  std::uint32_t length = 0;
-  const char* text = bson_iter_utf8(&it, &length);
-  return std::string(text, length);
-}
-
-std::optional<std::string> string_or_null_field(const bson_t* doc, const char* name) {
-  bson_iter_t it;
-  if (!find(doc, name, &it) || BSON_ITER_HOLDS_NULL(&it)) return std::nullopt;
-  if (!BSON_ITER_HOLDS_UTF8(&it)) unreadable(name);
-  std::uint32_t length = 0;
-  const char* text = bson_iter_utf8(&it, &length);
-  return std::string(text, length);
-}
-
-// An integer field written as int32 or int64 (a document edited by hand may hold either).
-std::int64_t integer_field(const bson_t* doc, const char* name) {
-  bson_iter_t it;
-  if (!find(doc, name, &it) || !(BSON_ITER_HOLDS_INT32(&it) || BSON_ITER_HOLDS_INT64(&it)))
-    unreadable(name);
-  return bson_iter_as_int64(&it);
-}
-
-std::vector<std::string> strings_field(const bson_t* doc, const char* name) {
-  bson_iter_t it;
-  bson_iter_t element;
-  if (!find(doc, name, &it) || !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &element))
-    unreadable(name);
-  std::vector<std::string> out;
-  while (bson_iter_next(&element)) {
-    if (!BSON_ITER_HOLDS_UTF8(&element)) unreadable(name);
-    std::uint32_t length = 0;
-    const char* text = bson_iter_utf8(&element, &length);
-    out.emplace_back(text, length);
-  }
-  return out;
-}
-
-std::int32_t to_int32(std::int64_t value, const char* name) {
-  if (value < INT32_MIN || value > INT32_MAX) unreadable(name);
-  return static_cast<std::int32_t>(value);
 }
 
 }  // namespace
@@ -325,6 +274,17 @@ std::vector<IndexSpec> index_specs() {
 
 // ---------------------------------------------------------------- reading
 
+namespace {
+
+// A 0.2.0 delivery is pending or dead (completed ones are deleted).
+std::string stored_status(const bson_t* delivery) {
+  std::string status = string_field(delivery, field::kStatus);
+  if (status != kPending && status != kDead) unreadable(field::kStatus);
+  return status;
+}
+
+}  // namespace
+
 StoredEvent read_event(const bson_t* event) {
   StoredEvent e;
   e.type = string_field(event, field::kType);
@@ -335,8 +295,7 @@ StoredEvent read_event(const bson_t* event) {
 
 StoredDelivery read_delivery(const bson_t* delivery) {
   StoredDelivery d;
-  d.status = string_field(delivery, field::kStatus);
-  if (d.status != kPending && d.status != kDead) unreadable(field::kStatus);
+  d.status = stored_status(delivery);
   d.attempts = to_int32(integer_field(delivery, field::kAttempts), field::kAttempts);
   d.claims = to_int32(integer_field(delivery, field::kClaims), field::kClaims);
   return d;
@@ -365,31 +324,6 @@ std::string read_string_id(const bson_t* document) {
 
 namespace {
 
-std::optional<std::int64_t> date_or_null_field(const bson_t* doc, const char* name) {
-  bson_iter_t it;
-  if (!find(doc, name, &it) || BSON_ITER_HOLDS_NULL(&it)) return std::nullopt;
-  if (!BSON_ITER_HOLDS_DATE_TIME(&it)) unreadable(name);
-  return bson_iter_date_time(&it);
-}
-
-std::int64_t date_field(const bson_t* doc, const char* name) {
-  const auto at = date_or_null_field(doc, name);
-  if (!at) unreadable(name);
-  return *at;
-}
-
-// An embedded document field, copied.
-Bson document_field(const bson_t* doc, const char* name) {
-  bson_iter_t it;
-  if (!find(doc, name, &it) || !BSON_ITER_HOLDS_DOCUMENT(&it)) unreadable(name);
-  std::uint32_t length = 0;
-  const std::uint8_t* data = nullptr;
-  bson_iter_document(&it, &length, &data);
-  bson_t* copy = bson_new_from_data(data, length);
-  if (!copy) unreadable(name);
-  return Bson(copy);
-}
-
 std::int16_t lane_number(std::int64_t value, const char* name) {
   if (value < 0 || value >= core::kLaneCount) unreadable(name);
   return static_cast<std::int16_t>(value);
@@ -407,8 +341,7 @@ StoredLane read_lane(const bson_t* lane) {
   l.lease_expires_at_ms = date_or_null_field(lane, field::kLeaseExpiresAt);
   l.in_flight = strings_field(lane, field::kInFlight);
   l.lost = strings_field(lane, field::kLost);
-  bson_iter_t it;
-  if (find(lane, field::kVersion, &it)) l.version = integer_field(lane, field::kVersion);
+  if (has_field(lane, field::kVersion)) l.version = integer_field(lane, field::kVersion);
   return l;
 }
 
@@ -418,8 +351,7 @@ WorkDelivery read_work_delivery(const bson_t* delivery) {
   d.handler = string_field(delivery, field::kHandler);
   d.key = string_or_null_field(delivery, field::kKey);
   d.sequence = integer_field(delivery, field::kSequence);
-  d.status = string_field(delivery, field::kStatus);
-  if (d.status != kPending && d.status != kDead) unreadable(field::kStatus);
+  d.status = stored_status(delivery);
   d.attempts = to_int32(integer_field(delivery, field::kAttempts), field::kAttempts);
   d.claims = to_int32(integer_field(delivery, field::kClaims), field::kClaims);
   d.available_at_ms = date_field(delivery, field::kAvailableAt);
@@ -460,8 +392,7 @@ ListedDeliveryDocument read_listed_delivery(const bson_t* delivery) {
   d.event_id = string_field(delivery, field::kEventId);
   d.handler = string_field(delivery, field::kHandler);
   d.key = string_or_null_field(delivery, field::kKey);
-  d.status = string_field(delivery, field::kStatus);
-  if (d.status != kPending && d.status != kDead) unreadable(field::kStatus);
+  d.status = stored_status(delivery);
   d.attempts = to_int32(integer_field(delivery, field::kAttempts), field::kAttempts);
   d.available_at_ms = date_field(delivery, field::kAvailableAt);
   d.last_error = string_or_null_field(delivery, field::kLastError);

@@ -9,6 +9,7 @@
 #include "commands.hpp"
 #include "core/error.hpp"
 #include "core/lane.hpp"
+#include "field_readers.hpp"
 
 namespace relaybus::mongo::upgrade {
 
@@ -17,46 +18,9 @@ using commands::parts::pointers_to;
 using commands::parts::statement;
 using commands::parts::update;
 using commands::parts::with_majority;
+using namespace fields;
 
 namespace {
-
-// --- reading
-
-[[noreturn]] void unreadable(const char* what) {
-  throw core::Error(core::ErrorCode::kInternal,
-                    std::string("relaybus MongoDB store: unreadable 0.1.0 document: ") + what);
-}
-
-std::string string_field(const bson_t* doc, const char* name) {
-  bson_iter_t it;
-  if (!bson_iter_init_find(&it, doc, name) || !BSON_ITER_HOLDS_UTF8(&it)) unreadable(name);
-  std::uint32_t length = 0;
-  const char* text = bson_iter_utf8(&it, &length);
-  return std::string(text, length);
-}
-
-// Absent or null: nullopt.
-std::optional<std::string> string_or_null_field(const bson_t* doc, const char* name) {
-  bson_iter_t it;
-  if (!bson_iter_init_find(&it, doc, name) || BSON_ITER_HOLDS_NULL(&it)) return std::nullopt;
-  if (!BSON_ITER_HOLDS_UTF8(&it)) unreadable(name);
-  std::uint32_t length = 0;
-  const char* text = bson_iter_utf8(&it, &length);
-  return std::string(text, length);
-}
-
-std::int64_t integer_field(const bson_t* doc, const char* name) {
-  bson_iter_t it;
-  if (!bson_iter_init_find(&it, doc, name) ||
-      !(BSON_ITER_HOLDS_INT32(&it) || BSON_ITER_HOLDS_INT64(&it)))
-    unreadable(name);
-  return bson_iter_as_int64(&it);
-}
-
-bool has_field(const bson_t* doc, const char* name) {
-  bson_iter_t it;
-  return bson_iter_init_find(&it, doc, name);
-}
 
 // --- building
 
@@ -130,10 +94,7 @@ LegacyDelivery read_legacy_delivery(const bson_t* delivery) {
   d.has_claims = has_field(delivery, field::kClaims);
   d.last_error = string_or_null_field(delivery, field::kLastError);
   d.has_created_at = has_field(delivery, field::kCreatedAt);
-  bson_iter_t it;
-  if (!bson_iter_init_find(&it, delivery, field::kUpdatedAt) || !BSON_ITER_HOLDS_DATE_TIME(&it))
-    unreadable(field::kUpdatedAt);
-  d.updated_at_ms = bson_iter_date_time(&it);
+  d.updated_at_ms = date_field(delivery, field::kUpdatedAt);
   return d;
 }
 
@@ -143,10 +104,7 @@ CompletedDelivery read_completed_delivery(const bson_t* delivery) {
   const std::int64_t attempts = integer_field(delivery, field::kAttempts);
   if (attempts < 0 || attempts > INT32_MAX) unreadable(field::kAttempts);
   c.attempts = static_cast<std::int32_t>(attempts);
-  bson_iter_t it;
-  if (!bson_iter_init_find(&it, delivery, field::kUpdatedAt) || !BSON_ITER_HOLDS_DATE_TIME(&it))
-    unreadable(field::kUpdatedAt);
-  c.updated_at_ms = bson_iter_date_time(&it);
+  c.updated_at_ms = date_field(delivery, field::kUpdatedAt);
   return c;
 }
 
