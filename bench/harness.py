@@ -96,10 +96,40 @@ def prepare(cluster):
         cluster.sql(db, "CREATE EXTENSION pg_stat_statements")
 
 
+# The order relaybus's own transactions take its tables in: lanes before deliveries (a
+# claim, a takeover), deliveries before completions and events (a completion, purge_expired).
+LOCK_ORDER = ["lanes", "deliveries", "completions", "events", "key_counters", "subscriptions"]
+
+
+def relaybus_tables(cluster, db):
+    names = [r[0] for r in cluster.sql(db, "SELECT tablename FROM pg_tables WHERE schemaname = 'relaybus'")]
+    ordered = [t for t in LOCK_ORDER if t in names] + sorted(t for t in names if t not in LOCK_ORDER)
+    return [f"relaybus.{t}" for t in ordered]
+
+
+def empty_relaybus(cluster, db):
+    """Empties every relaybus table, safely while the background workers run: TRUNCATE alone
+    locks its tables in whatever order it lists them, and deadlocked with the maintenance
+    worker's purge (deliveries, then events) or takeover (lanes, then deliveries). Taking
+    every lock first, in relaybus's own order, leaves no cycle with them; a lock wait that
+    still times out or deadlocks (a statement locking two tables at once) is tried again."""
+    tables = ", ".join(relaybus_tables(cluster, db))
+    script = (f"BEGIN; SET LOCAL lock_timeout = '10s'; LOCK TABLE {tables} IN ACCESS EXCLUSIVE MODE; "
+              f"TRUNCATE {tables}; COMMIT;")
+    for attempt in range(5):
+        try:
+            cluster.sql(db, script)
+            return
+        except subprocess.CalledProcessError as e:
+            if attempt == 4 or not any(x in (e.stderr or "") for x in ("deadlock detected", "lock timeout")):
+                raise
+            time.sleep(0.2 * (attempt + 1))
+
+
 def reset(cluster, db, preload=0):
     """Empties relaybus, subscribes the bench handler, optionally preloads, resets statistics."""
-    tables = [r[0] for r in cluster.sql(db, "SELECT format('%I.%I', schemaname, tablename) FROM pg_tables WHERE schemaname = 'relaybus'")]
-    cluster.sql(db, f"TRUNCATE {', '.join(tables)} CASCADE")
+    tables = relaybus_tables(cluster, db)
+    empty_relaybus(cluster, db)
     cluster.sql(db, f"SELECT relaybus.subscribe('{HANDLER}', ARRAY['bench.event'])")
     if preload:
         # In order, one chunk of 1,000 per publish_batch: every other event keyed, over
@@ -253,8 +283,7 @@ class PgTarget:
     def finish(self):
         # Measured and checked: empty this database now, so that autovacuum does not work
         # through its dead tuples while the other version's run is being measured.
-        tables = [r[0] for r in self.cluster.sql(self.name, "SELECT format('%I.%I', schemaname, tablename) FROM pg_tables WHERE schemaname = 'relaybus'")]
-        self.cluster.sql(self.name, f"TRUNCATE {', '.join(tables)} CASCADE")
+        empty_relaybus(self.cluster, self.name)
 
 
 def run_one(target, scenario, p, outdir, tag):
