@@ -102,7 +102,18 @@ LOCK_ORDER = ["lanes", "deliveries", "completions", "events", "key_counters", "s
 
 
 def relaybus_tables(cluster, db):
-    names = [r[0] for r in cluster.sql(db, "SELECT tablename FROM pg_tables WHERE schemaname = 'relaybus'")]
+    return ordered_tables([r[0] for r in cluster.sql(db, "SELECT tablename FROM pg_tables WHERE schemaname = 'relaybus'")])
+
+
+def empty_script(tables):
+    """Every lock first, in the order given (relaybus_tables: relaybus's own), then TRUNCATE."""
+    listed = ", ".join(tables)
+    return (f"BEGIN; SET LOCAL lock_timeout = '10s'; LOCK TABLE {listed} IN ACCESS EXCLUSIVE MODE; "
+            f"TRUNCATE {listed}; COMMIT;")
+
+
+def ordered_tables(names):
+    """relaybus's tables (names in the relaybus schema) in LOCK_ORDER, the rest after."""
     ordered = [t for t in LOCK_ORDER if t in names] + sorted(t for t in names if t not in LOCK_ORDER)
     return [f"relaybus.{t}" for t in ordered]
 
@@ -113,9 +124,7 @@ def empty_relaybus(cluster, db):
     worker's purge (deliveries, then events) or takeover (lanes, then deliveries). Taking
     every lock first, in relaybus's own order, leaves no cycle with them; a lock wait that
     still times out or deadlocks (a statement locking two tables at once) is tried again."""
-    tables = ", ".join(relaybus_tables(cluster, db))
-    script = (f"BEGIN; SET LOCAL lock_timeout = '10s'; LOCK TABLE {tables} IN ACCESS EXCLUSIVE MODE; "
-              f"TRUNCATE {tables}; COMMIT;")
+    script = empty_script(relaybus_tables(cluster, db))
     for attempt in range(5):
         try:
             cluster.sql(db, script)
@@ -158,11 +167,25 @@ def table_stats(cluster, db):
     out = {}
     for name, ins, upd, hot, dele, dead in rows:
         out[name] = dict(ins=int(ins), upd=int(upd), hot=int(hot), dele=int(dele), dead=int(dead))
-    statements = cluster.value(db, f"""SELECT {HARNESS} coalesce(sum(calls), 0) FROM pg_stat_statements
-                                        WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-                                          AND query NOT LIKE '%relaybus-bench-harness%'""")
-    out["statements"] = int(statements)
+    out["statements"] = statement_calls(cluster, db)
     return out
+
+
+def statement_calls(cluster, db):
+    return int(cluster.value(db, f"""SELECT {HARNESS} coalesce(sum(calls), 0) FROM pg_stat_statements
+                                      WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+                                        AND query NOT LIKE '%relaybus-bench-harness%'"""))
+
+
+def user_tables(cluster, db):
+    return [r[0] for r in cluster.sql(db, f"SELECT {HARNESS} format('%I.%I', schemaname, relname) FROM pg_stat_user_tables")]
+
+
+def generic_stats(cluster, db):
+    """A peer's figures: statements (as for relaybus) and dead tuples over all its tables."""
+    time.sleep(0.6)  # the exiting processes' statistics land in shared memory
+    dead = cluster.value(db, f"SELECT {HARNESS} coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables")
+    return dict(statements=statement_calls(cluster, db), dead=int(dead))
 
 
 def read_tsv(pattern):
@@ -182,8 +205,9 @@ def percentile(values, p):
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
-def check_handled(expected, handled):
-    """expected: {event_id: key}; handled rows: event_id, handler, key, n, at_us, attempts."""
+def check_handled(expected, handled, ordered=True):
+    """expected: {event_id: key}; handled rows: event_id, handler, key, n, at_us, attempts.
+    Per-key order is checked only when the system promises it (`ordered`)."""
     problems = []
     seen = {}
     for r in handled:
@@ -197,7 +221,7 @@ def check_handled(expected, handled):
         if r[2] != "-":
             by_key.setdefault((r[1], r[2]), []).append((int(r[4]), int(r[3])))
     order = 0
-    for runs in by_key.values():
+    for runs in (by_key.values() if ordered else []):
         runs.sort()
         for (_, a), (_, b) in zip(runs, runs[1:]):
             if b < a:
@@ -233,8 +257,13 @@ def shared_metrics(stats, deliveries, wal_bytes):
 
 
 def cli(args, log):
+    return cli_command([CLI] + args, log)
+
+
+def cli_command(argv, log):
+    """Runs a benchmark process (the relaybus tool, a peer's runner), its output to `log`."""
     with open(log, "a") as f:
-        r = subprocess.run([CLI] + args, stdout=f, stderr=subprocess.PIPE, text=True)
+        r = subprocess.run(argv, stdout=f, stderr=subprocess.PIPE, text=True)
         f.write(r.stderr)
     # Progress lines go to our stderr too, shortened to the last one.
     tail = [l for l in r.stderr.splitlines() if l.strip()]
@@ -246,6 +275,20 @@ def cli(args, log):
 def dispatcher_args(p):
     return ["--dispatchers", str(p["dispatchers"]), "--concurrency", str(p["concurrency"]),
             "--batch", str(p["batch"]), "--poll-ms", str(p["poll_ms"])]
+
+
+def relaybus_bench_args(scenario, p, db, prefix):
+    """The relaybus tool's command line for one scenario run on `db` (either store)."""
+    if scenario == "drain":
+        return ["bench", "drain", "--db", db, "--out", prefix, "--handler", HANDLER,
+                "--duration-s", "600"] + dispatcher_args(p)
+    if scenario == "publish":
+        return ["bench", "publish", "--db", db, "--out", prefix, "--publishers", str(p["publishers"]),
+                "--batch", str(p["batch"]), "--events", str(p["events"])]
+    return ["bench", "mixed", "--db", db, "--out", prefix, "--rate", str(p["rate"]),
+            "--duration-s", str(p["duration_s"]), "--publishers", "2",
+            # keys like entity ids: many, each with few events in flight at a time
+            "--keys", str(max(100, p["rate"] * p["duration_s"] // 4))] + dispatcher_args(p)
 
 
 class PgTarget:
@@ -261,8 +304,13 @@ class PgTarget:
         reset(self.cluster, self.name, preload=preload)
         return {f"e-{i}" for i in range(1, preload + 1)}
 
+    ordered_keys = True
+
     def start(self):
         pass  # reset() zeroed the statistics already
+
+    def run(self, scenario, p, prefix, log):
+        return cli(relaybus_bench_args(scenario, p, self.db, prefix), log)
 
     def event_ids(self):
         return {r[0] for r in self.cluster.sql(self.name, f"SELECT {HARNESS} id FROM relaybus.events")}
@@ -291,16 +339,14 @@ def run_one(target, scenario, p, outdir, tag):
     validated: returns dict(valid, problems, checks, metrics, table_stats, summary)."""
     prefix = os.path.join(outdir, "runs", tag)
     log = prefix + ".log"
-    conn = target.db
     problems = []
     if scenario == "drain":
         expected = target.reset(p["events"], prefix, log)
         target.start()
-        code = cli(["bench", "drain", "--db", conn, "--out", prefix, "--handler", HANDLER,
-                    "--duration-s", "600"] + dispatcher_args(p), log)
+        code = target.run(scenario, p, prefix, log)
         summary = json.load(open(prefix + ".summary.json"))
         handled = read_tsv(prefix + ".dispatcher-*.tsv")
-        probs, counts = check_handled(expected, handled)
+        probs, counts = check_handled(expected, handled, target.ordered_keys)
         problems += probs
         deliveries = len(expected)
         metrics = dict(throughput=deliveries / summary["elapsed_s"], throughput_unit="deliveries/s")
@@ -309,8 +355,7 @@ def run_one(target, scenario, p, outdir, tag):
     elif scenario == "publish":
         target.reset(0, prefix, log)
         target.start()
-        code = cli(["bench", "publish", "--db", conn, "--out", prefix, "--publishers", str(p["publishers"]),
-                    "--batch", str(p["batch"]), "--events", str(p["events"])], log)
+        code = target.run(scenario, p, prefix, log)
         summary = json.load(open(prefix + ".summary.json"))
         rows = read_tsv(prefix + ".publisher-*.tsv")
         published = {r[1] for r in rows if r[0] == "E"}
@@ -332,15 +377,12 @@ def run_one(target, scenario, p, outdir, tag):
     else:  # mixed
         target.reset(0, prefix, log)
         target.start()
-        code = cli(["bench", "mixed", "--db", conn, "--out", prefix, "--rate", str(p["rate"]),
-                    "--duration-s", str(p["duration_s"]), "--publishers", "2",
-                    # keys like entity ids: many, each with few events in flight at a time
-                    "--keys", str(max(100, p["rate"] * p["duration_s"] // 4))] + dispatcher_args(p), log)
+        code = target.run(scenario, p, prefix, log)
         summary = json.load(open(prefix + ".summary.json"))
         rows = read_tsv(prefix + ".publisher-*.tsv")
         commit = {r[1]: int(r[4]) for r in rows if r[0] == "E"}
         handled = read_tsv(prefix + ".dispatcher-*.tsv")
-        probs, counts = check_handled(commit, handled)
+        probs, counts = check_handled(commit, handled, target.ordered_keys)
         problems += probs
         # Commit time = when the publish call returned; a handler can start a little before
         # the acknowledgement reaches the publisher, so negative values count as 0.
@@ -633,6 +675,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=None, help="A B rounds per configuration (default 2, validity 1)")
     ap.add_argument("--only", default=None, help="run only this scenario (drain, publish, mixed)")
     ap.add_argument("--out", default=None, help="results directory (default bench/results/<timestamp>)")
+    ap.add_argument("--no-peers", action="store_true",
+                    help="leave out the peers (PgQ, graphile-worker, pg-boss, the floor): bench/peers_bench.py")
     ap.add_argument("--mongo", default=None, metavar="URI",
                     help="run on the MongoDB store at URI instead (a replica set and a database of "
                          "its own, which every run drops: see bench/mongo_bench.py)")
@@ -667,8 +711,14 @@ def main():
     cluster.start()
     results = []
     started = time.time()
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import peers_bench
+    me = sys.modules[__name__]
+    peer_results = []
     try:
         prepare(cluster)
+        if not args.no_peers:
+            peers_bench.prepare(me, cluster, args.mode)
         todo = [pl for pl in plans(args.mode) if not args.only or pl[0] == args.only]
         for n, (scenario, config, params) in enumerate(todo, 1):
             print(f"[{n}/{len(todo)}] {scenario}: {config}", file=sys.stderr)
@@ -682,14 +732,24 @@ def main():
                     state = "valid" if r["valid"] else "INVALID: " + ", ".join(r["problems"])
                     shown = "INVALID" if not r["valid"] else f"{m['throughput']:,.0f} {m['throughput_unit']}"
                     print(f"    {version} round {rnd + 1}: {shown} ({state})", file=sys.stderr)
+        if not args.no_peers:
+            peer_results = peers_bench.run(me, cluster, args.mode, rounds, outdir)
     finally:
         cluster.stop()
 
     info = dict(command=command, mode=args.mode, rounds=rounds, machine=machine(), started=stamp,
                 seconds=round(time.time() - started, 1), git=git)
     md = write_report(outdir, info, results)
+    if peer_results:
+        peer_md = peers_bench.markdown(me, peers_bench.summarize(me, peer_results))
+        with open(os.path.join(outdir, "results.md"), "a") as f:
+            f.write("\n" + peer_md + "\n")
+        with open(os.path.join(outdir, "peers.json"), "w") as f:
+            json.dump(dict(info=info, runs=peer_results), f, indent=1)
+        md += "\n" + peer_md
     print(md)
     print(f"results: {outdir}", file=sys.stderr)
+    results = results + peer_results
     invalid = [r for r in results if not r["valid"]]
     if invalid:
         print(f"{len(invalid)} INVALID run(s)", file=sys.stderr)

@@ -67,8 +67,13 @@ class MongoTarget:
             raise RuntimeError(f"preload failed; see {log}")
         return {r[1] for r in self.h.read_tsv(prefix + ".preload.publisher-*.tsv") if r[0] == "E"}
 
+    ordered_keys = True
+
     def start(self):
         self.before = opcounters(self.client)
+
+    def run(self, scenario, p, prefix, log):
+        return self.h.cli(self.h.relaybus_bench_args(scenario, p, self.db, prefix), log)
 
     def event_ids(self):
         return {d["_id"] for d in self.mdb.events.find({}, {"_id": 1})}

@@ -1,0 +1,214 @@
+"""relaybus against the queues users would pick instead: PgQ, graphile-worker, pg-boss, and
+the floor of relaybus's own schema, in the harness's cluster and invocation, interleaved
+round by round with relaybus, every run validated by harness.run_one (bench/peers/README.md
+has the runner protocol).
+
+Each configuration names the systems that run it and the reference the ratios are taken
+against: "relaybus 0.2.0 loop" (one consumer session, claim + complete_many) for the
+one-consumer drain, "relaybus 0.2.0" (the C++ dispatcher, or relaybus bench publish) for
+the rest. A ratio is reference rate / system rate: above 1, relaybus is faster.
+"""
+import json
+import os
+import subprocess
+import sys
+
+PEERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers")
+PYTHON = "/usr/bin/python3"  # Debian's, with python3-psycopg
+NODE = "node"
+
+# name: (database, runner or None for the relaybus tool, preset)
+SYSTEMS = {
+    "relaybus 0.2.0": ("db_020", None, None),
+    "relaybus 0.2.0 loop": ("db_loop", "relaybus_loop.py", None),
+    "floor": ("db_floor", "floor.py", None),
+    "PgQ (tuned ticker)": ("db_pgq", "pgq.py", "tuned"),
+    "PgQ (pgqd defaults)": ("db_pgq", "pgq.py", "defaults"),
+    "graphile-worker (tuned)": ("db_graphile", "graphile.mjs", "tuned"),
+    "graphile-worker (defaults)": ("db_graphile", "graphile.mjs", "defaults"),
+    "pg-boss (tuned)": ("db_pgboss", "pgboss.mjs", "tuned"),
+    "pg-boss (defaults)": ("db_pgboss", "pgboss.mjs", "defaults"),
+}
+
+
+def plans(mode):
+    """(scenario, config, params, systems, reference): the peer comparisons of a mode."""
+    if mode == "validity":
+        return [("drain", "peers validity drain", dict(events=300, consumers=1, batch=50),
+                 ["relaybus 0.2.0 loop", "floor", "PgQ (tuned ticker)", "graphile-worker (tuned)",
+                  "pg-boss (tuned)"], "relaybus 0.2.0 loop")]
+    n = 20000
+    dur = 20 if mode == "quick" else 30
+    one = dict(events=n, consumers=1, batch=500)
+    return [
+        ("drain", "one consumer, batch 500", one,
+         ["relaybus 0.2.0 loop", "floor", "PgQ (tuned ticker)", "graphile-worker (tuned)", "pg-boss (tuned)"],
+         "relaybus 0.2.0 loop"),
+        ("drain", "two consumers, batch 500", dict(one, consumers=2),
+         ["relaybus 0.2.0 loop", "floor"], "relaybus 0.2.0 loop"),
+        ("drain", "1 process, tuned", dict(events=n, dispatchers=1, concurrency=200, batch=200, poll_ms=50,
+                                           consumers=1),
+         ["relaybus 0.2.0", "relaybus 0.2.0 loop", "graphile-worker (tuned)"], "relaybus 0.2.0"),
+        ("drain", "1 process, defaults", dict(events=n, dispatchers=1, concurrency=10, batch=10, poll_ms=1000,
+                                              consumers=1),
+         ["relaybus 0.2.0", "graphile-worker (defaults)", "pg-boss (defaults)"], "relaybus 0.2.0"),
+        ("publish", "single publish, P=1", dict(publishers=1, batch=1, events=5000 if mode == "quick" else 20000),
+         ["relaybus 0.2.0", "floor", "PgQ (pgqd defaults)", "graphile-worker (defaults)", "pg-boss (defaults)"],
+         "relaybus 0.2.0"),
+        ("publish", "100 per statement, P=1", dict(publishers=1, batch=100, events=20000 if mode == "quick" else 100000),
+         ["relaybus 0.2.0", "floor", "PgQ (pgqd defaults)", "graphile-worker (defaults)", "pg-boss (defaults)"],
+         "relaybus 0.2.0"),
+        ("mixed", f"1000/s for {dur} s, defaults", dict(rate=1000, duration_s=dur, dispatchers=1, concurrency=10,
+                                                       batch=10, poll_ms=1000, consumers=1),
+         ["relaybus 0.2.0", "PgQ (pgqd defaults)", "graphile-worker (defaults)", "pg-boss (defaults)"],
+         "relaybus 0.2.0"),
+    ]
+
+
+def runner_command(runner):
+    path = os.path.join(PEERS, runner)
+    return [NODE, path] if runner.endswith(".mjs") else [PYTHON, path]
+
+
+class RunnerTarget:
+    """A peer (or the loop, or the floor) through its runner, as harness.run_one needs a
+    store (see harness.PgTarget)."""
+
+    def __init__(self, h, cluster, system):
+        self.h, self.cluster, self.system = h, cluster, system
+        self.name, self.runner, self.preset = SYSTEMS[system]
+        self.db = cluster.conninfo(self.name)
+        info = subprocess.run(runner_command(self.runner) + ["info"], check=True, capture_output=True, text=True)
+        self.info = json.loads(info.stdout)
+        self.ordered_keys = bool(self.info.get("ordered_keys"))
+
+    def call(self, args, log):
+        return self.h.cli_command(runner_command(self.runner) + args, log)
+
+    def reset(self, preload, prefix, log):
+        if self.call(["reset", "--conn", self.db], log) != 0:
+            raise RuntimeError(f"{self.system}: reset failed; see {log}")
+        if preload and self.call(["preload", "--conn", self.db, "--events", str(preload)], log) != 0:
+            raise RuntimeError(f"{self.system}: preload failed; see {log}")
+        for t in self.h.user_tables(self.cluster, self.name):
+            self.cluster.sql(self.name, f"VACUUM ANALYZE {t}")
+        self.cluster.sql(self.name, "SELECT pg_stat_reset(), pg_stat_statements_reset()")
+        return {f"e-{i}" for i in range(1, preload + 1)}
+
+    def start(self):
+        pass
+
+    def run(self, scenario, p, prefix, log):
+        args = [scenario, "--conn", self.db, "--out", prefix]
+        if self.preset:
+            args += ["--preset", self.preset]
+        if scenario == "drain":
+            args += ["--consumers", str(p.get("consumers", 1)), "--batch", str(p["batch"]), "--duration-s", "600"]
+        elif scenario == "publish":
+            args += ["--events", str(p["events"]), "--batch", str(p["batch"]), "--publishers", str(p["publishers"])]
+        else:
+            args += ["--rate", str(p["rate"]), "--duration-s", str(p["duration_s"]), "--publishers", "2",
+                     "--keys", str(max(100, p["rate"] * p["duration_s"] // 4))]
+        return self.call(args, log)
+
+    def event_ids(self):
+        out = subprocess.run(runner_command(self.runner) + ["stored", "--conn", self.db], check=True,
+                             capture_output=True, text=True).stdout
+        return {line for line in out.splitlines() if line}
+
+    def pending_deliveries(self):
+        return len(self.event_ids())  # one job or delivery per published event
+
+    def leftovers(self):
+        out = subprocess.run(runner_command(self.runner) + ["left", "--conn", self.db], check=True,
+                             capture_output=True, text=True).stdout.split()
+        return int(out[0]), int(out[1])
+
+    def measure(self, summary, deliveries):
+        stats = self.h.generic_stats(self.cluster, self.name)
+        per = max(deliveries, 1)
+        return dict(wal_bytes_per_delivery=summary["wal_bytes"] / per,
+                    statements_per_delivery=stats["statements"] / per,
+                    dead_tuples=stats["dead"]), stats
+
+    def finish(self):
+        pass  # the next run resets
+
+
+def target_of(h, cluster, system):
+    if SYSTEMS[system][1] is None:
+        return h.PgTarget(cluster, SYSTEMS[system][0])
+    return RunnerTarget(h, cluster, system)
+
+
+def prepare(h, cluster, mode):
+    """The peers' databases (the relaybus ones are the harness's)."""
+    for db in sorted({SYSTEMS[s][0] for _, _, _, systems, _ in plans(mode) for s in systems} - {"db_020", "db_010"}):
+        cluster.sql("postgres", f"CREATE DATABASE {db}")
+        cluster.sql(db, "CREATE EXTENSION pg_stat_statements")
+    node = os.path.join(PEERS, "node")
+    if any(SYSTEMS[s][1] and SYSTEMS[s][1].endswith(".mjs") for _, _, _, ss, _ in plans(mode) for s in ss):
+        if not os.path.isdir(os.path.join(node, "node_modules")):
+            subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--silent"], cwd=node, check=True)
+
+
+def run(h, cluster, mode, rounds, outdir):
+    results = []
+    todo = plans(mode)
+    for n, (scenario, config, params, systems, reference) in enumerate(todo, 1):
+        print(f"[peers {n}/{len(todo)}] {scenario}: {config}", file=sys.stderr)
+        targets = {s: target_of(h, cluster, s) for s in systems}
+        for rnd in range(rounds):
+            for system in systems:  # interleaved: every system once per round
+                tag = f"peers-{scenario}-{n}-r{rnd}-{system.replace(' ', '_').replace('(', '').replace(')', '')}"
+                r = h.run_one(targets[system], scenario, params, outdir, tag)
+                r.update(scenario=scenario, config=config, params=params, version=system, round=rnd,
+                         group="peers", reference=reference, info=getattr(targets[system], "info", None))
+                results.append(r)
+                m = r["metrics"]
+                state = "valid" if r["valid"] else "INVALID: " + ", ".join(r["problems"])
+                shown = "INVALID" if not r["valid"] else f"{m['throughput']:,.0f} {m['throughput_unit']}"
+                print(f"    {system} round {rnd + 1}: {shown} ({state})", file=sys.stderr)
+    return results
+
+
+COLUMNS = [("throughput", "rate", 0), ("latency_p50_ms", "p50 ms", 1), ("latency_p99_ms", "p99 ms", 1),
+           ("wal_bytes_per_delivery", "WAL B/event", 0), ("statements_per_delivery", "stmts/event", 2),
+           ("dead_tuples", "dead tuples", 0), ("dead_tuples_deliveries", "dead tuples", 0)]
+
+
+def summarize(h, results):
+    rows = []
+    for scenario, config in dict.fromkeys((r["scenario"], r["config"]) for r in results):
+        runs = [r for r in results if r["scenario"] == scenario and r["config"] == config]
+        reference = runs[0]["reference"]
+        systems = list(dict.fromkeys(r["version"] for r in runs))
+        medians = {}
+        for s in systems:
+            mine = [r for r in runs if r["version"] == s]
+            medians[s] = None if any(not r["valid"] for r in mine) else {k: h.median_of(mine, k) for k, _, _ in COLUMNS}
+        ref = (medians.get(reference) or {}).get("throughput")
+        ratios = {s: (ref / m["throughput"]) if ref and m and m.get("throughput") else None for s, m in medians.items()}
+        rows.append(dict(scenario=scenario, config=config, reference=reference, systems=systems,
+                         medians=medians, ratios=ratios, runs={s: sum(r["version"] == s for r in runs) for s in systems}))
+    return rows
+
+
+def markdown(h, table):
+    out = ["## relaybus against its peers\n",
+           "Ratio = the reference's median rate / the system's: above 1.00x the reference (relaybus) is faster.\n"]
+    for row in table:
+        out.append(f"### {row['scenario']}: {row['config']} (reference: {row['reference']})\n")
+        out.append("| system | runs | " + " | ".join(c[1] for c in COLUMNS[:-1]) + " | reference / system |")
+        out.append("| --- | --- | " + " | ".join("---" for _ in COLUMNS[:-1]) + " | --- |")
+        for s in row["systems"]:
+            m = row["medians"][s]
+            if m is None:
+                vals = ["INVALID"] * (len(COLUMNS) - 1)
+            else:
+                dead = m.get("dead_tuples") if m.get("dead_tuples") is not None else m.get("dead_tuples_deliveries")
+                vals = [h.fmt(m.get(k), d) for k, _, d in COLUMNS[:-2]] + [h.fmt(dead, 0)]
+            ratio = row["ratios"].get(s)
+            out.append(f"| {s} | {row['runs'][s]} | " + " | ".join(vals) + f" | {'-' if ratio is None else f'{ratio:.2f}x'} |")
+        out.append("")
+    return "\n".join(out)
