@@ -147,9 +147,15 @@ def prepare(h, cluster, mode):
         cluster.sql("postgres", f"CREATE DATABASE {db}")
         cluster.sql(db, "CREATE EXTENSION pg_stat_statements")
     node = os.path.join(PEERS, "node")
-    if any(SYSTEMS[s][1] and SYSTEMS[s][1].endswith(".mjs") for _, _, _, ss, _ in plans(mode) for s in ss):
+    if any(built(s) and SYSTEMS[s][1] and SYSTEMS[s][1].endswith(".mjs")
+           for _, _, _, ss, _ in plans(mode) for s in ss):
         if not os.path.isdir(os.path.join(node, "node_modules")):
             subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--silent"], cwd=node, check=True)
+
+
+def built(system):
+    runner = SYSTEMS[system][1]
+    return runner is None or os.path.exists(os.path.join(PEERS, runner))
 
 
 def run(h, cluster, mode, rounds, outdir):
@@ -157,6 +163,9 @@ def run(h, cluster, mode, rounds, outdir):
     todo = plans(mode)
     for n, (scenario, config, params, systems, reference) in enumerate(todo, 1):
         print(f"[peers {n}/{len(todo)}] {scenario}: {config}", file=sys.stderr)
+        for s in [s for s in systems if not built(s)]:
+            print(f"    left out: {s} (no runner {SYSTEMS[s][1]} in bench/peers)", file=sys.stderr)
+        systems = [s for s in systems if built(s)]
         targets = {s: target_of(h, cluster, s) for s in systems}
         for rnd in range(rounds):
             for system in systems:  # interleaved: every system once per round
