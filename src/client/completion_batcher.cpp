@@ -26,6 +26,13 @@ void CompletionBatcher::complete(std::string token) {
   if (completions_.size() == 1 || completions_.size() >= max_batch_) wake_.notify_one();
 }
 
+void CompletionBatcher::flush_now() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (completions_.empty()) return;  // a flag left set would skip the next window
+  flush_now_ = true;
+  wake_.notify_one();
+}
+
 void CompletionBatcher::fail(std::string token, std::string error) {
   std::lock_guard<std::mutex> lock(mutex_);
   failures_.emplace_back(std::move(token), std::move(error));
@@ -72,8 +79,8 @@ void CompletionBatcher::run(Store& store) {
       continue;
     }
     // Completions wait for the rest of their window unless the batch is full, a failure
-    // is queued anyway, or we are stopping.
-    if (failures_.empty() && !stopping_ && completions_.size() < max_batch_) {
+    // is queued anyway, nothing else is running, or we are stopping.
+    if (failures_.empty() && !stopping_ && !flush_now_ && completions_.size() < max_batch_) {
       const auto due = first_at_ + window_;
       if (std::chrono::steady_clock::now() < due) {
         wake_.wait_until(lock, due);
@@ -96,6 +103,7 @@ void CompletionBatcher::flush(Store& store, std::unique_lock<std::mutex>& lock) 
   }
   std::deque<std::pair<std::string, std::string>> failures;
   failures.swap(failures_);
+  flush_now_ = false;
   lock.unlock();
 
   // The statements run without the lock: handlers keep queueing meanwhile.

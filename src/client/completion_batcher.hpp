@@ -1,6 +1,7 @@
 // Ends attempts on the dispatcher's settlement connection. Completions that arrive within
 // one window (2 ms by default) go out as a single complete_many: a no-op handler finishes
 // in microseconds, and one statement per delivery would cost more than the claim saved.
+// When no handler is left running (flush_now), they go at once.
 // Failures go through the same thread because they use the same connection; they are
 // rare, so each is its own fail call.
 #pragma once
@@ -31,6 +32,10 @@ class CompletionBatcher {
 
   void complete(std::string token);
   void fail(std::string token, std::string error);
+  // Nothing else is running that could complete within the window (the handler pool went
+  // idle): what is queued goes out now. Waiting would add the window to every claim cycle
+  // (the claim loop refills only once completions are settled) and group nothing more.
+  void flush_now();
 
   // The thread body: settles until stop() and then flushes everything queued.
   void run(Store& store);
@@ -58,6 +63,7 @@ class CompletionBatcher {
   std::chrono::steady_clock::time_point first_at_;  // arrival of the oldest queued completion
   std::deque<std::pair<std::string, std::string>> failures_;
   bool stopping_ = false;
+  bool flush_now_ = false;  // flush_now() since the last flush
   std::size_t statements_ = 0;
   std::size_t completed_ = 0;
 };

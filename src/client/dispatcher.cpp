@@ -71,7 +71,8 @@ Dispatcher::Dispatcher(StoreFactory stores, DispatcherConfig config,
                                [this](std::string token, std::string error) {
                                  batcher_.fail(std::move(token), std::move(error));
                                },
-                               [this](std::size_t n) { claims_.settled(n); }},
+                               [this](std::size_t n) { claims_.settled(n); },
+                               [this] { batcher_.flush_now(); }},
             log_),
       claims_(
           stores_, worker_, names_of(handlers, transactional), claim_options(config_),

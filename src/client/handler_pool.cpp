@@ -170,6 +170,7 @@ void HandlerPool::work(const std::shared_ptr<State>& state) {
       case Outcome::kRolledBack:  // only when abandoned
         break;
     }
+    if (s.running.empty() && s.queue.empty() && s.sinks.idle) s.sinks.idle();
   }
 }
 

@@ -48,6 +48,8 @@ class HandlerPool {
     std::function<void(std::string token, std::string error)> fail;  // handler threw
     // Attempts that a transactional handler's thread ended itself (committed, or lease lost).
     std::function<void(std::size_t n)> settled;
+    // Optional: nothing runs and nothing is queued any more, after an outcome was handed over.
+    std::function<void()> idle;
   };
   struct Counters {
     std::size_t succeeded = 0;  // handlers that returned

@@ -82,3 +82,26 @@ TEST(CompletionBatcher, FailuresAreSentOneByOne) {
   EXPECT_EQ(r.backend.failures.size(), 2u);
   EXPECT_TRUE(r.backend.complete_batches.empty());
 }
+
+TEST(CompletionBatcher, FlushNowSendsWhatIsQueuedWithoutWaitingForTheWindow) {
+  Running r(10s, 1000);
+  r.batcher.complete("a");
+  r.batcher.complete("b");
+  r.batcher.flush_now();
+  const auto deadline = std::chrono::steady_clock::now() + 2s;
+  while (r.backend.completed_count() < 2 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(5ms);
+  std::lock_guard<std::mutex> lock(r.backend.mutex);
+  ASSERT_EQ(r.backend.complete_batches.size(), 1u) << "not sent before the 10 s window";
+  EXPECT_EQ(r.backend.complete_batches[0].size(), 2u);
+}
+
+TEST(CompletionBatcher, FlushNowWithNothingQueuedDoesNotSkipTheNextWindow) {
+  Running r(300ms, 1000);
+  r.batcher.flush_now();
+  r.batcher.complete("a");
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(r.backend.completed_count(), 0u) << "a stale flush_now sent it before its window";
+  std::this_thread::sleep_for(400ms);
+  EXPECT_EQ(r.backend.completed_count(), 1u);
+}

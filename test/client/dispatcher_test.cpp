@@ -200,3 +200,39 @@ TEST(Dispatcher, DestructionDoesNotWaitForAHandlerThatNeverReturns) {
   EXPECT_EQ(backend.released.size(), 2u);
   EXPECT_EQ(backend.completed_count_locked(), 0u);
 }
+
+// The completion window groups completions of handlers finishing together; once none is
+// left running, waiting for it only slows every claim cycle (the claim loop refills when
+// completions are settled).
+TEST(Dispatcher, AnIdlePoolSendsItsCompletionsWithoutWaitingForTheWindow) {
+  FakeBackend backend;
+  backend.add(1);
+  auto config = quick_config();
+  config.completion_window = 10s;
+  Dispatcher d(fake_factory(backend), config, {{"h", [](const Delivery&) {}}});
+  d.start();
+  EXPECT_TRUE(eventually([&] { return backend.completed_count() == 1; }, 2s))
+      << "the completion waited for the window";
+  d.stop();
+}
+
+TEST(Dispatcher, CompletionsWaitWhileAnotherHandlerStillRuns) {
+  FakeBackend backend;
+  backend.add(1, "quick");
+  backend.add(1, "slow");
+  Gate gate;
+  auto config = quick_config();
+  config.completion_window = 10s;
+  std::map<std::string, Handler> handlers{{"quick", [](const Delivery&) {}},
+                                          {"slow", [&](const Delivery&) { gate.pass(); }}};
+  Dispatcher d(fake_factory(backend), config, handlers);
+  d.start();
+  ASSERT_TRUE(eventually([&] { return gate.waiting.load() == 1; }));
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(backend.completed_count(), 0u) << "sent while a handler was still running";
+  gate.release();
+  ASSERT_TRUE(eventually([&] { return backend.completed_count() == 2; }, 2s));
+  d.stop();
+  std::lock_guard<std::mutex> lock(backend.mutex);
+  EXPECT_EQ(backend.complete_batches.size(), 1u) << "the two were not grouped";
+}
