@@ -1,7 +1,9 @@
 """What every Python runner of bench/peers shares (README.md has the protocol): the command
 line, the events a publisher makes, the record files, the measurement window (WAL), and the
 processes of a drain, a publish and a mixed run. A runner is a small class with the
-system's own calls; runner.main(System()) does the rest.
+system's own calls; runner.main(System()) does the rest. Optional calls: begin(conn, scenario)
+before a run's processes start and end(conn) after they stopped (a peer's own background
+process, such as PgQ's ticker, lives between the two), preloaded(conn) after the preload.
 
 The events, ids, keys, payloads and the open-loop pacing are those of `relaybus bench`
 (src/client/cli/bench_processes.cpp), so every system is offered the same work.
@@ -90,9 +92,9 @@ def consumer_process(system, conninfo, options, path, stop, index):
             f.writelines(records)
 
 
-def publisher_process(system, conninfo, options, path, index, events, rate, duration_s, stop):
-    """Publishes `events` events (0: until duration_s) at `rate` per second (0: flat out):
-    an open loop, so a late call goes at once and nothing is skipped."""
+def publisher_process(system, conninfo, options, path, index, events, rate, duration_s, stop, batch):
+    """Publishes `events` events (0: until duration_s) at `rate` per second (0: flat out),
+    `batch` per call: an open loop, so a late call goes at once and nothing is skipped."""
     lines = []
     stream = publisher_events(index, options.keys)
     start = time.monotonic()
@@ -108,13 +110,13 @@ def publisher_process(system, conninfo, options, path, index, events, rate, dura
                 due = done / rate
                 if due > elapsed:
                     time.sleep(due - elapsed)
-            n = options.batch if not events else min(options.batch, events - done)
-            batch = [next(stream) for _ in range(n)]
+            n = batch if not events else min(batch, events - done)
+            call = [next(stream) for _ in range(n)]
             sent = now_us()
-            system.publish(conn, batch)
+            system.publish(conn, call)
             committed = now_us()
             lines.append(f"C\t{committed - sent}\t{n}\n")
-            lines.extend(f"E\t{e.id}\t{e.key or '-'}\t{e.n}\t{committed}\n" for e in batch)
+            lines.extend(f"E\t{e.id}\t{e.key or '-'}\t{e.n}\t{committed}\n" for e in call)
             done += n
     with open(path, "w") as f:
         f.writelines(lines)
@@ -130,16 +132,24 @@ def start_consumers(system, options, stop):
     return procs
 
 
-def start_publishers(system, options, stop, events=0, rate=0, duration_s=0):
+def start_publishers(system, options, stop, events=0, rate=0, duration_s=0, batch=1):
     procs = []
     for i in range(options.publishers):
         share = events // options.publishers + (1 if i < events % options.publishers else 0) if events else 0
         path = f"{options.out}.publisher-{i}.tsv"
         p = mp.Process(target=publisher_process,
-                       args=(system, options.conn, options, path, i, share, rate / options.publishers, duration_s, stop))
+                       args=(system, options.conn, options, path, i, share, rate / options.publishers, duration_s,
+                             stop, batch))
         p.start()
         procs.append(p)
     return procs
+
+
+def hook(system, name, *args):
+    """Calls the system's optional `name` (begin, end, preloaded) if it has one."""
+    call = getattr(system, name, None)
+    if call is not None:
+        call(*args)
 
 
 def joined(procs):
@@ -153,6 +163,7 @@ def joined(procs):
 
 def drain(system, options):
     with system.connect(options.conn) as conn:
+        hook(system, "begin", conn, "drain")
         total = system.unfinished(conn)
         window = Window(conn)
         stop = mp.Event()
@@ -160,13 +171,14 @@ def drain(system, options):
         left = total
         while window.elapsed() < options.duration_s:
             left = system.unfinished(conn)
-            if left == 0:
+            if left == 0 or not any(p.is_alive() for p in consumers):  # done, or no one left to do it
                 break
             time.sleep(0.1)
         elapsed = window.elapsed()
         wal = window.wal_bytes()
         stop.set()
         failed = joined(consumers)
+        hook(system, "end", conn)
     write_summary(options.out, scenario="drain", deliveries=total, elapsed_s=elapsed, wal_bytes=wal,
                   drained=left == 0, left=left, processes_failed=failed)
     return 0 if failed == 0 else 1
@@ -174,11 +186,13 @@ def drain(system, options):
 
 def publish(system, options):
     with system.connect(options.conn) as conn:
+        hook(system, "begin", conn, "publish")
         window = Window(conn)
         stop = mp.Event()
-        failed = joined(start_publishers(system, options, stop, events=options.events))
+        failed = joined(start_publishers(system, options, stop, events=options.events, batch=options.batch))
         elapsed = window.elapsed()
         wal = window.wal_bytes()
+        hook(system, "end", conn)
     write_summary(options.out, scenario="publish", events=options.events, elapsed_s=elapsed, wal_bytes=wal,
                   processes_failed=failed)
     return 0 if failed == 0 else 1
@@ -186,11 +200,13 @@ def publish(system, options):
 
 def mixed(system, options):
     with system.connect(options.conn) as conn:
+        hook(system, "begin", conn, "mixed")
         window = Window(conn)
         stop_consumers, stop_publishers = mp.Event(), mp.Event()
         consumers = start_consumers(system, options, stop_consumers)
+        # One event per transaction, whatever --batch says (it sizes the consumers' fetches).
         publishers = start_publishers(system, options, stop_publishers, rate=options.rate,
-                                      duration_s=options.duration_s)
+                                      duration_s=options.duration_s, batch=1)
         backlog_max = 0
         while window.elapsed() < options.duration_s:
             backlog_max = max(backlog_max, system.unfinished(conn))
@@ -207,6 +223,7 @@ def mixed(system, options):
         wal = window.wal_bytes()
         stop_consumers.set()
         failed += joined(consumers)
+        hook(system, "end", conn)
     write_summary(options.out, scenario="mixed", offered_rate=options.rate, publish_elapsed_s=publish_elapsed,
                   elapsed_s=elapsed, wal_bytes=wal, backlog_max=backlog_max, drained=left == 0, left=left,
                   processes_failed=failed)
@@ -228,8 +245,8 @@ def main(system):
     ap.add_argument("--drain-timeout-s", type=float, default=120)
     ap.add_argument("--preset", choices=["tuned", "defaults"], default="defaults")
     o = ap.parse_args()
-    if o.batch is None:
-        o.batch = system.default_batch if o.command == "drain" else 1
+    if o.batch is None:  # publish: events per call; drain and mixed: the consumers' fetch
+        o.batch = 1 if o.command == "publish" else system.default_batch
     if o.command == "info":
         print(json.dumps(system.info()))
         return 0
@@ -243,6 +260,7 @@ def main(system):
         with system.connect(o.conn) as conn:
             for i in range(0, len(events), 1000):
                 system.publish(conn, events[i:i + 1000])
+            hook(system, "preloaded", conn)
         return 0
     if o.command == "stored":
         with system.connect(o.conn) as conn:
