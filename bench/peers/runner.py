@@ -61,6 +61,7 @@ class Window:
         self.conn = conn
         self.lsn = self.conn.execute(f"SELECT {HARNESS} pg_current_wal_insert_lsn()").fetchone()[0]
         self.start = time.monotonic()
+        self.start_us = now_us()  # wall clock: the records' time base
 
     def elapsed(self):
         return time.monotonic() - self.start
@@ -180,7 +181,7 @@ def drain(system, options):
         failed = joined(consumers)
         hook(system, "end", conn)
     write_summary(options.out, scenario="drain", deliveries=total, elapsed_s=elapsed, wal_bytes=wal,
-                  drained=left == 0, left=left, processes_failed=failed)
+                  drained=left == 0, left=left, processes_failed=failed, start_us=window.start_us)
     return 0 if failed == 0 else 1
 
 

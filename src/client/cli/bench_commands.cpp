@@ -38,9 +38,11 @@ double seconds_since(Clock::time_point t) {
 struct Window {
   BenchMeter& meter;
   Clock::time_point start;
+  std::int64_t start_us = 0;  // wall clock: the records' time base
   explicit Window(BenchMeter& m) : meter(m) {
     meter.mark();
     start = Clock::now();
+    start_us = now_us();
   }
   // Adds <log>_bytes (and <log>_entries where measured) to a summary.
   void add_log(JsonObject& summary) {
@@ -105,6 +107,7 @@ int bench_drain_command(const Args& args) {
   std::fprintf(stderr, "drain: %s after %.2f s, %lld left\n", drained ? "drained" : "TIMED OUT",
                elapsed, left);
   summary.add("scenario", std::string("drain"))
+      .add("start_us", static_cast<long long>(window.start_us))
       .add("deliveries", total)
       .add("elapsed_s", elapsed)
       .add("drained", drained)
