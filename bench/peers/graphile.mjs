@@ -191,6 +191,11 @@ class Child {
     this.exited = new Promise((resolve) => {
       this.proc.on("exit", (code, signal) => resolve(code === 0 && !signal ? 0 : 1));
     });
+    // A publisher says "done" once its last call returned, before it closes its client.
+    this.done = new Promise((resolve) => {
+      this.proc.on("message", (m) => { if (m && m.t === "done") resolve(); });
+      this.proc.on("exit", () => resolve());
+    });
   }
   send(t) {
     try { if (this.proc.connected) this.proc.send({ t }); } catch { /* exited */ }
@@ -259,6 +264,7 @@ async function publisherLoop(spec, publishOne, publishMany, shouldStop) {
     for (const e of evs) out.add(`E\t${e.id}\t${e.key ?? "-"}\t${e.n}\t${committed}\n`);
   }
   out.close();
+  process.send({ t: "done" });
 }
 
 function publisherSpecs(args, out, { rate = 0, duration = 0, batch = 1, events = 0 }) {
@@ -535,9 +541,10 @@ async function publish(args) {
   const lsn = await walMark(db);
   const t0 = performance.now();
   for (const p of pubs) p.send("go");
-  const failed = (await Promise.all(pubs.map((p) => p.exited))).reduce((a, b) => a + b, 0);
+  await Promise.all(pubs.map((p) => p.done));
   const elapsed = (performance.now() - t0) / 1000;
   const wal = await walSince(db, lsn);
+  const failed = (await Promise.all(pubs.map((p) => p.exited))).reduce((a, b) => a + b, 0);
   await db.end();
   progress(`publish: ${events} events in ${elapsed.toFixed(2)} s (${(events / elapsed).toFixed(0)}/s)`);
   writeSummary(out, { scenario: "publish", events, elapsed_s: elapsed, wal_bytes: wal, processes_failed: failed });
@@ -568,7 +575,7 @@ async function mixed(args) {
     }
     await sleep(250);
   }
-  let failed = (await Promise.all(pubs.map((p) => p.exited))).reduce((a, b) => a + b, 0);
+  await Promise.all(pubs.map((p) => p.done));
   const publishElapsed = (performance.now() - t0) / 1000;
   const d0 = performance.now();
   let drained = false;
@@ -581,7 +588,7 @@ async function mixed(args) {
   }
   const elapsed = (performance.now() - t0) / 1000;
   const wal = await walSince(db, lsn);
-  failed += await stopAll(consumers);
+  const failed = (await Promise.all(pubs.map((p) => p.exited))).reduce((a, b) => a + b, 0) + (await stopAll(consumers));
   await db.end();
   progress(`mixed: published for ${publishElapsed.toFixed(2)} s, ${drained ? "drained" : "NOT DRAINED"} after ${elapsed.toFixed(2)} s, backlog max ${backlogMax}`);
   writeSummary(out, {
