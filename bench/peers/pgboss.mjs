@@ -455,9 +455,15 @@ async function vacuumAnalyze(db) {
 
 async function reset(args) {
   const conn = required(args, "conn");
-  // Installs or migrates pg-boss's schema; no maintenance or cron in this instance.
-  const boss = await startBoss(conn, { supervise: false, schedule: false });
-  for (const q of await boss.getQueues()) if (q.name !== QUEUE) await boss.deleteQueue(q.name);
+  // Installs or migrates pg-boss's schema; no maintenance in this instance, but cron on as
+  // in the consumers, so that pg-boss creates its own cron queue here and not in a window.
+  const boss = await startBoss(conn, { supervise: false });
+  // Queues of earlier runs go, but not pg-boss's own (__pgboss__send-it, which every
+  // instance with cron on creates at start: CREATE TABLE for its partition, and deadlocks
+  // between instances starting at once, were it missing).
+  for (const q of await boss.getQueues()) {
+    if (q.name !== QUEUE && !q.name.startsWith("__pgboss__")) await boss.deleteQueue(q.name);
+  }
   if (!(await boss.getQueue(QUEUE))) await boss.createQueue(QUEUE);
   await boss.stop({ graceful: false, wait: true });
   const db = await bookkeeping(conn);
