@@ -499,6 +499,7 @@ async function drain(args) {
   await startAll(consumers);
   const lsn = await walMark(db);
   const t0 = performance.now();
+  const startUs = nowUs();  // the records' clock: the harness measures to the last record
   for (const c of consumers) c.send("go");
   let left = total;
   let drained = false;
@@ -519,7 +520,7 @@ async function drain(args) {
   const failed = await stopAll(consumers);
   await db.end();
   progress(`drain: ${drained ? "drained" : "TIMED OUT"} after ${elapsed.toFixed(2)} s, ${left} left`);
-  writeSummary(out, { scenario: "drain", deliveries: total, elapsed_s: elapsed, wal_bytes: wal, drained, left, processes_failed: failed });
+  writeSummary(out, { scenario: "drain", deliveries: total, elapsed_s: elapsed, wal_bytes: wal, drained, left, processes_failed: failed, start_us: startUs });
   return failed === 0 ? 0 : 1;
 }
 
@@ -589,6 +590,21 @@ async function mixed(args) {
   return failed === 0 ? 0 : 1;
 }
 
+// `stored` and `left` (README.md): what the harness checks a run against.
+async function stored(args) {
+  const db = await bookkeeping(required(args, "conn"));
+  const r = await db.query(`SELECT ${HARNESS} data->>'id' AS id FROM ${SCHEMA}.job WHERE name = $1`, [QUEUE]);
+  process.stdout.write(r.rows.map((row) => row.id + "\n").join(""));
+  await db.end();
+}
+
+async function left(args) {
+  const db = await bookkeeping(required(args, "conn"));
+  const r = await db.query(`SELECT ${HARNESS} count(*) FILTER (WHERE state < 'completed')::bigint AS left, count(*) FILTER (WHERE state = 'failed')::bigint AS dead FROM ${SCHEMA}.job WHERE name = $1`, [QUEUE]);
+  process.stdout.write(`${Number(r.rows[0].left)} ${Number(r.rows[0].dead)}\n`);
+  await db.end();
+}
+
 async function main(argv) {
   if (argv[0] === "__child") {
     const spec = JSON.parse(argv[2]);
@@ -603,6 +619,8 @@ async function main(argv) {
     case "drain": return drain(args);
     case "publish": return publish(args);
     case "mixed": return mixed(args);
+    case "stored": await stored(args); return 0;
+    case "left": await left(args); return 0;
     default:
       process.stderr.write("usage: pgboss.mjs info|reset|preload|drain|publish|mixed --conn C ... (bench/peers/README.md)\n");
       return 2;
