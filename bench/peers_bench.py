@@ -210,7 +210,8 @@ def summarize(h, results):
 
 def markdown(h, table):
     out = ["## relaybus against its peers\n",
-           "Ratio = the reference's median rate / the system's: above 1.00x the reference (relaybus) is faster.\n"]
+           "Ratio = the reference's median rate / the system's: above 1.00x the reference (relaybus) is faster.\n",
+           goals_markdown(table)]
     for row in table:
         out.append(f"### {row['scenario']}: {row['config']} (reference: {row['reference']})\n")
         out.append("| system | runs | " + " | ".join(c[1] for c in COLUMNS[:-1]) + " | reference / system |")
@@ -226,3 +227,50 @@ def markdown(h, table):
             out.append(f"| {s} | {row['runs'][s]} | " + " | ".join(vals) + f" | {'-' if ratio is None else f'{ratio:.2f}x'} |")
         out.append("")
     return "\n".join(out)
+
+
+def goals(table):
+    """The goals of issue 12 against this run: (goal, measured, met) per row, from medians."""
+    def rate(config, system):
+        row = next((r for r in table if r["config"] == config), None)
+        m = row and row["medians"].get(system)
+        return m and m.get("throughput")
+
+    def p99(config, system):
+        row = next((r for r in table if r["config"].startswith(config)), None)
+        m = row and row["medians"].get(system)
+        return m and m.get("latency_p99_ms")
+
+    rows = []
+
+    def ratio_goal(goal, a, b, want):
+        if a and b:
+            rows.append((goal, f"{a / b:.2f}x ({a:,.0f} / {b:,.0f})", a / b >= want))
+        else:
+            rows.append((goal, "not measured (INVALID or not run)", False))
+
+    one, two = "one consumer, batch 500", "two consumers, batch 500"
+    ratio_goal("drain, one consumer, batch 500: relaybus >= 1.5x graphile-worker tuned",
+               rate(one, "relaybus 0.2.0 loop"), rate(one, "graphile-worker (tuned)"), 1.5)
+    ratio_goal("drain, one consumer, batch 500: relaybus >= 0.8x the floor",
+               rate(one, "relaybus 0.2.0 loop"), rate(one, "floor"), 0.8)
+    ratio_goal("C++ dispatcher tuned >= 0.9x a bare claim + complete_many loop (batch 200)",
+               rate("1 process, tuned", "relaybus 0.2.0"), rate("1 process, tuned", "relaybus 0.2.0 loop"), 0.9)
+    ratio_goal("C++ dispatcher at its defaults >= 2x graphile-worker at its defaults",
+               rate("1 process, defaults", "relaybus 0.2.0"), rate("1 process, defaults", "graphile-worker (defaults)"), 2.0)
+    ratio_goal("batch publish (100 per statement) >= 0.5x PgQ",
+               rate("100 per statement, P=1", "relaybus 0.2.0"), rate("100 per statement, P=1", "PgQ (pgqd defaults)"), 0.5)
+    ratio_goal("single publish >= 0.95x the floor",
+               rate("single publish, P=1", "relaybus 0.2.0"), rate("single publish, P=1", "floor"), 0.95)
+    lat = p99("1000/s", "relaybus 0.2.0")
+    rows.append(("mixed at 1,000/s, default dispatcher: p99 <= 5 ms",
+                 "not measured" if lat is None else f"{lat:.2f} ms", lat is not None and lat <= 5))
+    ratio_goal("two consumer processes >= 1.8x one (batch 500)",
+               rate(two, "relaybus 0.2.0 loop"), rate(one, "relaybus 0.2.0 loop"), 1.8)
+    return rows
+
+
+def goals_markdown(table):
+    lines = ["### Against the goals of issue 12\n", "| goal | measured | |", "| --- | --- | --- |"]
+    lines += [f"| {g} | {m} | {'met' if ok else '**not met**'} |" for g, m, ok in goals(table)]
+    return "\n".join(lines) + "\n"
