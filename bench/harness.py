@@ -742,7 +742,7 @@ def main():
                     shown = "INVALID" if not r["valid"] else f"{m['throughput']:,.0f} {m['throughput_unit']}"
                     print(f"    {version} round {rnd + 1}: {shown} ({state})", file=sys.stderr)
         if not args.no_peers:
-            peer_results = peers_bench.run(me, cluster, args.mode, rounds, outdir)
+            peer_results = peers_bench.run(me, cluster, args.mode, rounds, outdir, args.only)
     finally:
         cluster.stop()
 
