@@ -750,7 +750,9 @@ def main():
                 seconds=round(time.time() - started, 1), git=git)
     md = write_report(outdir, info, results)
     if peer_results:
-        peer_md = peers_bench.markdown(me, peers_bench.summarize(me, peer_results))
+        peer_table = peers_bench.summarize(me, peer_results)
+        peer_md = peers_bench.markdown(me, peer_table)
+        peer_md += "\n" + "\n".join(f"![{c}]({c})" for c in peers_bench.write_charts(peer_table, outdir)) + "\n"
         with open(os.path.join(outdir, "results.md"), "a") as f:
             f.write("\n" + peer_md + "\n")
         with open(os.path.join(outdir, "peers.json"), "w") as f:

@@ -284,3 +284,56 @@ def goals_markdown(table):
     lines = ["### Against the goals of issue 12\n", "| goal | measured | |", "| --- | --- | --- |"]
     lines += [f"| {g} | {m} | {'met' if ok else '**not met**'} |" for g, m, ok in goals(table)]
     return "\n".join(lines) + "\n"
+
+
+def svg_chart(table, scenario):
+    """One bar per system for each configuration of `scenario`: its median rate, relaybus
+    (the reference) in blue, the peers in grey, the floor hatched in light grey."""
+    rows = [r for r in table if r["scenario"] == scenario]
+    bars = [(r, s) for r in rows for s in r["systems"]]
+    values = [((r["medians"][s] or {}).get("throughput") or 0) for r, s in bars]
+    top = max(values + [1]) * 1.15
+    bar, gap, left, height = 26, 30, 70, 260
+    width = left + sum(len(r["systems"]) * bar + gap for r in rows) + 40
+    esc = lambda t: t.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height + 230}" '
+           'font-family="sans-serif" font-size="10">',
+           f'<text x="{left}" y="18" font-size="14">{esc(scenario)}: median rate per system '
+           '(relaybus blue, the floor light grey, peers grey)</text>']
+    base = height + 30
+    for i in range(5):
+        y = base - height * i / 4
+        out.append(f'<line x1="{left}" x2="{width - 20}" y1="{y:.1f}" y2="{y:.1f}" stroke="#ddd"/>')
+        out.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{top * i / 4:,.0f}</text>')
+    x = left + gap / 2
+    for r in rows:
+        x0 = x
+        for s in r["systems"]:
+            m = r["medians"][s]
+            color = "#2a6fdb" if s.startswith("relaybus") else "#cfcfcf" if s == "floor" else "#8c8c8c"
+            if m is None or not m.get("throughput"):
+                out.append(f'<text x="{x + bar / 2:.1f}" y="{base - 4}" text-anchor="middle" fill="#c00">INVALID</text>')
+            else:
+                h = height * m["throughput"] / top
+                out.append(f'<rect x="{x:.1f}" y="{base - h:.1f}" width="{bar - 3}" height="{h:.1f}" fill="{color}"/>')
+                out.append(f'<text x="{x + bar / 2:.1f}" y="{base - h - 3:.1f}" text-anchor="middle" '
+                           f'font-size="8">{m["throughput"] / 1000:,.1f}k</text>')
+            out.append(f'<text transform="translate({x + bar / 2:.1f},{base + 8}) rotate(60)" '
+                       f'font-size="9">{esc(s)}</text>')
+            x += bar
+        out.append(f'<text x="{(x0 + x) / 2:.1f}" y="{base + 200}" text-anchor="middle" font-size="10">'
+                   f'{esc(r["config"])}</text>')
+        x += gap
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def write_charts(table, outdir):
+    """peers-<scenario>.svg per scenario; returns the file names."""
+    names = []
+    for scenario in dict.fromkeys(r["scenario"] for r in table):
+        name = f"peers-{scenario}.svg"
+        with open(os.path.join(outdir, name), "w") as f:
+            f.write(svg_chart(table, scenario))
+        names.append(name)
+    return names
