@@ -21,15 +21,7 @@ namespace relaybus::mongo::detail {
 
 using store::StoreError;
 
-// core::Error as the seam reports errors.
-template <typename Body>
-auto reported(Body&& body) -> decltype(body()) {
-  try {
-    return body();
-  } catch (const core::Error& e) {
-    throw StoreError(e.code(), e.what());
-  }
-}
+using store::reported;  // core::Error as the seam reports errors
 
 std::int64_t now_ms();
 std::string new_event_id();

@@ -62,17 +62,8 @@ void validate_handler(const std::string& handler) {
 }
 
 void validate_filter(const store::DeliveryFilter& filter) {
-  if (filter.status) {
-    const auto* end = std::end(store::kListableStatuses);
-    if (std::find_if(std::begin(store::kListableStatuses), end,
-                     [&](const char* s) { return *filter.status == s; }) == end)
-      throw core::Error(core::ErrorCode::kInvalidParameter,
-                        "unknown status \"" + *filter.status + "\"",
-                        "Use pending, processing, dead, completed or none.");
-  }
+  store::validate(filter);  // the statuses and the row limit: the seam's rule
   if (filter.handler) validate_handler(*filter.handler);
-  if (filter.max_rows < 0)
-    throw core::Error(core::ErrorCode::kInvalidParameter, "max_rows must be zero or more");
 }
 
 // ---------------------------------------------------------------- unsubscribe, requeue_dead

@@ -13,19 +13,6 @@
 
 namespace relaybus::store {
 
-namespace {
-
-template <typename Body>
-auto reported(Body&& body) -> decltype(body()) {
-  try {
-    return body();
-  } catch (const core::Error& e) {
-    throw StoreError(e.code(), e.what());
-  }
-}
-
-}  // namespace
-
 void MemoryStore::set_retention(std::chrono::milliseconds completed,
                                 std::chrono::milliseconds dead) {
   retention_completed_ = completed;

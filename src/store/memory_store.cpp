@@ -25,16 +25,6 @@ Clock::duration us(std::int64_t microseconds) {
   throw StoreError(core::ErrorCode::kInvalidParameter, message);
 }
 
-// core::Error as the seam reports errors.
-template <typename Body>
-auto reported(Body&& body) -> decltype(body()) {
-  try {
-    return body();
-  } catch (const core::Error& e) {
-    throw StoreError(e.code(), e.what());
-  }
-}
-
 // The payload must be a JSON object. This store does not parse JSON; it checks the shape
 // a caller is most likely to get wrong (an array, a string, a number).
 bool looks_like_object(const std::string& json) {

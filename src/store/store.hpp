@@ -112,6 +112,17 @@ struct DeliveryFilter {
   int max_rows = 100;  // zero or more
 };
 
+// Runs `body`, reporting a core::Error as the seam reports errors: a StoreError with its
+// code. For the stores that run core's checks in-process (in memory, MongoDB).
+template <typename Body>
+auto reported(Body&& body) -> decltype(body()) {
+  try {
+    return body();
+  } catch (const core::Error& e) {
+    throw StoreError(e.code(), e.what());
+  }
+}
+
 // kInvalidParameter for an unknown status or a negative max_rows: every store checks a
 // filter with this before it reads anything.
 inline void validate(const DeliveryFilter& filter) {

@@ -153,7 +153,7 @@ class OperatorTest(WireTest):
         self.assertEqual(len(lines), 3, lines)
         for line in lines:
             self.assertTrue(line.startswith("error invalid_parameter - "), line)
-        self.assertIn('unknown status "running". Use pending, processing, dead, completed or none.',
+        self.assertIn('unknown status "running": use pending, processing, dead, completed or none',
                       lines[0])
         self.assertIn("max_rows must be zero or more", lines[1])
         self.assertEqual(rs.handshakes, 0)
