@@ -278,8 +278,10 @@ std::vector<core::CandidateRow> PgClaimStore::candidates(
 }
 
 std::vector<bool> PgClaimStore::write_lanes(const std::vector<core::LaneUpdate>& updates) {
-  // One statement for every lane that changes. The new in-flight lists travel flattened as
-  // (lane position, event id) pairs.
+  // One statement for every lane that changes. The new in-flight lists travel flattened in
+  // one array, each lane's list the slice [first, first + count - 1] of it (an empty slice
+  // when count is 0): cutting slices costs the list's length, where matching every id to
+  // its lane cost lanes x ids (half of this statement's time at 50 lanes and 500 ids).
   static Statement write(
       "UPDATE relaybus.lanes l SET epoch = u.epoch,"
       " lease_owner = CASE WHEN u.hold THEN $1 END,"
@@ -287,30 +289,27 @@ std::vector<bool> PgClaimStore::write_lanes(const std::vector<core::LaneUpdate>&
       " holder_pid = CASE WHEN u.new_holder THEN $3 WHEN u.hold THEN l.holder_pid END,"
       " holder_started = CASE WHEN u.new_holder THEN $4 WHEN u.hold THEN l.holder_started END,"
       " holder = CASE WHEN u.new_holder THEN $12 WHEN u.hold THEN l.holder END,"
-      " in_flight = coalesce(ARRAY(SELECT f.event_id FROM unnest($9::int4[], $10::text[])"
-      "  WITH ORDINALITY AS f(position, event_id, n) WHERE f.position = u.position"
-      "  ORDER BY f.n), '{}')"
-      " FROM unnest($5::text[], $6::int2[], $7::int8[], $8::bool[], $11::bool[])"
-      "  WITH ORDINALITY AS u(handler, lane, epoch, hold, new_holder, position)"
+      " in_flight = CASE WHEN u.count = 0 THEN '{}'::text[]"
+      "  ELSE ($10::text[])[u.first:u.first + u.count - 1] END"
+      " FROM unnest($5::text[], $6::int2[], $7::int8[], $8::bool[], $11::bool[], $9::int4[],"
+      "  $13::int4[]) AS u(handler, lane, epoch, hold, new_holder, first, count)"
       " WHERE l.handler = u.handler AND l.lane = u.lane",
       {TEXTOID, INTERVALOID, INT4OID, TIMESTAMPTZOID, TEXTARRAYOID, INT2ARRAYOID, INT8ARRAYOID,
-       BOOLARRAYOID, INT4ARRAYOID, TEXTARRAYOID, BOOLARRAYOID, TEXTOID});
+       BOOLARRAYOID, INT4ARRAYOID, TEXTARRAYOID, BOOLARRAYOID, TEXTOID, INT4ARRAYOID});
   std::vector<std::string> handlers, flight_ids;
   std::vector<std::int16_t> lane_numbers;
   std::vector<std::int64_t> epochs;
   std::vector<bool> holds, new_holders;
-  std::vector<std::int32_t> flight_positions;
+  std::vector<std::int32_t> firsts, counts;
   for (const auto& u : updates) {
     handlers.push_back(u.handler);
     lane_numbers.push_back(u.lane);
     epochs.push_back(u.write.epoch);
     holds.push_back(u.write.hold);
     new_holders.push_back(u.write.new_holder);
-    const auto position = static_cast<std::int32_t>(handlers.size());
-    for (const auto& id : u.in_flight) {
-      flight_positions.push_back(position);
-      flight_ids.push_back(id);
-    }
+    firsts.push_back(static_cast<std::int32_t>(flight_ids.size()) + 1);  // SQL arrays: from 1
+    counts.push_back(static_cast<std::int32_t>(u.in_flight.size()));
+    flight_ids.insert(flight_ids.end(), u.in_flight.begin(), u.in_flight.end());
   }
   Params params;
   params.text(worker_);
@@ -327,10 +326,11 @@ std::vector<bool> PgClaimStore::write_lanes(const std::vector<core::LaneUpdate>&
   params.int2_array(lane_numbers);
   params.int8_array(epochs);
   params.bool_array(holds);
-  params.int4_array(flight_positions);
+  params.int4_array(firsts);
   params.text_array(flight_ids);
   params.bool_array(new_holders);
   params.text(holder_);
+  params.int4_array(counts);
   write.run(params);
   return std::vector<bool>(updates.size(), true);  // the lanes are locked: every write holds
 }

@@ -10,6 +10,10 @@
 #include "spi.hpp"
 #include "token_args.hpp"
 
+#include <map>
+#include <string_view>
+#include <tuple>
+
 namespace relaybus::pg {
 
 namespace {
@@ -17,42 +21,69 @@ namespace {
 // No status test on the delivery: every way a delivery stops being pending (fail, bury,
 // release, takeover, requeue) bumps its claims counter, which the token must match. Leaving
 // it out also leaves the primary key as the only index the DELETE can use.
+//
+// The tokens travel grouped by lane: one (handler, lane, epoch) row per group, its tokens
+// the slice [first, first + count - 1] of the event id and claims arrays. Each lane is
+// locked once, not once per token (a batch of 500 tokens spans some 50 lanes, and locking
+// a row this transaction already holds still costs a lock call), and each token is checked
+// against its own lane's locked version with no join of tokens to lanes: a join of two
+// arrays the planner cannot size became a nested loop of tokens x lanes.
 #define RELAYBUS_COMPLETE_HELD_SQL                                                    \
-  "WITH t AS (SELECT * FROM unnest($1::text[], $2::int2[], $3::int8[], $4::text[],"   \
-  "  $5::int4[]) AS t(handler, lane, epoch, event_id, claims)),"                      \
-  " held AS (SELECT t.handler, t.event_id, t.claims FROM t JOIN relaybus.lanes l"     \
-  "  ON l.handler = t.handler AND l.lane = t.lane AND l.epoch = t.epoch"              \
-  "  AND t.event_id = ANY (l.in_flight) FOR KEY SHARE OF l),"                         \
+  "WITH lanes AS (SELECT u.handler, u.first, u.count, l.in_flight"                    \
+  "  FROM unnest($1::text[], $2::int2[], $3::int8[], $4::int4[], $5::int4[])"         \
+  "   AS u(handler, lane, epoch, first, count)"                                       \
+  "  JOIN relaybus.lanes l ON l.handler = u.handler AND l.lane = u.lane"              \
+  "   AND l.epoch = u.epoch FOR KEY SHARE OF l),"                                     \
+  " held AS (SELECT g.handler, t.event_id, t.claims FROM lanes g CROSS JOIN LATERAL"  \
+  "  unnest(($6::text[])[g.first:g.first + g.count - 1],"                             \
+  "   ($7::int4[])[g.first:g.first + g.count - 1]) AS t(event_id, claims)"            \
+  "  WHERE t.event_id = ANY (g.in_flight)),"                                          \
   " done AS (DELETE FROM relaybus.deliveries d USING held h"                          \
   "  WHERE d.event_id = h.event_id AND d.handler = h.handler AND d.claims = h.claims" \
   "  RETURNING d.event_id, d.handler, d.attempts)"
 
 std::uint64_t complete_tokens(const std::vector<core::LeaseToken>& tokens) {
-  static Statement without_history(
-      RELAYBUS_COMPLETE_HELD_SQL " SELECT count(*) FROM done",
-      {TEXTARRAYOID, INT2ARRAYOID, INT8ARRAYOID, TEXTARRAYOID, INT4ARRAYOID});
+#define RELAYBUS_COMPLETE_HELD_TYPES                                                    \
+  {                                                                                     \
+    TEXTARRAYOID, INT2ARRAYOID, INT8ARRAYOID, INT4ARRAYOID, INT4ARRAYOID, TEXTARRAYOID, \
+        INT4ARRAYOID                                                                    \
+  }
+  static Statement without_history(RELAYBUS_COMPLETE_HELD_SQL " SELECT count(*) FROM done",
+                                   RELAYBUS_COMPLETE_HELD_TYPES);
   static Statement with_history(
       RELAYBUS_COMPLETE_HELD_SQL
       ", history AS (INSERT INTO relaybus.completions (event_id, handler, attempts)"
       "  SELECT event_id, handler, attempts + 1 FROM done)"
       " SELECT count(*) FROM done",
-      {TEXTARRAYOID, INT2ARRAYOID, INT8ARRAYOID, TEXTARRAYOID, INT4ARRAYOID});
+      RELAYBUS_COMPLETE_HELD_TYPES);
   if (tokens.empty()) return 0;
+  // Grouped in (handler, lane, epoch) order, which is also the order the lanes are locked
+  // in by every completion.
+  std::map<std::tuple<std::string_view, std::int16_t, std::int64_t>, std::vector<std::size_t>>
+      groups;
+  for (std::size_t i = 0; i < tokens.size(); ++i)
+    groups[{tokens[i].handler, tokens[i].lane, tokens[i].epoch}].push_back(i);
   std::vector<std::string> handlers, event_ids;
   std::vector<std::int16_t> lanes;
   std::vector<std::int64_t> epochs;
-  std::vector<std::int32_t> claims;
-  for (const auto& t : tokens) {
-    handlers.push_back(t.handler);
-    lanes.push_back(t.lane);
-    epochs.push_back(t.epoch);
-    event_ids.push_back(t.event_id);
-    claims.push_back(t.claims);
+  std::vector<std::int32_t> firsts, counts, claims;
+  for (const auto& [lane, members] : groups) {
+    handlers.emplace_back(std::get<0>(lane));
+    lanes.push_back(std::get<1>(lane));
+    epochs.push_back(std::get<2>(lane));
+    firsts.push_back(static_cast<std::int32_t>(event_ids.size()) + 1);  // SQL arrays: from 1
+    counts.push_back(static_cast<std::int32_t>(members.size()));
+    for (std::size_t i : members) {
+      event_ids.push_back(tokens[i].event_id);
+      claims.push_back(tokens[i].claims);
+    }
   }
   Params params;
   params.text_array(handlers);
   params.int2_array(lanes);
   params.int8_array(epochs);
+  params.int4_array(firsts);
+  params.int4_array(counts);
   params.text_array(event_ids);
   params.int4_array(claims);
   Statement& statement = settings::completion_history() ? with_history : without_history;

@@ -6,7 +6,7 @@
 -- rejected through the claims counter. If fencing broke, a stale call would return
 -- true/'retry'/'dead' or the snapshots compared below would differ.
 SELECT rb_reset();
-SELECT plan(38);
+SELECT plan(43);
 
 SELECT relaybus.subscribe('fx', ARRAY['t']);
 SELECT relaybus.publish('t', '{}', NULL, 'e' || n) FROM generate_series(1, 4) AS n;
@@ -113,5 +113,30 @@ SELECT results_eq('SELECT event_id FROM slow', $$VALUES ('c2')$$, 'w claims c2 w
 SELECT pg_sleep(0.15);
 SELECT ok(relaybus.complete((SELECT lease_token FROM slow)),
           'a completion after the lease expired but before any takeover succeeds');
+
+-- One complete_many over many lanes: the tokens are grouped by lane and epoch, and the claim
+-- writes each lane's in-flight list as its slice of one array. A batch of current tokens in
+-- no lane order, mixed with the previous epoch's tokens of the same lanes and a duplicate,
+-- completes exactly the current deliveries, once each.
+SELECT rb_reset();
+SELECT relaybus.subscribe('fx', ARRAY['t']);
+SELECT relaybus.publish('t', '{}', NULL, 'm' || n) FROM generate_series(1, 40) AS n;
+CREATE TEMP TABLE many_old AS SELECT * FROM relaybus.claim('w-old', 40, '150 ms', ARRAY['fx']);
+SELECT pg_sleep(0.2);
+CREATE TEMP TABLE many_new AS SELECT * FROM relaybus.claim('w-new', 40, '30 seconds', ARRAY['fx']);
+SELECT ok((SELECT count(*) = 40 AND count(DISTINCT relaybus.lane_of(event_id)) >= 10 FROM many_new),
+          'the 40 deliveries were taken over in at least 10 lanes');
+SELECT set_eq($$SELECT lane, unnest(in_flight) FROM relaybus.lanes WHERE handler = 'fx'$$,
+              'SELECT relaybus.lane_of(event_id), event_id FROM many_new',
+              'each lane lists exactly its own deliveries in flight');
+SELECT is(relaybus.complete_many(ARRAY(
+            SELECT lease_token FROM (SELECT lease_token, event_id FROM many_new
+                                     UNION ALL SELECT lease_token, event_id FROM many_old
+                                     UNION ALL SELECT lease_token, event_id FROM many_new WHERE event_id = 'm7') x
+             ORDER BY md5(event_id || lease_token))), 40,
+          'the current tokens complete once each; the stale ones and the duplicate add nothing');
+SELECT is((SELECT count(*)::int FROM relaybus.deliveries), 0, 'no delivery is left');
+SELECT is(relaybus.complete_many(ARRAY(SELECT lease_token FROM many_new)), 0,
+          'completing them again completes nothing');
 
 SELECT * FROM finish();
