@@ -15,6 +15,8 @@
 #include "../core/error.hpp"
 
 #include <algorithm>
+#include <map>
+#include <utility>
 
 // SQL copy of core::acquirable (lane_lease.hpp) for lane row `l` and worker $<worker>.
 #define RELAYBUS_ACQUIRABLE_SQL(worker)                    \
@@ -45,6 +47,12 @@ LaneList lane_list_of(const std::vector<core::LaneRef>& lanes) {
   return list;
 }
 
+// Where a candidate's event columns are: a row of one of the candidate query's results.
+struct EventRow {
+  SPITupleTable* table = nullptr;
+  std::uint64_t row = 0;
+};
+
 // The claim's statements, for one worker incarnation: (worker, holder), or (worker, this
 // backend) without a holder.
 class PgClaimStore final : public core::ClaimStore {
@@ -71,11 +79,22 @@ class PgClaimStore final : public core::ClaimStore {
     charges_.write_charges(charges);
   }
 
+  // The event columns (type, payload, headers, published_at) of a candidate this claim
+  // read, as the candidate query returned them; null if it read no such candidate.
+  const EventRow* event_row(const std::string& handler, const std::string& event_id) const {
+    const auto it = event_rows_.find({handler, event_id});
+    return it == event_rows_.end() ? nullptr : &it->second;
+  }
+
  private:
   std::string worker_;
   std::optional<std::string> holder_;  // nullopt: lanes are bound to this backend
   std::int64_t lease_us_;
   PgChargeStore charges_;
+  // Every candidate's event row, by (handler, event id). The candidate query reads the
+  // events with the deliveries, so the claim needs no second pass over the events for
+  // its result; the result sets stay valid until the SPI connection finishes.
+  std::map<std::pair<std::string, std::string>, EventRow> event_rows_;
 };
 
 std::vector<std::string> PgClaimStore::subscribed_handlers(
@@ -227,7 +246,8 @@ std::vector<core::CandidateRow> PgClaimStore::candidates(
   // candidate returned has none). The inner LIMIT (the batch's places, or the lane's room
   // if less) keeps each lane's scan short; the outer one merges the lanes in due order.
   static Statement candidates(
-      "SELECT c.lane_index, c.event_id, c.key, c.attempts, c.claims"
+      "SELECT c.lane_index, c.event_id, c.key, c.attempts, c.claims,"
+      " e.type, e.payload, e.headers, e.published_at"
       " FROM (SELECT hl.lane_index, d.handler, d.lane, d.event_id, d.key, d.sequence,"
       "   d.attempts, d.claims, d.available_at"
       "  FROM unnest($1::text[], $2::int2[], $6::int4[])"
@@ -240,6 +260,7 @@ std::vector<core::CandidateRow> PgClaimStore::candidates(
       "   AND " RELAYBUS_NO_PENDING_PREDECESSOR_SQL
       "   ORDER BY d.available_at, d.event_id LIMIT least($5, hl.room)) d"
       "  ORDER BY d.available_at, d.event_id LIMIT $5) c"
+      " JOIN relaybus.events e ON e.id = c.event_id"
       " ORDER BY c.available_at, c.event_id",
       {TEXTARRAYOID, INT2ARRAYOID, TEXTARRAYOID, TEXTARRAYOID, INT4OID, INT4ARRAYOID});
   std::vector<std::string> handlers, excluded_handlers, excluded_ids;
@@ -268,6 +289,7 @@ std::vector<core::CandidateRow> PgClaimStore::candidates(
     core::CandidateRow c;
     c.lane_index = static_cast<std::size_t>(row::int8(r, 1)) - 1;
     c.event_id = row::text(r, 2);
+    event_rows_[{handlers[c.lane_index], c.event_id}] = {SPI_tuptable, r};
     c.key = row::text_or_null(r, 3);
     c.attempts = row::int4(r, 4);
     c.claims = row::int4(r, 5);
@@ -336,38 +358,31 @@ std::vector<bool> PgClaimStore::write_lanes(const std::vector<core::LaneUpdate>&
 }
 
 // The claimed deliveries with their events, as claim's result rows.
-void emit(const std::vector<core::ClaimedDelivery>& claimed, ReturnSetInfo* rsinfo) {
-  if (claimed.empty()) return;
-  static Statement events(
-      "SELECT e.type, e.payload, e.headers, e.published_at"
-      " FROM unnest($1::text[]) WITH ORDINALITY AS c(id, n)"
-      " JOIN relaybus.events e ON e.id = c.id ORDER BY c.n",
-      {TEXTARRAYOID});
-  std::vector<std::string> ids;
-  for (const auto& c : claimed) ids.push_back(c.token.event_id);
-  Params params;
-  params.text_array(ids);
-  const std::uint64_t n = events.run(params);
-  if (n != claimed.size())
-    throw core::Error(core::ErrorCode::kInternal, "relaybus: a claimed delivery has no event");
-  for (std::uint64_t r = 0; r < n; ++r) {
-    const core::ClaimedDelivery& c = claimed[r];
+void emit(const std::vector<core::ClaimedDelivery>& claimed, const PgClaimStore& store,
+          ReturnSetInfo* rsinfo) {
+  for (const core::ClaimedDelivery& c : claimed) {
+    const EventRow* event = store.event_row(c.token.handler, c.token.event_id);
+    if (event == nullptr)
+      throw core::Error(core::ErrorCode::kInternal,
+                        "relaybus: a claimed delivery is not among the candidates read");
     const std::string token_text = core::encode(c.token);
     Datum values[9];
     bool nulls[9] = {false, false, false, false, !c.key.has_value(), false, false, false, false};
     pg_call([&] {
+      HeapTuple tuple = event->table->vals[event->row];
+      TupleDesc desc = event->table->tupdesc;
       values[0] = PointerGetDatum(cstring_to_text_with_len(token_text.data(), token_text.size()));
       values[1] = PointerGetDatum(
           cstring_to_text_with_len(c.token.event_id.data(), c.token.event_id.size()));
       values[2] =
           PointerGetDatum(cstring_to_text_with_len(c.token.handler.data(), c.token.handler.size()));
-      values[3] = SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &nulls[3]);
+      values[3] = SPI_getbinval(tuple, desc, 6, &nulls[3]);
       values[4] =
           c.key ? PointerGetDatum(cstring_to_text_with_len(c.key->data(), c.key->size())) : 0;
-      values[5] = SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 2, &nulls[5]);
-      values[6] = SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 3, &nulls[6]);
+      values[5] = SPI_getbinval(tuple, desc, 7, &nulls[5]);
+      values[6] = SPI_getbinval(tuple, desc, 8, &nulls[6]);
       values[7] = Int32GetDatum(c.attempts);
-      values[8] = SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 4, &nulls[8]);
+      values[8] = SPI_getbinval(tuple, desc, 9, &nulls[8]);
       tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
     });
   }
@@ -392,7 +407,7 @@ Datum claim_body(FunctionCallInfo fcinfo) {
   std::optional<std::string> holder = holder_arg(fcinfo, 4);
   const bool has_holder = holder.has_value();
   PgClaimStore store(std::move(worker), std::move(holder), lease_us);
-  emit(core::run_claim(store, requested, batch_size, has_holder), rsinfo);
+  emit(core::run_claim(store, requested, batch_size, has_holder), store, rsinfo);
   spi.finish();
   return (Datum)0;
 }
