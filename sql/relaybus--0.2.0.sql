@@ -228,7 +228,9 @@ CREATE FUNCTION relaybus.publish(
 
 -- publish_batch: publish for each element of a JSON array of
 -- {type, payload, key, id, handlers, available_at, headers}, in order. Returns the event
--- ids in input order. Writes events, deliveries, key_counters.
+-- ids in input order. Writes events, deliveries, key_counters: one statement per table
+-- when every id is new, else event by event as publish. Locks each key's key_counters row
+-- until commit (in key order when every id is new, else in input order).
 CREATE FUNCTION relaybus.publish_batch(events jsonb) RETURNS SETOF text
   AS 'MODULE_PATHNAME', 'relaybus_publish_batch' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp

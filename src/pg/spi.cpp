@@ -3,6 +3,8 @@
 #include "../core/error.hpp"
 #include "../core/interval.hpp"
 
+#include <memory>
+
 namespace relaybus::pg {
 
 SpiConnection::SpiConnection() {
@@ -124,6 +126,27 @@ void Params::int8_array(const std::vector<std::int64_t>& values) {
 }
 void Params::bool_array(const std::vector<bool>& values) {
   push(scalar_array(values, BOOLOID, [](bool v) { return BoolGetDatum(v); }), false);
+}
+
+void Params::datum_array(const std::vector<Datum>& values, const std::vector<bool>& nulls,
+                         Oid element_type) {
+  if (nulls.size() != values.size())
+    throw core::Error(core::ErrorCode::kInternal, "relaybus: array and null flags differ in size");
+  std::vector<Datum> elements(values);
+  std::unique_ptr<bool[]> flags(new bool[values.size() + 1]);
+  for (std::size_t i = 0; i < nulls.size(); ++i) flags[i] = nulls[i];
+  Datum result = 0;
+  pg_call([&] {
+    int16 length;
+    bool by_value;
+    char align;
+    get_typlenbyvalalign(element_type, &length, &by_value, &align);
+    int dims[1] = {static_cast<int>(elements.size())};
+    int lower[1] = {1};
+    result = PointerGetDatum(construct_md_array(elements.data(), flags.get(), 1, dims, lower,
+                                                element_type, length, by_value, align));
+  });
+  push(result, false);
 }
 
 Statement::Statement(const char* sql, std::initializer_list<Oid> argument_types, Planning planning)

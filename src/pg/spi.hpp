@@ -40,6 +40,10 @@ class Params {
   void int4_array(const std::vector<std::int32_t>& values);
   void int8_array(const std::vector<std::int64_t>& values);
   void bool_array(const std::vector<bool>& values);
+  // A one-dimensional array of `element_type` from datums already built (in the current
+  // memory context), NULL where `nulls` says so.
+  void datum_array(const std::vector<Datum>& values, const std::vector<bool>& nulls,
+                   Oid element_type);
 
   Datum* values() { return values_.data(); }
   const char* nulls() const { return nulls_.c_str(); }
