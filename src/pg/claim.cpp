@@ -260,7 +260,8 @@ std::vector<core::CandidateRow> PgClaimStore::candidates(
       "   AND " RELAYBUS_NO_PENDING_PREDECESSOR_SQL
       "   ORDER BY d.available_at, d.event_id LIMIT least($5, hl.room)) d"
       "  ORDER BY d.available_at, d.event_id LIMIT $5) c"
-      " JOIN relaybus.events e ON e.id = c.event_id"
+      // LEFT: a delivery without its event is refused by emit(), not silently left pending.
+      " LEFT JOIN relaybus.events e ON e.id = c.event_id"
       " ORDER BY c.available_at, c.event_id",
       {TEXTARRAYOID, INT2ARRAYOID, TEXTARRAYOID, TEXTARRAYOID, INT4OID, INT4ARRAYOID});
   std::vector<std::string> handlers, excluded_handlers, excluded_ids;
@@ -368,6 +369,14 @@ void emit(const std::vector<core::ClaimedDelivery>& claimed, const PgClaimStore&
     const std::string token_text = core::encode(c.token);
     Datum values[9];
     bool nulls[9] = {false, false, false, false, !c.key.has_value(), false, false, false, false};
+    bool no_event = false;
+    pg_call([&] {
+      HeapTuple tuple = event->table->vals[event->row];
+      TupleDesc desc = event->table->tupdesc;
+      SPI_getbinval(tuple, desc, 6, &no_event);  // events.type is NOT NULL
+    });
+    if (no_event)
+      throw core::Error(core::ErrorCode::kInternal, "relaybus: a claimed delivery has no event");
     pg_call([&] {
       HeapTuple tuple = event->table->vals[event->row];
       TupleDesc desc = event->table->tupdesc;

@@ -5,7 +5,7 @@
 -- claim deleted or hid rows, or an expired lane were never taken over, the sets compared
 -- below would be missing events.
 SELECT rb_reset();
-SELECT plan(18);
+SELECT plan(20);
 
 SELECT relaybus.subscribe('billing', ARRAY['invoice.issued']);
 
@@ -97,5 +97,16 @@ SELECT ok(NOT relaybus.complete((SELECT lease_token FROM doomed2)),
           'the vanished worker''s token is fenced off');
 SELECT ok(relaybus.complete((SELECT lease_token FROM rescued2)), 'the new holder completes it');
 SELECT is((SELECT count(*)::int FROM relaybus.deliveries), 0, 'nothing left');
+
+-- A delivery whose event row is gone (deleted behind relaybus's back) must not sit pending
+-- where no claim ever returns it: the claim that picks it fails loudly, and nothing moves.
+SELECT relaybus.subscribe('orphans', ARRAY['orphan.t']);
+SELECT relaybus.publish('orphan.t', '{}', NULL, 'orphan-1');
+DELETE FROM relaybus.events WHERE id = 'orphan-1';
+SELECT throws_ok($$SELECT * FROM relaybus.claim('w-orphan', 10, '30 seconds', ARRAY['orphans'])$$,
+                 'XX000', 'relaybus: a claimed delivery has no event',
+                 'claiming a delivery whose event is gone raises XX000');
+SELECT results_eq($$SELECT status, attempts FROM relaybus.deliveries WHERE event_id = 'orphan-1'$$,
+                  $$VALUES ('pending'::text, 0)$$, 'the delivery is still there, untouched');
 
 SELECT * FROM finish();
