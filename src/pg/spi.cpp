@@ -71,16 +71,19 @@ void Params::interval_us(std::int64_t microseconds) {
 
 namespace {
 
-// Builds a one-dimensional array of by-value elements (or of already built datums).
-Datum build_array(Datum* elements, int count, Oid element_type) {
+// Builds a one-dimensional array of by-value elements (or of already built datums), NULL
+// where `nulls` (if given) says so.
+Datum build_array(Datum* elements, int count, Oid element_type, bool* nulls = nullptr) {
   Datum result = 0;
   pg_call([&] {
     int16 length;
     bool by_value;
     char align;
     get_typlenbyvalalign(element_type, &length, &by_value, &align);
-    result =
-        PointerGetDatum(construct_array(elements, count, element_type, length, by_value, align));
+    int dims[1] = {count};
+    int lower[1] = {1};
+    result = PointerGetDatum(
+        construct_md_array(elements, nulls, 1, dims, lower, element_type, length, by_value, align));
   });
   return result;
 }
@@ -135,18 +138,8 @@ void Params::datum_array(const std::vector<Datum>& values, const std::vector<boo
   std::vector<Datum> elements(values);
   std::unique_ptr<bool[]> flags(new bool[values.size() + 1]);
   for (std::size_t i = 0; i < nulls.size(); ++i) flags[i] = nulls[i];
-  Datum result = 0;
-  pg_call([&] {
-    int16 length;
-    bool by_value;
-    char align;
-    get_typlenbyvalalign(element_type, &length, &by_value, &align);
-    int dims[1] = {static_cast<int>(elements.size())};
-    int lower[1] = {1};
-    result = PointerGetDatum(construct_md_array(elements.data(), flags.get(), 1, dims, lower,
-                                                element_type, length, by_value, align));
-  });
-  push(result, false);
+  push(build_array(elements.data(), static_cast<int>(elements.size()), element_type, flags.get()),
+       false);
 }
 
 Statement::Statement(const char* sql, std::initializer_list<Oid> argument_types, Planning planning)
