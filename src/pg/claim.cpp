@@ -169,12 +169,13 @@ std::vector<core::LaneSnapshot> PgClaimStore::lock_for_takeover(
     const std::vector<core::LaneRef>& lanes) {
   // FOR UPDATE conflicts with the FOR KEY SHARE of a completion still in progress, so this
   // waits for it, then re-reads the in-flight list (the charges find which of it is still
-  // pending).
+  // pending). In byte order of the handler, the order a completion locks lanes in (its
+  // groups are sorted in C++), so the two never wait for each other crosswise.
   static Statement lock_orphans(
       "SELECT l.handler, l.lane, l.epoch, l.in_flight"
       " FROM relaybus.lanes l JOIN unnest($1::text[], $2::int2[]) AS o(handler, lane)"
       "  ON l.handler = o.handler AND l.lane = o.lane"
-      " ORDER BY l.handler, l.lane FOR UPDATE OF l",
+      " ORDER BY l.handler COLLATE \"C\", l.lane FOR UPDATE OF l",
       {TEXTARRAYOID, INT2ARRAYOID});
   Params params;
   lane_list_of(lanes).bind(params);

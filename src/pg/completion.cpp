@@ -24,16 +24,19 @@ namespace {
 //
 // The tokens travel grouped by lane: one (handler, lane, epoch) row per group, its tokens
 // the slice [first, first + count - 1] of the event id and claims arrays. Each lane is
-// locked once, not once per token (a batch of 500 tokens spans some 50 lanes, and locking
-// a row this transaction already holds still costs a lock call), and each token is checked
-// against its own lane's locked version with no join of tokens to lanes: a join of two
-// arrays the planner cannot size became a nested loop of tokens x lanes.
+// locked once, in group order, and only if one of its tokens is in its in-flight list (a
+// stale batch locks nothing a takeover would wait for), not once per token (a batch of 500 tokens
+// spans some 50 lanes, and locking a row this transaction already holds still costs a lock call),
+// and each token is checked against its own lane's locked version with no join of tokens to lanes:
+// a join of two arrays the planner cannot size became a nested loop of tokens x lanes.
 #define RELAYBUS_COMPLETE_HELD_SQL                                                    \
   "WITH lanes AS (SELECT u.handler, u.first, u.count, l.in_flight"                    \
   "  FROM unnest($1::text[], $2::int2[], $3::int8[], $4::int4[], $5::int4[])"         \
-  "   AS u(handler, lane, epoch, first, count)"                                       \
+  "   WITH ORDINALITY AS u(handler, lane, epoch, first, count, n)"                    \
   "  JOIN relaybus.lanes l ON l.handler = u.handler AND l.lane = u.lane"              \
-  "   AND l.epoch = u.epoch FOR KEY SHARE OF l),"                                     \
+  "   AND l.epoch = u.epoch"                                                          \
+  "   AND l.in_flight && ($6::text[])[u.first:u.first + u.count - 1]"                 \
+  "  ORDER BY u.n FOR KEY SHARE OF l),"                                               \
   " held AS (SELECT g.handler, t.event_id, t.claims FROM lanes g CROSS JOIN LATERAL"  \
   "  unnest(($6::text[])[g.first:g.first + g.count - 1],"                             \
   "   ($7::int4[])[g.first:g.first + g.count - 1]) AS t(event_id, claims)"            \

@@ -244,7 +244,8 @@ Datum publish_body(FunctionCallInfo fcinfo) {
 // by one statement each, instead of three or four statements per event. What each event
 // gets is what publish_one would give it in input order: the same checks in the same order
 // (so the same first error), the same handlers, consecutive sequences per key in input
-// order, no counter moved for an event without handlers. Returns false, having written
+// order, no counter moved for an event without handlers, the key counters locked in the
+// same order. Returns false, having written
 // nothing, when an id repeats within the batch or is already stored: publish_one's
 // republication path handles those, in order.
 bool publish_new_events(std::vector<PublishInput>& inputs, std::vector<std::string>& ids) {
@@ -329,34 +330,38 @@ bool publish_new_events(std::vector<PublishInput>& inputs, std::vector<std::stri
   std::set<std::string> inserted;
   for (std::uint64_t r = 0; r < inserted_count; ++r) inserted.insert(row::text(r, 1));
 
-  // Each key's counter moves once, by its number of new events with handlers, in key order
-  // (the row locks are held until commit); its events take the sequences up to the new
-  // value in input order.
-  std::map<std::string, std::int64_t> per_key;
-  for (std::size_t i = 0; i < n; ++i)
-    if (inputs[i].key && !targets[i].handlers.empty() && inserted.count(ids[i]))
-      ++per_key[*inputs[i].key];
+  // Each key's counter moves once, by its number of new events with handlers, in the order
+  // the keys first appear in the batch: the order publish_one would lock them in (the row
+  // locks are held until commit), so publishers that lock keys in the same order still
+  // never deadlock. Its events take the sequences up to the new value in input order.
+  std::vector<std::string> bump_keys;  // first appearance order
+  std::vector<std::int64_t> bump_counts;
+  std::map<std::string, std::size_t> key_index;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!inputs[i].key || targets[i].handlers.empty() || !inserted.count(ids[i])) continue;
+    const auto [at, added] = key_index.emplace(*inputs[i].key, bump_keys.size());
+    if (added) {
+      bump_keys.push_back(*inputs[i].key);
+      bump_counts.push_back(0);
+    }
+    ++bump_counts[at->second];
+  }
   std::map<std::string, std::int64_t> next;  // the first sequence of each key's events
-  if (!per_key.empty()) {
+  if (!bump_keys.empty()) {
     static Statement bump(
         "INSERT INTO relaybus.key_counters AS c (key, last_sequence)"
-        " SELECT u.key, u.n FROM unnest($1::text[], $2::int8[]) AS u(key, n) ORDER BY u.key"
+        " SELECT u.key, u.n FROM unnest($1::text[], $2::int8[]) WITH ORDINALITY AS u(key, n, o)"
+        " ORDER BY u.o"
         " ON CONFLICT (key) DO UPDATE SET last_sequence = c.last_sequence + excluded.last_sequence"
         " RETURNING c.key, c.last_sequence",
         {TEXTARRAYOID, INT8ARRAYOID});
-    std::vector<std::string> bump_keys;
-    std::vector<std::int64_t> bump_counts;
-    for (const auto& [key, count] : per_key) {
-      bump_keys.push_back(key);
-      bump_counts.push_back(count);
-    }
     Params params;
     params.text_array(bump_keys);
     params.int8_array(bump_counts);
     const std::uint64_t rows = bump.run(params);
     for (std::uint64_t r = 0; r < rows; ++r) {
       const std::string key = row::text(r, 1);
-      next[key] = row::int8(r, 2) - per_key[key] + 1;
+      next[key] = row::int8(r, 2) - bump_counts[key_index.at(key)] + 1;
     }
   }
 

@@ -6,7 +6,7 @@
 -- rejected through the claims counter. If fencing broke, a stale call would return
 -- true/'retry'/'dead' or the snapshots compared below would differ.
 SELECT rb_reset();
-SELECT plan(43);
+SELECT plan(47);
 
 SELECT relaybus.subscribe('fx', ARRAY['t']);
 SELECT relaybus.publish('t', '{}', NULL, 'e' || n) FROM generate_series(1, 4) AS n;
@@ -138,5 +138,27 @@ SELECT is(relaybus.complete_many(ARRAY(
 SELECT is((SELECT count(*)::int FROM relaybus.deliveries), 0, 'no delivery is left');
 SELECT is(relaybus.complete_many(ARRAY(SELECT lease_token FROM many_new)), 0,
           'completing them again completes nothing');
+
+-- A completion none of whose tokens is in its lane's in-flight list any more (the owner's
+-- next claim pruned it) locks nothing: a takeover of the lane is not held up while that
+-- completion's transaction stays open.
+SELECT rb_reset();
+SELECT relaybus.subscribe('fx', ARRAY['t']);
+SELECT relaybus.publish('t', '{}', 'kk', 'p1');
+SELECT relaybus.publish('t', '{}', 'kk', 'p2');
+CREATE TEMP TABLE pc1 AS SELECT * FROM relaybus.claim('w-p', 10, '30 seconds', ARRAY['fx']);
+SELECT ok(relaybus.complete((SELECT lease_token FROM pc1 WHERE event_id = 'p1')), 'p1 is claimed and completed');
+CREATE TEMP TABLE pc2 AS SELECT * FROM relaybus.claim('w-p', 10, '200 ms', ARRAY['fx']);
+SELECT results_eq('SELECT event_id FROM pc2', $$VALUES ('p2')$$,
+                  'p2 is claimed next, in the same lane, which no longer lists p1');
+SELECT rb_connect('pa');
+SELECT dblink_exec('pa', 'BEGIN');
+SELECT is((SELECT n FROM dblink('pa', format('SELECT relaybus.complete_many(ARRAY[%L])',
+                                              (SELECT lease_token FROM pc1))) AS t(n int)), 0,
+          'completing p1 again, in an open transaction, completes nothing');
+SELECT pg_sleep(0.3);
+SELECT is(relaybus.take_over_expired(), 1, 'the expired lane is taken over meanwhile, not skipped');
+SELECT dblink_exec('pa', 'COMMIT');
+SELECT dblink_disconnect('pa');
 
 SELECT * FROM finish();

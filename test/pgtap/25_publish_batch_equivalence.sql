@@ -7,7 +7,7 @@
 -- path numbered a key's events in another order, skipped or double-counted a counter, or
 -- mixed up an element's fields, the snapshots compared below would differ.
 SELECT rb_reset();
-SELECT plan(9);
+SELECT plan(12);
 
 CREATE FUNCTION pg_temp.setup() RETURNS void LANGUAGE sql AS $$
   SELECT rb_reset();
@@ -84,5 +84,30 @@ SELECT bag_eq($$SELECT handler FROM relaybus.deliveries WHERE event_id IN ('b1',
 SELECT results_eq($$SELECT key, last_sequence FROM relaybus.key_counters ORDER BY key$$,
                   $$VALUES ('k1', 4::bigint), ('k2', 2), ('k3', 1)$$,
                   'the event-by-event path numbers the keys the same way');
+
+-- Lock order: the set-based path locks the key counters in the order the keys first
+-- appear, as publish does element by element. Session pa holds kb's counter; pb's batch
+-- [kb, ka] waits for it without having locked ka, so pa's publish of ka goes through.
+-- Locked in key order instead (ka first), pb would hold ka while waiting for kb, and pa's
+-- publish of ka would deadlock with it.
+SELECT pg_temp.setup();
+SELECT rb_connect('pa');
+SELECT rb_connect('pb');
+SELECT dblink_exec('pa', 'BEGIN');
+SELECT dblink_exec('pa', $$SET statement_timeout = '5s'$$);
+SELECT * FROM dblink('pa', $$SELECT relaybus.publish('order.created', '{}', 'kb', 'pa-1')$$) AS t(id text);
+SELECT dblink_send_query('pb', $$SELECT count(*) FROM relaybus.publish_batch(
+  '[{"type": "order.created", "id": "pb-1", "key": "kb"}, {"type": "order.created", "id": "pb-2", "key": "ka"}]')$$);
+SELECT pg_sleep(0.3);
+SELECT lives_ok($$SELECT * FROM dblink('pa', 'SELECT relaybus.publish(''order.created'', ''{}'', ''ka'', ''pa-2'')') AS t(id text)$$,
+                'a publisher holding kb can still publish ka while a batch [kb, ka] waits');
+SELECT dblink_exec('pa', 'COMMIT');
+SELECT is((SELECT n FROM dblink_get_result('pb') AS t(n bigint)), 2::bigint,
+          'the batch goes through once the first publisher commits');
+SELECT results_eq($$SELECT event_id, sequence FROM relaybus.deliveries WHERE handler = 'audit' AND key IN ('ka', 'kb') ORDER BY key, sequence$$,
+                  $$VALUES ('pa-2', 1::bigint), ('pb-2', 2), ('pa-1', 1), ('pb-1', 2)$$,
+                  'each key numbered in commit order');
+SELECT dblink_disconnect('pa');
+SELECT dblink_disconnect('pb');
 
 SELECT * FROM finish();
