@@ -1,4 +1,5 @@
-// publish and publish_batch: the event and its deliveries, in the caller's transaction.
+// publish: the event and its deliveries, in the caller's transaction (publish_one.hpp).
+#include "publish_one.hpp"
 #include "spi.hpp"
 #include "wakeup.hpp"
 
@@ -8,28 +9,10 @@
 #include "../core/republish.hpp"
 
 #include <algorithm>
-#include <map>
-#include <set>
-#include <utility>
 
 namespace relaybus::pg {
 
 namespace {
-
-struct PublishInput {
-  std::string type;
-  Datum payload = 0;
-  std::optional<std::string> key;
-  std::optional<std::string> event_id;
-  std::optional<std::vector<std::string>> handlers;
-  std::optional<TimestampTz> available_at;
-  Datum headers = 0;
-  bool headers_null = true;
-};
-
-[[noreturn]] void invalid(const std::string& message) {
-  throw core::Error(core::ErrorCode::kInvalidParameter, message);
-}
 
 bool jsonb_is_object(Datum value) {
   bool is_object = false;
@@ -38,6 +21,46 @@ bool jsonb_is_object(Datum value) {
     is_object = JB_ROOT_IS_OBJECT(jb) && !JB_ROOT_IS_SCALAR(jb);
   });
   return is_object;
+}
+
+std::optional<std::int64_t> next_sequence(const std::optional<std::string>& key) {
+  if (!key) return std::nullopt;
+  // The row lock taken here is held until commit: a later publisher of the same key waits,
+  // so sequence order is commit order.
+  static Statement bump(
+      "INSERT INTO relaybus.key_counters AS c (key, last_sequence) VALUES ($1, 1)"
+      " ON CONFLICT (key) DO UPDATE SET last_sequence = c.last_sequence + 1"
+      " RETURNING c.last_sequence",
+      {TEXTOID});
+  Params params;
+  params.text(key);
+  bump.run(params);
+  return row::int8(0, 1);
+}
+
+void insert_deliveries(const std::string& event_id, const std::optional<std::string>& key,
+                       const std::vector<std::string>& handlers,
+                       const std::optional<TimestampTz>& available_at) {
+  if (handlers.empty()) return;
+  static Statement insert(
+      "INSERT INTO relaybus.deliveries (event_id, handler, lane, key, sequence, available_at)"
+      " SELECT $1, h, $2, $3, $4, coalesce($5, now()) FROM unnest($6::text[]) AS h",
+      {TEXTOID, INT2OID, TEXTOID, INT8OID, TIMESTAMPTZOID, TEXTARRAYOID});
+  const std::optional<std::int64_t> sequence = next_sequence(key);
+  Params params;
+  params.text(event_id);
+  params.int2(core::lane_of(key ? *key : event_id));
+  params.text(key);
+  params.int8(sequence);
+  params.timestamptz(available_at);
+  params.text_array(handlers);
+  insert.run(params);
+}
+
+}  // namespace
+
+[[noreturn]] void invalid(const std::string& message) {
+  throw core::Error(core::ErrorCode::kInvalidParameter, message);
 }
 
 // A random (version 4) UUID in its canonical text form.
@@ -70,11 +93,6 @@ void validate(const PublishInput& in, const std::string& where) {
     for (const auto& h : *in.handlers) core::validate_name(where + "handler name", h);
   }
 }
-
-struct Targets {
-  std::vector<std::string> handlers;
-  std::vector<bool> in_database;  // per handler: has an sql_function
-};
 
 // The handlers an event goes to: the given ones (each must be subscribed), or every
 // subscriber of its type (the WHERE clause is the SQL copy of core::subscribes_to).
@@ -122,40 +140,6 @@ void wake(const std::vector<std::string>& handlers, const Targets& targets) {
     }
   }
   wakeup::published(external, in_database);
-}
-
-std::optional<std::int64_t> next_sequence(const std::optional<std::string>& key) {
-  if (!key) return std::nullopt;
-  // The row lock taken here is held until commit: a later publisher of the same key waits,
-  // so sequence order is commit order.
-  static Statement bump(
-      "INSERT INTO relaybus.key_counters AS c (key, last_sequence) VALUES ($1, 1)"
-      " ON CONFLICT (key) DO UPDATE SET last_sequence = c.last_sequence + 1"
-      " RETURNING c.last_sequence",
-      {TEXTOID});
-  Params params;
-  params.text(key);
-  bump.run(params);
-  return row::int8(0, 1);
-}
-
-void insert_deliveries(const std::string& event_id, const std::optional<std::string>& key,
-                       const std::vector<std::string>& handlers,
-                       const std::optional<TimestampTz>& available_at) {
-  if (handlers.empty()) return;
-  static Statement insert(
-      "INSERT INTO relaybus.deliveries (event_id, handler, lane, key, sequence, available_at)"
-      " SELECT $1, h, $2, $3, $4, coalesce($5, now()) FROM unnest($6::text[]) AS h",
-      {TEXTOID, INT2OID, TEXTOID, INT8OID, TIMESTAMPTZOID, TEXTARRAYOID});
-  const std::optional<std::int64_t> sequence = next_sequence(key);
-  Params params;
-  params.text(event_id);
-  params.int2(core::lane_of(key ? *key : event_id));
-  params.text(key);
-  params.int8(sequence);
-  params.timestamptz(available_at);
-  params.text_array(handlers);
-  insert.run(params);
 }
 
 // A repeated event id: deliveries for the handlers core::handlers_to_add names
@@ -240,291 +224,6 @@ Datum publish_body(FunctionCallInfo fcinfo) {
   return result;
 }
 
-// publish_batch without repeated event ids: every event, key counter and delivery written
-// by one statement each, instead of three or four statements per event. What each event
-// gets is what publish_one would give it in input order: the same checks in the same order
-// (so the same first error), the same handlers, consecutive sequences per key in input
-// order, no counter moved for an event without handlers, the key counters locked in the
-// same order. Returns false, having written
-// nothing, when an id repeats within the batch or is already stored: publish_one's
-// republication path handles those, in order.
-bool publish_new_events(std::vector<PublishInput>& inputs, std::vector<std::string>& ids) {
-  const std::size_t n = inputs.size();
-  ids.clear();
-  std::vector<Targets> targets(n);
-  std::map<std::pair<std::string, std::optional<std::vector<std::string>>>, Targets> cache;
-  for (std::size_t i = 0; i < n; ++i) {
-    PublishInput& in = inputs[i];
-    if (in.handlers) {
-      std::sort(in.handlers->begin(), in.handlers->end());
-      in.handlers->erase(std::unique(in.handlers->begin(), in.handlers->end()), in.handlers->end());
-    }
-    validate(in, "events[" + std::to_string(i) + "]: ");
-    ids.push_back(in.event_id ? *in.event_id : new_event_id());
-    auto found = cache.find({in.type, in.handlers});
-    if (found == cache.end())
-      found =
-          cache.emplace(std::make_pair(in.type, in.handlers), target_handlers(in.type, in.handlers))
-              .first;
-    targets[i] = found->second;
-  }
-  std::vector<std::string> sorted_ids(ids);
-  std::sort(sorted_ids.begin(), sorted_ids.end());
-  if (std::adjacent_find(sorted_ids.begin(), sorted_ids.end()) != sorted_ids.end()) return false;
-  static Statement stored("SELECT 1 FROM relaybus.events WHERE id = ANY ($1) LIMIT 1",
-                          {TEXTARRAYOID});
-  {
-    Params params;
-    params.text_array(ids);
-    if (stored.run(params) > 0) return false;
-  }
-
-  // The events; each one's handlers are the slice [first, first + count - 1] of one array.
-  static Statement insert_events(
-      "INSERT INTO relaybus.events (id, type, key, payload, headers, handlers)"
-      " SELECT u.id, u.type, u.key, u.payload, u.headers,"
-      "  CASE WHEN u.count = 0 THEN '{}'::text[]"
-      "  ELSE ($6::text[])[u.first:u.first + u.count - 1] END"
-      " FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::jsonb[], $7::int4[],"
-      "  $8::int4[]) WITH ORDINALITY AS u(id, type, key, payload, headers, first, count, n)"
-      " ORDER BY u.n ON CONFLICT (id) DO NOTHING RETURNING id",
-      {TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID, JSONBARRAYOID, JSONBARRAYOID, TEXTARRAYOID,
-       INT4ARRAYOID, INT4ARRAYOID});
-  std::vector<std::string> types, flat_handlers;
-  std::vector<Datum> payloads, headers;
-  std::vector<bool> key_nulls, no_nulls(n, false), header_nulls;
-  std::vector<std::int32_t> firsts, counts;
-  for (std::size_t i = 0; i < n; ++i) {
-    const PublishInput& in = inputs[i];
-    types.push_back(in.type);
-    payloads.push_back(in.payload);
-    headers.push_back(in.headers_null ? 0 : in.headers);
-    header_nulls.push_back(in.headers_null);
-    firsts.push_back(static_cast<std::int32_t>(flat_handlers.size()) + 1);  // from 1
-    counts.push_back(static_cast<std::int32_t>(targets[i].handlers.size()));
-    flat_handlers.insert(flat_handlers.end(), targets[i].handlers.begin(),
-                         targets[i].handlers.end());
-  }
-  std::vector<std::string> key_values;
-  for (const auto& in : inputs) key_values.push_back(in.key.value_or(""));
-  Params event_params;
-  event_params.text_array(ids);
-  event_params.text_array(types);
-  {
-    std::vector<Datum> key_datums(n);
-    pg_call([&] {
-      for (std::size_t i = 0; i < n; ++i)
-        key_datums[i] = inputs[i].key ? PointerGetDatum(cstring_to_text_with_len(
-                                            key_values[i].data(), key_values[i].size()))
-                                      : 0;
-    });
-    for (const auto& in : inputs) key_nulls.push_back(!in.key);
-    event_params.datum_array(key_datums, key_nulls, TEXTOID);
-  }
-  event_params.datum_array(payloads, no_nulls, JSONBOID);
-  event_params.datum_array(headers, header_nulls, JSONBOID);
-  event_params.text_array(flat_handlers);
-  event_params.int4_array(firsts);
-  event_params.int4_array(counts);
-  const std::uint64_t inserted_count = insert_events.run(event_params);
-  std::set<std::string> inserted;
-  for (std::uint64_t r = 0; r < inserted_count; ++r) inserted.insert(row::text(r, 1));
-
-  // Each key's counter moves once, by its number of new events with handlers, in the order
-  // the keys first appear in the batch: the order publish_one would lock them in (the row
-  // locks are held until commit), so publishers that lock keys in the same order still
-  // never deadlock. Its events take the sequences up to the new value in input order.
-  std::vector<std::string> bump_keys;  // first appearance order
-  std::vector<std::int64_t> bump_counts;
-  std::map<std::string, std::size_t> key_index;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (!inputs[i].key || targets[i].handlers.empty() || !inserted.count(ids[i])) continue;
-    const auto [at, added] = key_index.emplace(*inputs[i].key, bump_keys.size());
-    if (added) {
-      bump_keys.push_back(*inputs[i].key);
-      bump_counts.push_back(0);
-    }
-    ++bump_counts[at->second];
-  }
-  std::map<std::string, std::int64_t> next;  // the first sequence of each key's events
-  if (!bump_keys.empty()) {
-    static Statement bump(
-        "INSERT INTO relaybus.key_counters AS c (key, last_sequence)"
-        " SELECT u.key, u.n FROM unnest($1::text[], $2::int8[]) WITH ORDINALITY AS u(key, n, o)"
-        " ORDER BY u.o"
-        " ON CONFLICT (key) DO UPDATE SET last_sequence = c.last_sequence + excluded.last_sequence"
-        " RETURNING c.key, c.last_sequence",
-        {TEXTARRAYOID, INT8ARRAYOID});
-    Params params;
-    params.text_array(bump_keys);
-    params.int8_array(bump_counts);
-    const std::uint64_t rows = bump.run(params);
-    for (std::uint64_t r = 0; r < rows; ++r) {
-      const std::string key = row::text(r, 1);
-      next[key] = row::int8(r, 2) - bump_counts[key_index.at(key)] + 1;
-    }
-  }
-
-  static Statement insert_deliveries_all(
-      "INSERT INTO relaybus.deliveries (event_id, handler, lane, key, sequence, available_at)"
-      " SELECT u.event_id, u.handler, u.lane, u.key, u.sequence, coalesce(u.available_at, now())"
-      " FROM unnest($1::text[], $2::text[], $3::int2[], $4::text[], $5::int8[],"
-      "  $6::timestamptz[]) AS u(event_id, handler, lane, key, sequence, available_at)",
-      {TEXTARRAYOID, TEXTARRAYOID, INT2ARRAYOID, TEXTARRAYOID, INT8ARRAYOID, TIMESTAMPTZARRAYOID});
-  std::vector<std::string> d_events, d_handlers;
-  std::vector<std::int16_t> d_lanes;
-  std::vector<std::size_t> d_inputs;  // the input of each delivery
-  std::vector<Datum> d_sequences, d_available;
-  std::vector<bool> d_sequence_nulls, d_available_nulls;
-  std::set<std::string> external;
-  bool in_database = false;
-  std::vector<std::size_t> raced;  // stored meanwhile by a concurrent publisher
-  for (std::size_t i = 0; i < n; ++i) {
-    if (!inserted.count(ids[i])) {
-      raced.push_back(i);
-      continue;
-    }
-    const PublishInput& in = inputs[i];
-    std::optional<std::int64_t> sequence;
-    if (in.key && !targets[i].handlers.empty()) sequence = next[*in.key]++;
-    const std::int16_t lane = core::lane_of(in.key ? *in.key : ids[i]);
-    for (std::size_t h = 0; h < targets[i].handlers.size(); ++h) {
-      d_events.push_back(ids[i]);
-      d_handlers.push_back(targets[i].handlers[h]);
-      d_lanes.push_back(lane);
-      d_inputs.push_back(i);
-      d_sequences.push_back(sequence ? Int64GetDatum(*sequence) : 0);
-      d_sequence_nulls.push_back(!sequence);
-      d_available.push_back(in.available_at ? TimestampTzGetDatum(*in.available_at) : 0);
-      d_available_nulls.push_back(!in.available_at);
-      if (targets[i].in_database[h]) {
-        in_database = true;
-      } else {
-        external.insert(targets[i].handlers[h]);
-      }
-    }
-  }
-  if (!d_events.empty()) {
-    std::vector<Datum> d_keys(d_events.size());
-    std::vector<bool> d_key_nulls(d_events.size());
-    pg_call([&] {
-      for (std::size_t d = 0; d < d_events.size(); ++d) {
-        const std::size_t i = d_inputs[d];
-        d_key_nulls[d] = !inputs[i].key;
-        d_keys[d] = inputs[i].key ? PointerGetDatum(cstring_to_text_with_len(key_values[i].data(),
-                                                                             key_values[i].size()))
-                                  : 0;
-      }
-    });
-    Params params;
-    params.text_array(d_events);
-    params.text_array(d_handlers);
-    params.int2_array(d_lanes);
-    params.datum_array(d_keys, d_key_nulls, TEXTOID);
-    params.datum_array(d_sequences, d_sequence_nulls, INT8OID);
-    params.datum_array(d_available, d_available_nulls, TIMESTAMPTZOID);
-    insert_deliveries_all.run(params);
-  }
-  wakeup::published(std::vector<std::string>(external.begin(), external.end()), in_database);
-  // An id stored by a concurrent transaction between the check and the insert (which
-  // waited for it to commit): republished, as publish_one would have.
-  for (std::size_t i : raced) publish_repeat(ids[i], inputs[i]);
-  return true;
-}
-
-Datum publish_batch_body(FunctionCallInfo fcinfo) {
-  if (PG_ARGISNULL(0)) throw core::Error(core::ErrorCode::kNullValue, "events must not be NULL");
-  Datum events = PG_GETARG_DATUM(0);
-  bool is_array = false;
-  pg_call([&] {
-    Jsonb* jb = DatumGetJsonbP(events);
-    is_array = JB_ROOT_IS_ARRAY(jb) && !JB_ROOT_IS_SCALAR(jb);
-  });
-  if (!is_array) invalid("events must be a JSON array of event objects");
-
-  ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
-  pg_call([&] { InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC); });
-  SpiConnection spi;
-  // SQL takes the array apart: one row per element, each field with its JSON type; an
-  // absent payload is the empty object, as publish's default; JSON null means absent.
-  static Statement elements(
-      "SELECT jsonb_typeof(e), jsonb_typeof(e->'type'), e->>'type',"
-      " coalesce(e->'payload', '{}'::jsonb),"
-      " jsonb_typeof(e->'key'), e->>'key', jsonb_typeof(e->'id'), e->>'id',"
-      " jsonb_typeof(e->'handlers'),"
-      " CASE WHEN jsonb_typeof(e->'handlers') = 'array' THEN ARRAY("
-      "   SELECT CASE WHEN jsonb_typeof(h) = 'string' THEN h #>> '{}' END"  // else NULL: refused
-      "   FROM jsonb_array_elements(e->'handlers') h) END,"
-      " jsonb_typeof(e->'available_at'),"
-      " CASE WHEN jsonb_typeof(e->'available_at') = 'string'"
-      "   THEN (e->>'available_at')::timestamptz END,"
-      " CASE WHEN jsonb_typeof(e->'headers') <> 'null' THEN e->'headers' END,"
-      // Elements other than strings and JSON null (which stays 22004, as a NULL element
-      // of publish's handlers): the NULLs above would hide their wrong type.
-      " CASE WHEN jsonb_typeof(e->'handlers') = 'array' THEN EXISTS(SELECT 1"
-      "   FROM jsonb_array_elements(e->'handlers') h"
-      "   WHERE jsonb_typeof(h) NOT IN ('string', 'null')) ELSE false END"
-      " FROM jsonb_array_elements($1) WITH ORDINALITY AS t(e, n) ORDER BY n",
-      {JSONBOID});
-  Params params;
-  params.datum(events, false);
-  const std::uint64_t n = elements.run(params);
-
-  // Read every element before publishing any: publishing runs statements of its own.
-  std::vector<PublishInput> inputs(n);
-  for (std::uint64_t r = 0; r < n; ++r) {
-    const std::string where = "events[" + std::to_string(r) + "]: ";
-    auto kind = [&](int c) { return row::text_or_null(r, c).value_or("absent"); };
-    auto optional_string = [&](int kind_column, const char* field) -> std::optional<std::string> {
-      const std::string k = kind(kind_column);
-      if (k == "string") return row::text(r, kind_column + 1);
-      if (k != "absent" && k != "null") invalid(where + field + " must be a string or null");
-      return std::nullopt;
-    };
-    if (kind(1) != "object") invalid(where + "must be a JSON object");
-    if (kind(2) != "string") invalid(where + "type must be a string");
-    PublishInput& in = inputs[r];
-    bool null = false;
-    in.type = row::text(r, 3);
-    in.payload = row::datum(r, 4, &null);
-    in.key = optional_string(5, "key");
-    in.event_id = optional_string(7, "id");
-    const std::string handlers_kind = kind(9);
-    if (handlers_kind == "array") {
-      if (row::boolean(r, 14)) invalid(where + "handlers must be an array of strings or null");
-      in.handlers = text_array_of(row::datum(r, 10, &null), (where + "handlers").c_str());
-    } else if (handlers_kind != "absent" && handlers_kind != "null") {
-      invalid(where + "handlers must be an array of strings or null");
-    }
-    const std::string at_kind = kind(11);
-    if (at_kind == "string") {
-      in.available_at = DatumGetTimestampTz(row::datum(r, 12, &null));
-    } else if (at_kind != "absent" && at_kind != "null") {
-      invalid(where + "available_at must be a timestamp string or null");
-    }
-    in.headers = row::datum(r, 13, &in.headers_null);
-  }
-
-  std::vector<std::string> ids;
-  if (!publish_new_events(inputs, ids)) {
-    ids.clear();
-    for (std::uint64_t r = 0; r < n; ++r)
-      ids.push_back(publish_one(inputs[r], "events[" + std::to_string(r) + "]: "));
-  }
-  for (const std::string& id : ids) {
-    pg_call([&] {
-      Datum value = PointerGetDatum(cstring_to_text_with_len(id.data(), id.size()));
-      bool is_null = false;
-      tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, &value, &is_null);
-    });
-  }
-  spi.finish();
-  return (Datum)0;
-}
-
-}  // namespace
-
 }  // namespace relaybus::pg
 
 RELAYBUS_SQL_FUNCTION(relaybus_publish, relaybus::pg::publish_body)
-RELAYBUS_SQL_FUNCTION(relaybus_publish_batch, relaybus::pg::publish_batch_body)
