@@ -82,22 +82,19 @@ bool publish_new_events(std::vector<PublishInput>& inputs, std::vector<std::stri
     flat_handlers.insert(flat_handlers.end(), targets[i].handlers.begin(),
                          targets[i].handlers.end());
   }
-  std::vector<std::string> key_values;
-  for (const auto& in : inputs) key_values.push_back(in.key.value_or(""));
+  // Each input's key as a text datum (0 when it has none), built once for both inserts.
+  std::vector<Datum> key_datums(n, 0);
+  pg_call([&] {
+    for (std::size_t i = 0; i < n; ++i)
+      if (inputs[i].key)
+        key_datums[i] =
+            PointerGetDatum(cstring_to_text_with_len(inputs[i].key->data(), inputs[i].key->size()));
+  });
+  for (const auto& in : inputs) key_nulls.push_back(!in.key);
   Params event_params;
   event_params.text_array(ids);
   event_params.text_array(types);
-  {
-    std::vector<Datum> key_datums(n);
-    pg_call([&] {
-      for (std::size_t i = 0; i < n; ++i)
-        key_datums[i] = inputs[i].key ? PointerGetDatum(cstring_to_text_with_len(
-                                            key_values[i].data(), key_values[i].size()))
-                                      : 0;
-    });
-    for (const auto& in : inputs) key_nulls.push_back(!in.key);
-    event_params.datum_array(key_datums, key_nulls, TEXTOID);
-  }
+  event_params.datum_array(key_datums, key_nulls, TEXTOID);
   event_params.datum_array(payloads, no_nulls, JSONBOID);
   event_params.datum_array(headers, header_nulls, JSONBOID);
   event_params.text_array(flat_handlers);
@@ -182,17 +179,12 @@ bool publish_new_events(std::vector<PublishInput>& inputs, std::vector<std::stri
     }
   }
   if (!d_events.empty()) {
-    std::vector<Datum> d_keys(d_events.size());
-    std::vector<bool> d_key_nulls(d_events.size());
-    pg_call([&] {
-      for (std::size_t d = 0; d < d_events.size(); ++d) {
-        const std::size_t i = d_inputs[d];
-        d_key_nulls[d] = !inputs[i].key;
-        d_keys[d] = inputs[i].key ? PointerGetDatum(cstring_to_text_with_len(key_values[i].data(),
-                                                                             key_values[i].size()))
-                                  : 0;
-      }
-    });
+    std::vector<Datum> d_keys;
+    std::vector<bool> d_key_nulls;
+    for (std::size_t i : d_inputs) {
+      d_keys.push_back(key_datums[i]);
+      d_key_nulls.push_back(key_nulls[i]);
+    }
     Params params;
     params.text_array(d_events);
     params.text_array(d_handlers);
