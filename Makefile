@@ -3,6 +3,8 @@
 
 EXTENSION = relaybus
 MODULE_big = relaybus
+# The version, in one place: relaybus.control's default_version.
+RELAYBUS_VERSION := $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" relaybus.control)
 
 CORE_SRCS = $(sort $(wildcard src/core/*.cpp))
 PG_SRCS = $(sort $(wildcard src/pg/*.cpp))
@@ -90,9 +92,13 @@ bin/relaybus: $(CLIENT_SRCS) $(CLIENT_CLI_SRCS) $(CLIENT_HDRS) $(CLI_MONGO_DEPS)
 
 .PHONY: client client-tests
 client: bin/relaybus
-# Part of `make` where libpq's headers are installed; the extension itself never needs them.
+include mk/client-library.mk
+# Part of `make` (and `make install`) where libpq's headers are installed; the extension
+# itself never needs them.
 ifneq ($(wildcard $(shell $(PG_CONFIG) --includedir 2>/dev/null)/libpq-fe.h),)
-all: client
+all: client client-library
+install: client-install
+uninstall: client-uninstall
 endif
 
 # Dispatcher unit tests against an in-memory store (no libpq, no server).
@@ -178,8 +184,7 @@ mongo-test: test/mongo/unit/mongo_unit_tests test/mongo/wire/driver bin/relaybus
 
 # Installs the library, its headers (with the core and seam headers they include) and
 # relaybus-mongo.pc (from relaybus-mongo.pc.in) under MONGO_PREFIX.
-MONGO_PREFIX ?= /usr/local
-MONGO_VERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" relaybus.control)
+MONGO_PREFIX ?= $(PREFIX)
 mongo-install: $(MONGO_LIB)
 	install -d $(DESTDIR)$(MONGO_PREFIX)/lib/pkgconfig \
 	  $(DESTDIR)$(MONGO_PREFIX)/include/relaybus/mongo $(DESTDIR)$(MONGO_PREFIX)/include/relaybus/core \
@@ -188,11 +193,11 @@ mongo-install: $(MONGO_LIB)
 	install -m 644 $(MONGO_PUBLIC_HDRS) $(DESTDIR)$(MONGO_PREFIX)/include/relaybus/mongo/
 	install -m 644 src/core/*.hpp $(DESTDIR)$(MONGO_PREFIX)/include/relaybus/core/
 	install -m 644 src/store/store.hpp $(DESTDIR)$(MONGO_PREFIX)/include/relaybus/store/
-	sed -e 's|@PREFIX@|$(MONGO_PREFIX)|' -e 's|@VERSION@|$(MONGO_VERSION)|' relaybus-mongo.pc.in \
+	sed -e 's|@PREFIX@|$(MONGO_PREFIX)|' -e 's|@VERSION@|$(RELAYBUS_VERSION)|' relaybus-mongo.pc.in \
 	  > $(DESTDIR)$(MONGO_PREFIX)/lib/pkgconfig/relaybus-mongo.pc
 
 # Everything: build, install, throwaway cluster, unit + pg_regress + pgTAP + integration.
 test:
 	./scripts/run-tests
 
-EXTRA_CLEAN = $(OBJS:.o=.d) build/mongo lib test/mongo/unit/mongo_unit_tests test/mongo/wire/driver test/unit/core_tests test/client/client_tests test/contract/contract_tests bin results regression.diffs regression.out
+EXTRA_CLEAN = $(OBJS:.o=.d) build/mongo build/client lib test/mongo/unit/mongo_unit_tests test/mongo/wire/driver test/unit/core_tests test/client/client_tests test/contract/contract_tests bin results regression.diffs regression.out

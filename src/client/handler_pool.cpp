@@ -142,35 +142,46 @@ void HandlerPool::work(const std::shared_ptr<State>& state) {
       s.running.emplace(d.token, State::Running{std::this_thread::get_id()});
     }
     Result r = run(s, store, d);
-    std::lock_guard<std::mutex> lock(s.mutex);
-    auto it = s.running.find(d.token);
-    const bool abandoned = it->second.abandoned;
-    s.running.erase(it);
-    if (s.running.empty()) s.idle.notify_all();
-    if (abandoned) continue;  // released at shutdown: the outcome no longer counts
-    // Handed over under the lock, so shutdown() cannot return (and the sinks' owner stop
-    // them) between the handler's return and this hand-over.
-    switch (r.outcome) {
-      case Outcome::kReturned:
-        ++s.counters.succeeded;
-        s.sinks.complete(std::move(d.token));
-        break;
-      case Outcome::kThrew:
-        ++s.counters.failed;
-        s.sinks.fail(std::move(d.token), std::move(r.error));
-        break;
-      case Outcome::kCommitted:
-        ++s.counters.succeeded;
-        s.sinks.settled(1);
-        break;
-      case Outcome::kLost:
-        ++s.counters.lost;
-        s.sinks.settled(1);
-        break;
-      case Outcome::kRolledBack:  // only when abandoned
-        break;
+    // Said after the hand-over, outside the lock: the log function is the user's.
+    std::string note;
+    if (r.outcome == Outcome::kThrew)
+      note = "handler " + d.handler + " failed on event " + d.event_id + " (attempt " +
+             std::to_string(d.attempts + 1) + "): " + r.error;
+    else if (r.outcome == Outcome::kLost)
+      note = "handler " + d.handler + " on event " + d.event_id +
+             ": the lease was lost, its transaction rolled back";
+    {
+      std::lock_guard<std::mutex> lock(s.mutex);
+      auto it = s.running.find(d.token);
+      const bool abandoned = it->second.abandoned;
+      s.running.erase(it);
+      if (s.running.empty()) s.idle.notify_all();
+      if (abandoned) continue;  // released at shutdown: the outcome no longer counts
+      // Handed over under the lock, so shutdown() cannot return (and the sinks' owner stop
+      // them) between the handler's return and this hand-over.
+      switch (r.outcome) {
+        case Outcome::kReturned:
+          ++s.counters.succeeded;
+          s.sinks.complete(std::move(d.token));
+          break;
+        case Outcome::kThrew:
+          ++s.counters.failed;
+          s.sinks.fail(std::move(d.token), std::move(r.error));
+          break;
+        case Outcome::kCommitted:
+          ++s.counters.succeeded;
+          s.sinks.settled(1);
+          break;
+        case Outcome::kLost:
+          ++s.counters.lost;
+          s.sinks.settled(1);
+          break;
+        case Outcome::kRolledBack:  // only when abandoned
+          break;
+      }
+      if (s.running.empty() && s.queue.empty() && s.sinks.idle) s.sinks.idle();
     }
-    if (s.running.empty() && s.queue.empty() && s.sinks.idle) s.sinks.idle();
+    if (!note.empty() && s.log) s.log(note);
   }
 }
 

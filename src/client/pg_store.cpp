@@ -3,6 +3,7 @@
 #include <poll.h>
 
 #include <cstdlib>
+#include <stdexcept>
 
 #include <libpq-fe.h>
 
@@ -402,6 +403,19 @@ std::string text_array_literal(const std::vector<std::string>& items) {
   }
   out += '}';
   return out;
+}
+
+StoreFactory pg_store_factory(std::string conninfo) {
+  return [conninfo = std::move(conninfo)] { return std::unique_ptr<Store>(new PgStore(conninfo)); };
+}
+
+pg_conn* pg_connection(Store& store) {
+  auto* pg = dynamic_cast<PgStore*>(&store);
+  if (pg == nullptr)
+    throw std::invalid_argument(
+        "relaybus: pg_connection() needs a PgStore; this handler runs "
+        "on another store");
+  return pg->connection();
 }
 
 std::string interval_literal(std::chrono::milliseconds ms) {

@@ -68,6 +68,15 @@ class PgStore final : public Store {
   bool holders_ = true;  // the server's claim takes a holder (0.2.0; 0.1.0 has none)
 };
 
+// Opens one PgStore per call, on `conninfo`: the Dispatcher's StoreFactory for PostgreSQL.
+// An empty conninfo means libpq's defaults (the PG* environment variables).
+StoreFactory pg_store_factory(std::string conninfo);
+
+// The libpq connection of `store`, for a transactional handler's own statements: the
+// transaction its completion commits in is open on it. std::invalid_argument when `store`
+// is not a PgStore (a Dispatcher over another store).
+pg_conn* pg_connection(Store& store);
+
 // The store error for a failed libpq call: core's code for the SQLSTATE
 // (error_code_of_sqlstate), the message, and the SQLSTATE itself.
 StoreError error_of(pg_conn* conn, pg_result* res);

@@ -1,7 +1,7 @@
 // The runtime speaks the store-neutral seam (src/store/store.hpp); these are its names here.
 #pragma once
 
-#include "store/store.hpp"
+#include "../store/store.hpp"
 
 namespace relaybus::client {
 

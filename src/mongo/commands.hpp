@@ -16,10 +16,10 @@
 #include <utility>
 #include <vector>
 
-#include "core/attempt_end.hpp"
-#include "core/claim_protocol.hpp"
+#include "../core/attempt_end.hpp"
+#include "../core/claim_protocol.hpp"
 #include "documents.hpp"
-#include "store/store.hpp"
+#include "../store/store.hpp"
 
 namespace relaybus::mongo::commands {
 

@@ -48,7 +48,7 @@
 #include <utility>
 #include <vector>
 
-#include "store/store.hpp"
+#include "../store/store.hpp"
 
 namespace relaybus::mongo {
 

@@ -41,8 +41,8 @@
 #include <string>
 #include <vector>
 
-#include "core/attempt_end.hpp"
-#include "store/store.hpp"
+#include "../core/attempt_end.hpp"
+#include "../store/store.hpp"
 
 namespace relaybus::mongo {
 

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "documents.hpp"
-#include "store/store.hpp"
+#include "../store/store.hpp"
 
 namespace relaybus::mongo::commands {
 

@@ -27,8 +27,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/attempt_end.hpp"
-#include "core/claim_protocol.hpp"
+#include "../core/attempt_end.hpp"
+#include "../core/claim_protocol.hpp"
 #include "store.hpp"
 
 namespace relaybus::store {

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "core/error.hpp"
-#include "core/retry_policy.hpp"
+#include "../core/error.hpp"
+#include "../core/retry_policy.hpp"
 
 namespace relaybus::store {
 
