@@ -97,9 +97,13 @@ const MAX_ERROR_TEXT = 8000;
 export function errorText(err) {
   let text;
   if (err instanceof Error) {
-    const prefix = err.name && err.name !== 'Error' && err.name !== 'BuryError' ? `${err.name}: ` : '';
-    text = prefix + (err.message || '(no message)');
-    if (typeof err.code === 'string' && /^[0-9A-Z]{5}$/.test(err.code)) text += ` (SQLSTATE ${err.code})`;
+    const message = err.message || '(no message)';
+    if (typeof err.code === 'string' && /^[0-9A-Z]{5}$/.test(err.code)) {
+      text = `${message} (SQLSTATE ${err.code})`; // pg's errors are all named "error"
+    } else {
+      const specific = err.name && err.name !== 'Error' && err.name !== 'BuryError';
+      text = specific ? `${err.name}: ${message}` : message;
+    }
   } else if (typeof err === 'string') {
     text = err;
   } else {

@@ -30,6 +30,9 @@ export const RELEASE_MANY =
 
 export const EXTEND_LEASE = 'SELECT relaybus.extend_lease($1, $2::interval, $3) AS n';
 
+// Cancels the statements of the given backends (a role may cancel its own backends').
+export const CANCEL_BACKENDS = 'SELECT pg_catalog.pg_cancel_backend(pid) FROM unnest($1::int[]) AS pid';
+
 export const RELINQUISH = 'SELECT relaybus.relinquish($1, $2) AS n';
 
 // What the worker checks before it claims: is relaybus there, in which version, and may
