@@ -184,8 +184,8 @@ export class Worker extends EventEmitter {
       });
       this.#ownsPool = true;
       // An idle connection that breaks (a server restart) is dropped by the pool; without
-      // a listener its 'error' would end the process.
-      // It stays attached after stop(): end() resolves before the sockets are closed.
+      // a listener its 'error' would end the process. It stays attached after stop(),
+      // because end() resolves before the sockets are closed.
       this.#pool.on('error', (err) => this.#log.warn(`an idle connection of the pool failed: ${err.message}`));
       // pg-pool's end() resolves once no client is in its list, which is before their
       // sockets closed; stop() waits for the 'remove' of each, so that it returns with
