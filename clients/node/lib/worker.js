@@ -5,6 +5,7 @@
 //                          lease; claims only up to the free capacity, so every claimed
 //                          delivery starts at once; waits for a notification, a settled
 //                          delivery or the poll interval when there is nothing to claim
+//   Attempts               runs the handlers and ends each attempt (fail, bury, release)
 //   CompletionBatcher      successful completions, grouped into complete_many
 //   LeaseRenewer           extend_lease while deliveries are in flight
 //   WakeupListener         LISTEN relaybus on its own connection
@@ -18,47 +19,20 @@
 import { EventEmitter } from 'node:events';
 import pg from 'pg';
 
+import { Attempts } from './attempts.js';
 import { CompletionBatcher } from './completion-batcher.js';
-import { BuryError, errorText, explainDatabaseError } from './errors.js';
+import { explainDatabaseError } from './errors.js';
 import { makeHolder } from './holder.js';
 import { LeaseRenewer } from './lease-renewer.js';
 import { checkWorkerSetup } from './preflight.js';
-import {
-  BURY, CANCEL_BACKENDS, CLAIM, COMPLETE, COMPLETE_MANY, EXTEND_LEASE, FAIL, RELEASE_MANY, RELINQUISH,
-} from './sql.js';
+import { stopOnSignals } from './signals.js';
+import { CLAIM, COMPLETE_MANY, EXTEND_LEASE, RELINQUISH } from './sql.js';
 import { checkBoolean, checkFunction, checkKnownOptions, checkName, interval } from './validate.js';
 import { Wakeup, sleep } from './wakeup.js';
 import { WakeupListener } from './wakeup-listener.js';
 import { workerOptions } from './worker-options.js';
 
 const ROLE = 'relaybus_worker';
-
-function toEvent(row) {
-  return {
-    id: row.event_id,
-    handler: row.handler,
-    type: row.type,
-    key: row.key,
-    payload: row.payload,
-    headers: row.headers,
-    attempts: row.attempts,
-    publishedAt: row.published_at,
-    leaseToken: row.lease_token,
-  };
-}
-
-// Resolves true when every promise settled within `ms`, false otherwise.
-async function settledWithin(promises, ms) {
-  let timer;
-  const timeout = new Promise((resolve) => {
-    timer = setTimeout(() => resolve(false), ms);
-  });
-  try {
-    return await Promise.race([Promise.allSettled(promises).then(() => true), timeout]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
 
 export class Worker extends EventEmitter {
   #o;
@@ -76,7 +50,6 @@ export class Worker extends EventEmitter {
 
   #wakeup = new Wakeup();
   #inFlight = 0;
-  #running = new Set(); // entries whose handler (or its settlement) has not finished
   #loopDone = null;
   #closing = false; // shutdown's last phase: retries get one final try
   #lifetime = new AbortController(); // aborted then, ending retry sleeps
@@ -84,7 +57,8 @@ export class Worker extends EventEmitter {
   #batcher = null;
   #renewer = null;
   #listener = null;
-  #signalHandlers = null;
+  #attempts = null;
+  #removeSignalHandlers = null;
   #connections = 0; // of the pool the worker made: opened and not yet closed
   #allClosed = null;
 
@@ -222,6 +196,20 @@ export class Worker extends EventEmitter {
       onSent: (tokens, completed, gaveUp) => this.#completionsSent(tokens, completed, gaveUp),
       onError: (err, n) => this.#report(err, `complete_many of ${n} deliveries`),
     });
+    this.#attempts = new Attempts({
+      pool: this.#pool,
+      batcher: this.#batcher,
+      stats: this.#stats,
+      log: this.#log,
+      settled: (n) => this.#settled(n),
+      report: (err, operation) => this.#report(err, operation),
+      emit: (name, ...args) => this.#emitSafely(name, ...args),
+      isPermanent: o.isPermanent,
+      retryDelay: o.pollInterval,
+      closing: () => this.#closing,
+      lifetime: this.#lifetime.signal,
+      worker: this,
+    });
     this.#renewer = new LeaseRenewer({
       renew: async () => (await this.#pool.query(EXTEND_LEASE, [o.name, this.#leaseText, this.#holder])).rows[0].n,
       lease: o.lease,
@@ -264,7 +252,7 @@ export class Worker extends EventEmitter {
     this.#renewer.start();
     this.#state = 'running';
     this.#loopDone = this.#claimLoop(handlers);
-    if (o.handleSignals) this.#installSignalHandlers();
+    if (o.handleSignals) this.#removeSignalHandlers = stopOnSignals(() => this.stop(), this.#log);
     this.#log.info(`worker ${o.name} started (holder ${this.#holder}) for ${handlers.join(', ')}`);
     return this;
   }
@@ -300,12 +288,12 @@ export class Worker extends EventEmitter {
       }
       if (this.#state !== 'running') {
         // stop() began while the claim ran: give these back unstarted.
-        if (rows.length > 0) await this.#release(rows.map((r) => r.lease_token), { once: true });
+        if (rows.length > 0) await this.#attempts.release(rows.map((r) => r.lease_token), { once: true });
         break;
       }
       this.#stats.claimed += rows.length;
       this.#inFlight += rows.length;
-      for (const row of rows) this.#begin(row);
+      for (const row of rows) this.#attempts.begin(row, this.#handlers.get(row.handler));
       // A full batch suggests more is due: claim again. Otherwise wait for a notification,
       // a settled delivery (it may unblock the next one of its key) or the poll interval.
       if (rows.length < wanted) await this.#wakeup.wait(o.pollInterval);
@@ -315,137 +303,6 @@ export class Worker extends EventEmitter {
   #settled(n) {
     this.#inFlight -= n;
     this.#wakeup.notify();
-  }
-
-  #begin(row) {
-    const entry = {
-      row,
-      event: toEvent(row),
-      phase: 'running', // then 'settling' once the handler returned or threw
-      abandoned: false,
-      controller: new AbortController(),
-      client: null,
-      done: null,
-    };
-    this.#running.add(entry);
-    const handler = this.#handlers.get(row.handler);
-    entry.done = (handler.transactional ? this.#runInTransaction(entry, handler.fn) : this.#run(entry, handler.fn))
-      .catch((err) => this.#report(err, `delivery ${row.event_id} of ${row.handler}`))
-      .finally(() => {
-        this.#running.delete(entry);
-        if (this.#running.size === 0) this.#batcher.flushNow();
-      });
-  }
-
-  #context(entry, client) {
-    const context = { signal: entry.controller.signal, worker: this };
-    if (client) context.client = client;
-    return context;
-  }
-
-  async #run(entry, fn) {
-    try {
-      await fn(entry.event, this.#context(entry));
-    } catch (err) {
-      if (!entry.abandoned) await this.#failed(entry, err);
-      return;
-    }
-    if (entry.abandoned) return; // stop() released it; what it returned no longer counts
-    entry.phase = 'settling';
-    this.#stats.succeeded += 1;
-    this.#batcher.add(entry.row.lease_token);
-  }
-
-  async #runInTransaction(entry, fn) {
-    const token = entry.row.lease_token;
-    let client;
-    try {
-      client = await this.#pool.connect();
-    } catch (err) {
-      this.#report(err, 'connect for a transactional handler');
-      if (!entry.abandoned) {
-        entry.phase = 'settling';
-        await this.#release([token]);
-        this.#settled(1);
-      }
-      return;
-    }
-    if (entry.abandoned) {
-      client.release();
-      return;
-    }
-    entry.client = client;
-    let broken = false;
-    try {
-      await client.query('BEGIN');
-      await fn(entry.event, this.#context(entry, client));
-      if (entry.abandoned) return;
-      entry.phase = 'settling';
-      const { rows: [r] } = await client.query(COMPLETE, [token]);
-      if (r.ok) {
-        await client.query('COMMIT');
-        this.#stats.succeeded += 1;
-        this.#stats.completed += 1;
-      } else {
-        // The lane was taken over: another attempt runs (or ran) the delivery, so this
-        // one's writes must not stay.
-        await client.query('ROLLBACK');
-        this.#stats.lost += 1;
-        this.#log.warn(`delivery ${entry.event.id} of ${entry.event.handler}: lease lost; its transaction was rolled back`);
-      }
-      this.#settled(1);
-    } catch (err) {
-      if (entry.abandoned) return; // stop() destroyed the connection and released the token
-      entry.phase = 'settling';
-      try {
-        await client.query('ROLLBACK');
-      } catch {
-        broken = true;
-      }
-      // The handler threw, or complete/COMMIT failed (a deferred constraint, a
-      // serialization failure): either way the attempt failed and nothing of it stays.
-      await this.#failed(entry, err);
-    } finally {
-      if (!entry.abandoned) client.release(broken);
-    }
-  }
-
-  #permanent(err) {
-    if (err instanceof BuryError) return true;
-    if (!this.#o.isPermanent) return false;
-    try {
-      return this.#o.isPermanent(err) === true;
-    } catch (classifyErr) {
-      this.#report(classifyErr, 'isPermanent');
-      return false;
-    }
-  }
-
-  async #failed(entry, err) {
-    entry.phase = 'settling';
-    const { event } = entry;
-    const token = event.leaseToken;
-    const text = errorText(err);
-    const bury = this.#permanent(err);
-    let outcome;
-    try {
-      outcome = await this.#retrying(bury ? 'bury' : 'fail', async () => {
-        if (bury) return (await this.#pool.query(BURY, [token, text])).rows[0].ok ? 'dead' : 'lost';
-        return (await this.#pool.query(FAIL, [token, text])).rows[0].outcome;
-      });
-    } finally {
-      this.#settled(1);
-    }
-    if (outcome === undefined) return; // gave up at shutdown; reported already
-    this.#stats.failed += 1;
-    if (outcome === 'dead') this.#stats.dead += 1;
-    if (outcome === 'lost') this.#stats.lost += 1;
-    this.#log.debug(`delivery ${event.id} of ${event.handler} failed (${outcome}): ${text}`);
-    this.#emitSafely('failed', event, err, outcome);
-    if (outcome === 'dead') {
-      this.#log.info(`delivery ${event.id} of ${event.handler} is a dead letter: ${text}`);
-      this.#emitSafely('dead', event, err);
-    }
   }
 
   #completionsSent(tokens, completed, gaveUp) {
@@ -461,38 +318,6 @@ export class Worker extends EventEmitter {
       this.#log.error(`${tokens.length} completions could not be sent; those deliveries run again after their lease expires`);
     }
     this.#settled(tokens.length);
-  }
-
-  // Runs a statement that ends attempts until it succeeds: its deliveries stay in flight
-  // (and their lanes renewed) meanwhile. In shutdown's last phase, one final try.
-  async #retrying(what, fn) {
-    for (;;) {
-      const last = this.#closing;
-      try {
-        return await fn();
-      } catch (err) {
-        this.#report(err, what);
-        if (last) return undefined;
-        await sleep(this.#o.pollInterval, this.#lifetime.signal);
-      }
-    }
-  }
-
-  // Gives deliveries back uncharged. `once`: a single try (a shutdown cannot wait for the
-  // database to come back; the leases then expire and the deliveries are taken over).
-  async #release(tokens, { once = false } = {}) {
-    const send = async () => (await this.#pool.query(RELEASE_MANY, [tokens])).rows[0].n;
-    let n;
-    if (once) {
-      try {
-        n = await send();
-      } catch (err) {
-        this.#report(err, `release of ${tokens.length} deliveries`);
-      }
-    } else {
-      n = await this.#retrying(`release of ${tokens.length} deliveries`, send);
-    }
-    if (n !== undefined) this.#stats.released += n;
   }
 
   // Graceful shutdown: stop claiming; let running handlers finish within `timeout` ms
@@ -517,24 +342,16 @@ export class Worker extends EventEmitter {
     this.#wakeup.notify();
     await this.#loopDone;
 
-    const running = [...this.#running];
-    if (!(await settledWithin(running.map((e) => e.done), timeout))) {
-      const abandoned = [...this.#running].filter((e) => e.phase === 'running');
-      for (const entry of abandoned) {
-        entry.abandoned = true;
-        entry.controller.abort(new Error('the worker is stopping'));
-        this.#running.delete(entry);
-      }
-      await this.#rollBackAbandoned(abandoned.filter((e) => e.client));
-      if (abandoned.length > 0) {
-        this.#log.warn(`${abandoned.length} handlers still running after ${timeout} ms; releasing their deliveries`);
-        await this.#release(abandoned.map((e) => e.event.leaseToken), { once: true });
-        this.#settled(abandoned.length);
+    if (!(await this.#attempts.settleWithin(timeout))) {
+      const abandoned = await this.#attempts.abandon();
+      if (abandoned > 0) {
+        this.#log.warn(`${abandoned} ${abandoned === 1 ? 'handler was' : 'handlers were'} still running after ` +
+          `${timeout} ms; ${abandoned === 1 ? 'its delivery was' : 'their deliveries were'} released`);
       }
     }
     this.#closing = true;
     this.#lifetime.abort();
-    await Promise.allSettled([...this.#running].map((e) => e.done));
+    await this.#attempts.settle();
     await this.#batcher.close();
     this.#renewer.stop();
     try {
@@ -544,25 +361,11 @@ export class Worker extends EventEmitter {
       this.#report(err, 'relinquish');
     }
     if (this.#listener) await this.#listener.stop();
-    this.#removeSignalHandlers();
+    this.#removeSignalHandlers?.();
     await this.#endPool();
     this.#state = 'stopped';
     this.#log.info(`worker ${this.#o.name} stopped`);
     this.#emitSafely('stopped');
-  }
-
-  // An abandoned transactional handler's transaction must not linger: its connection is
-  // closed (the server rolls the transaction back), but a backend busy in a statement only
-  // notices that when the statement ends, so the statement is cancelled first.
-  async #rollBackAbandoned(entries) {
-    if (entries.length === 0) return;
-    const pids = entries.map((e) => e.client.processID).filter((pid) => Number.isInteger(pid));
-    try {
-      if (pids.length > 0) await this.#pool.query(CANCEL_BACKENDS, [pids]);
-    } catch (err) {
-      this.#report(err, 'cancelling abandoned handlers\' statements');
-    }
-    for (const entry of entries) entry.client.release(true);
   }
 
   async #endPool() {
@@ -580,28 +383,6 @@ export class Worker extends EventEmitter {
       await Promise.race([closed, new Promise((resolve) => { timer = setTimeout(resolve, 2000); })]);
       clearTimeout(timer);
     }
-  }
-
-  // SIGINT/SIGTERM: a graceful stop(). A second signal during the stop gives up on it and
-  // lets the signal do what it would have done without us (end the process).
-  #installSignalHandlers() {
-    const onSignal = (signal) => {
-      if (this.#stopping) {
-        this.#removeSignalHandlers();
-        process.kill(process.pid, signal);
-        return;
-      }
-      this.#log.info(`received ${signal}; stopping (send it again to exit at once)`);
-      this.stop();
-    };
-    this.#signalHandlers = { SIGINT: onSignal, SIGTERM: onSignal };
-    for (const [signal, fn] of Object.entries(this.#signalHandlers)) process.on(signal, fn);
-  }
-
-  #removeSignalHandlers() {
-    if (!this.#signalHandlers) return;
-    for (const [signal, fn] of Object.entries(this.#signalHandlers)) process.off(signal, fn);
-    this.#signalHandlers = null;
   }
 
   // Infrastructure errors go to 'error' listeners when there are any: an EventEmitter

@@ -65,6 +65,7 @@ test("the README's example publishes, handles, and stops cleanly on SIGINT", asy
     const [exitCode, signal] = await exited;
     assert.equal(signal, null, `killed by ${signal}: ${output().stderr}`);
     assert.equal(exitCode, 0, output().stderr);
+    assert.equal(output().stderr, '', 'the default logger printed something on a normal run');
   } finally {
     unlinkSync(file);
   }
@@ -77,12 +78,19 @@ test("the README's example publishes, handles, and stops cleanly on SIGINT", asy
 
 test('SIGTERM stops gracefully: the stuck delivery is released after the timeout', async () => {
   const id = await publish(db.admin, 'stuck.event', {});
-  const { child, exited, output } = await startChild('test/fixtures/stuck-worker.mjs', 'running', { SHUTDOWN_TIMEOUT: '200' });
+  const { child, exited, output } = await startChild('test/fixtures/stuck-worker.mjs', 'running', {
+    SHUTDOWN_TIMEOUT: '200',
+    NODE_DEBUG: 'relaybus', // the default logger's debug and info lines then go to stderr
+  });
   child.kill('SIGTERM');
   const [exitCode, signal] = await exited;
   assert.equal(signal, null);
   assert.equal(exitCode, 0, output().stderr);
   assert.match(output().stdout, /stopped/);
+  const { stderr } = output();
+  assert.match(stderr, /RELAYBUS \d+: worker stuck-service started/);
+  assert.match(stderr, /RELAYBUS \d+: received SIGTERM; stopping/);
+  assert.match(stderr, /relaybus: 1 handler was still running after 200 ms; its delivery was released/);
   const { rows } = await db.admin.query('SELECT status, attempts FROM relaybus.deliveries WHERE event_id = $1', [id]);
   assert.deepEqual(rows, [{ status: 'pending', attempts: 0 }]);
   assert.equal(await lanesHeldBy('stuck-service'), 0);

@@ -67,7 +67,7 @@ test('stop() finishes quick handlers, releases stuck ones, relinquishes the lane
   assert.equal(worker.stats.released, 2);
   assert.equal(await lanesHeldBy('stopping-worker'), 0, 'lanes still held after stop()');
   assert.equal(await connectionsOf('stopping-worker'), 0, 'connections left open after stop()');
-  assert.ok(lines.some((l) => l.level === 'warn' && /2 handlers still running after 300 ms/.test(l.text)));
+  assert.ok(lines.some((l) => l.level === 'warn' && /2 handlers were still running after 300 ms; their deliveries were released/.test(l.text)));
 
   // Another worker takes the released deliveries at once.
   const { rows: claimed } = await db.admin.query(
