@@ -59,6 +59,7 @@ export class Worker extends EventEmitter {
   #listener = null;
   #attempts = null;
   #removeSignalHandlers = null;
+  #failing = new Map(); // operation -> the error last logged for it, while it keeps failing
   #connections = 0; // of the pool the worker made: opened and not yet closed
   #allClosed = null;
 
@@ -215,6 +216,7 @@ export class Worker extends EventEmitter {
       lease: o.lease,
       holding: () => this.#inFlight > 0,
       onRenewed: (lanes) => {
+        this.#recovered('extend_lease');
         this.#stats.renewals += 1;
         if (lanes === 0 && this.#inFlight > 0) {
           this.#log.warn(`extend_lease renewed no lane while ${this.#inFlight} deliveries are in flight: ` +
@@ -281,6 +283,7 @@ export class Worker extends EventEmitter {
       try {
         this.#stats.claims += 1;
         ({ rows } = await this.#pool.query(CLAIM, [o.name, wanted, this.#leaseText, handlers, this.#holder]));
+        this.#recovered('claim');
       } catch (err) {
         this.#report(err, 'claim');
         await sleep(o.pollInterval, this.#lifetime.signal); // not the wake-up: a failing claim must not spin
@@ -387,13 +390,26 @@ export class Worker extends EventEmitter {
 
   // Infrastructure errors go to 'error' listeners when there are any: an EventEmitter
   // 'error' without a listener would throw and end the process over a transient outage.
+  // Logged instead, a statement that keeps failing the same way (a claim every poll
+  // interval while the database is down) is logged as an error once, then at debug level
+  // until it succeeds again.
   #report(err, operation) {
     const explained = explainDatabaseError(err, { role: ROLE, user: this.#user, database: this.#database });
     if (this.listenerCount('error') > 0) {
       this.#emitSafely('error', explained, { operation });
-    } else {
-      this.#log.error(`${operation} failed: ${explained?.message ?? explained}`);
+      return;
     }
+    const text = `${operation} failed: ${explained?.message ?? explained}`;
+    if (this.#failing.get(operation) === text) {
+      this.#log.debug(`${text} (again)`);
+    } else {
+      this.#failing.set(operation, text);
+      this.#log.error(text);
+    }
+  }
+
+  #recovered(operation) {
+    if (this.#failing.delete(operation)) this.#log.info(`${operation} works again`);
   }
 
   #emitSafely(name, ...args) {

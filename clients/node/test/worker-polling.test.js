@@ -81,3 +81,29 @@ test('a failing claim is reported and retried once per poll interval until it wo
     await worker.stop();
   }
 });
+
+test("without an 'error' listener, a claim failing the same way is logged as an error once", async () => {
+  await subscribe(db.admin, 'logged', ['logged.event']);
+  const { logger, lines } = recordingLogger();
+  const handled = [];
+  const worker = new Worker({ connectionString: db.url, name: 'logged-worker', pollInterval: 50, logger });
+  worker.handle('logged', async (event) => {
+    handled.push(event.id);
+  });
+  await worker.start();
+  try {
+    await db.admin.query("SELECT relaybus.unsubscribe('logged')");
+    await waitFor(() => lines.filter((l) => /claim failed/.test(l.text)).length >= 5, { what: 'several failed claims' });
+    const failed = lines.filter((l) => /claim failed/.test(l.text));
+    assert.equal(failed[0].level, 'error');
+    assert.match(failed[0].text, /claim failed: handler "logged" is not subscribed/);
+    assert.deepEqual([...new Set(failed.slice(1).map((l) => l.level))], ['debug']);
+
+    await subscribe(db.admin, 'logged', ['logged.event']);
+    const id = await publish(db.admin, 'logged.event', {});
+    await waitFor(() => handled.includes(id), { what: 'the worker to recover' });
+    assert.ok(lines.some((l) => l.level === 'info' && l.text === 'claim works again'));
+  } finally {
+    await worker.stop();
+  }
+});
