@@ -1,7 +1,7 @@
 // Type declarations for the relaybus package (hand-written; the code is plain ES modules).
 // pg's own types are not required: the client and pool parameters are described by the
 // few members this package uses, so a pg Client, PoolClient or Pool fits them whether or
-// not @types/pg is installed.
+// not @types/pg is installed (test/types/usage.ts checks them against @types/pg).
 
 import { EventEmitter } from 'node:events';
 
@@ -14,7 +14,7 @@ export interface Queryable {
 export interface PoolLike extends Queryable {
   connect(): Promise<Queryable & { release(destroy?: boolean | Error): void; processID?: number | null }>;
   end(): Promise<void>;
-  options?: Record<string, unknown>;
+  options?: object;
 }
 
 /** A JSON object: relaybus payloads and headers must be objects. */

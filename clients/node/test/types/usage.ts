@@ -1,5 +1,6 @@
 // Compiled (never run) by types.test.js: index.d.ts must accept the README's usage and
 // reject the mistakes marked @ts-expect-error (tsc fails if such a line compiles cleanly).
+import pg from 'pg';
 import { BuryError, RelaybusError, Worker, publish, publishBatch, subscribe, type RelaybusEvent } from 'relaybus';
 
 declare const client: { query(text: string, values?: unknown[]): Promise<{ rows: any[]; rowCount: number | null }> };
@@ -29,6 +30,16 @@ async function usage(): Promise<void> {
   } catch (err) {
     if (err instanceof RelaybusError && err.code === 'RELAYBUS_PERMISSION') console.log(err.message);
   }
+
+  // pg's own types (@types/pg) fit the parameters.
+  const pool = new pg.Pool({ max: 4 });
+  const poolClient = await pool.connect();
+  await publish(poolClient, 'x', {});
+  await publish(new pg.Client(), 'x', {});
+  const onPool = new Worker({ pool, name: 'w' });
+  onPool.handle<{ a: number }, pg.PoolClient>('typed', async (event, { client: tx }) => {
+    await tx.query('SELECT $1::int', [event.payload.a]);
+  }, { transactional: true });
 
   // @ts-expect-error a payload must be an object
   await publish(client, 'x', 'text');
