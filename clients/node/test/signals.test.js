@@ -3,7 +3,9 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { readFileSync, unlinkSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, test } from 'node:test';
 
@@ -57,7 +59,13 @@ test("the README's example publishes, handles, and stops cleanly on SIGINT", asy
   const readme = readFileSync(`${root}README.md`, 'utf8');
   const code = /```js\n([\s\S]*?)```/.exec(readme)[1];
   assert.ok(code.split('\n').length <= 30, 'the example is meant to stay under 30 lines');
-  const file = `${root}test/.readme-example-${process.pid}.mjs`;
+  // In a directory of its own (the package's may not be writable), where `relaybus` and
+  // `pg` resolve to this package and its pg, as they would in an application.
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'relaybus-readme-'));
+  mkdirSync(path.join(dir, 'node_modules'));
+  symlinkSync(root, path.join(dir, 'node_modules', 'relaybus'));
+  symlinkSync(path.join(root, 'node_modules', 'pg'), path.join(dir, 'node_modules', 'pg'));
+  const file = path.join(dir, 'example.mjs');
   writeFileSync(file, code);
   try {
     const { child, exited, output } = await startChild(file, 'mail to ann@example.com for order 1');
@@ -67,7 +75,7 @@ test("the README's example publishes, handles, and stops cleanly on SIGINT", asy
     assert.equal(exitCode, 0, output().stderr);
     assert.equal(output().stderr, '', 'the default logger printed something on a normal run');
   } finally {
-    unlinkSync(file);
+    rmSync(dir, { recursive: true, force: true });
   }
   const { rows } = await db.admin.query('SELECT * FROM orders');
   assert.deepEqual(rows, [{ id: 1, email: 'ann@example.com' }]);
