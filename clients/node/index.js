@@ -1,0 +1,5 @@
+// relaybus for Node.js: publish events inside your transaction, and run handlers for them
+// with a Worker. See README.md.
+export { publish, publishBatch, subscribe } from './lib/publish.js';
+export { Worker } from './lib/worker.js';
+export { BuryError, RelaybusError } from './lib/errors.js';

@@ -1,0 +1,117 @@
+// The errors this package raises, and the translation of the database errors that mean
+// "relaybus is not set up for this role in this database" into messages that say what to
+// run. Everything else the server raises is passed through unchanged, so callers keep
+// checking err.code (SQLSTATE) as they do with any pg error.
+
+// A setup or usage problem found by this package. `code` is one of the RELAYBUS_* names
+// below; `sqlState` is the server's SQLSTATE when a database error was translated.
+export class RelaybusError extends Error {
+  constructor(message, { code, cause, sqlState } = {}) {
+    super(message, cause === undefined ? undefined : { cause });
+    this.name = 'RelaybusError';
+    this.code = code;
+    if (sqlState !== undefined) this.sqlState = sqlState;
+  }
+}
+
+// Thrown by a handler to dead-letter the delivery now (relaybus.bury) instead of retrying:
+// for errors that no retry can fix, such as a malformed payload.
+export class BuryError extends Error {
+  constructor(message, options) {
+    super(message, options);
+    this.name = 'BuryError';
+  }
+}
+
+export const NOT_INSTALLED = 'RELAYBUS_NOT_INSTALLED';
+export const OUTDATED = 'RELAYBUS_OUTDATED';
+export const PERMISSION = 'RELAYBUS_PERMISSION';
+export const NOT_SUBSCRIBED = 'RELAYBUS_NOT_SUBSCRIBED';
+
+export function notInstalled(database, cause) {
+  return new RelaybusError(
+    `relaybus is not installed in database "${database}": a superuser must run ` +
+      `CREATE EXTENSION relaybus in that database (version 0.2.0 or later)`,
+    { code: NOT_INSTALLED, cause, sqlState: cause?.code },
+  );
+}
+
+export function outdated(database, version, cause) {
+  return new RelaybusError(
+    `relaybus ${version ?? '(unknown version)'} is installed in database "${database}", ` +
+      `but this client needs 0.2.0 or later: a superuser must run ALTER EXTENSION relaybus UPDATE`,
+    { code: OUTDATED, cause, sqlState: cause?.code },
+  );
+}
+
+export function missingRole(user, role, cause) {
+  const who = user ? `"${user}"` : 'the connected role';
+  const grantee = user ? `"${user}"` : '<your role>';
+  return new RelaybusError(
+    `role ${who} lacks the privileges of ${role}: an admin must run GRANT ${role} TO ${grantee}`,
+    { code: PERMISSION, cause, sqlState: cause?.code },
+  );
+}
+
+export function notSubscribed(handler, database, cause) {
+  return new RelaybusError(
+    `handler "${handler}" is not subscribed in database "${database}": an admin must run ` +
+      `SELECT relaybus.subscribe('${handler.replaceAll("'", "''")}', ARRAY['<event type>']) first`,
+    { code: NOT_SUBSCRIBED, cause, sqlState: cause?.code },
+  );
+}
+
+// Turns a database error into a RelaybusError when it is one of the setup problems, and
+// returns it unchanged otherwise. `role` is the relaybus role the call needs; `user` and
+// `database` name the connection, for the message.
+export function explainDatabaseError(err, { role, user, database }) {
+  const message = typeof err?.message === 'string' ? err.message : '';
+  switch (err?.code) {
+    case '3F000': // invalid_schema_name: schema "relaybus" does not exist
+      if (message.includes('"relaybus"')) return notInstalled(database ?? '?', err);
+      break;
+    case '42883': // undefined_function: an older relaybus, without this function or argument
+      if (message.includes('relaybus.')) return outdated(database ?? '?', null, err);
+      break;
+    case '42501': // insufficient_privilege
+      if (/permission denied for (schema relaybus|function)/.test(message)) {
+        return missingRole(user, role, err);
+      }
+      break;
+    case '42704': {
+      const m = /handler "(.*)" is not subscribed/.exec(message);
+      if (m) return notSubscribed(m[1], database ?? '?', err);
+      break;
+    }
+    default:
+      break;
+  }
+  return err;
+}
+
+// The text stored as last_error for a handler's error: the message, with the error's name
+// when it is more specific than Error, and the SQLSTATE of a database error (the format
+// relaybus's in-database handlers use). Bounded, so a huge message cannot bloat the row.
+const MAX_ERROR_TEXT = 8000;
+
+export function errorText(err) {
+  let text;
+  if (err instanceof Error) {
+    const message = err.message || '(no message)';
+    if (typeof err.code === 'string' && /^[0-9A-Z]{5}$/.test(err.code)) {
+      text = `${message} (SQLSTATE ${err.code})`; // pg's errors are all named "error"
+    } else {
+      const specific = err.name && err.name !== 'Error' && err.name !== 'BuryError';
+      text = specific ? `${err.name}: ${message}` : message;
+    }
+  } else if (typeof err === 'string') {
+    text = err;
+  } else {
+    try {
+      text = `non-Error thrown: ${JSON.stringify(err) ?? String(err)}`;
+    } catch {
+      text = `non-Error thrown: ${String(err)}`;
+    }
+  }
+  return text.length > MAX_ERROR_TEXT ? `${text.slice(0, MAX_ERROR_TEXT)}...` : text;
+}
