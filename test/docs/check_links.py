@@ -1,4 +1,4 @@
-"""Fails when a relative link in docs/*.md or README.md points at a file or a heading that
+"""Fails when a relative link in docs/*.md, README.md or a client's or example's README points at a file or a heading that
 does not exist. Anchors are GitHub's: the heading lowercased, punctuation dropped, spaces
 turned into hyphens, duplicates numbered.
 
@@ -9,7 +9,8 @@ import re
 import sys
 
 root = pathlib.Path(__file__).resolve().parents[2]
-pages = sorted(root.glob("docs/*.md")) + [root / "README.md"]
+pages = (sorted(root.glob("docs/*.md")) + [root / "README.md"] +
+         sorted(root.glob("clients/*/README.md")) + sorted(root.glob("examples/*/README.md")))
 link = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 fence = re.compile(r"^\s*```")
 
