@@ -71,7 +71,7 @@ ALTER TABLE relaybus.deliveries
 -- Lane leases: 256 per handler. No secondary index, so an update can always be heap-only
 -- (HOT) when the new version fits on its page. A lane row is ~100 bytes when created but
 -- carries its in-flight event ids (at most 32: ~1.3 kB of uuids), and every claim that
--- picks from a lane writes a new version. create_lanes spreads lanes at most three to
+-- picks from a lane writes a new version. relaybus_internal.create_lanes spreads lanes at most three to
 -- a page: at fillfactor 10 alone (eight lanes to a page), four dispatcher processes draining
 -- a deep queue left 5-7% of lane updates non-HOT, the versions of busy neighbours filling
 -- pages faster than pruning (which needs the page unpinned) emptied them; one or three lanes
@@ -104,6 +104,104 @@ SELECT pg_catalog.pg_extension_config_dump('relaybus.lanes', '');
 SELECT pg_catalog.pg_extension_config_dump('relaybus.completions', '');
 
 --------------------------------------------------------------------------------
+-- Internal helpers: functions no user is meant to call, in a schema of their own.
+--------------------------------------------------------------------------------
+
+-- Internal helpers of relaybus, called only by its own functions; not part of the SQL API
+-- and usable by no role.
+--
+-- Why a schema and not a name prefix (0.1.0's "_check_name"): a prefixed helper sits in
+-- schema relaybus, where the three roles have USAGE, so it shows in \df relaybus.* and one
+-- GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA relaybus would hand it out. Here nobody but the
+-- owner has USAGE, so nobody else can even name a helper, whatever EXECUTE it has; schema
+-- relaybus holds exactly the API. The callers are relaybus's SECURITY DEFINER functions
+-- (and subscribe, which takes the owner's rights in C) and the upgrade script: they run as
+-- the owner, with search_path pinned to pg_catalog, pg_temp, and call each helper
+-- schema-qualified, so no caller can put another function in its place.
+CREATE SCHEMA relaybus_internal;
+
+-- create_lanes: creates the 256 lanes of handler that do not exist yet, each on a heap
+-- page with at most two other lanes (see relaybus.lanes). Internal: run by subscribe and by
+-- the upgrade from 0.1.0. Returns nothing.
+--
+-- Writes lanes. Not SECURITY DEFINER: its callers already run with the owner's rights.
+CREATE FUNCTION relaybus_internal.create_lanes(handler text) RETURNS void
+  LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $fn$
+  -- An insert longer than the 10% of a page that fillfactor leaves for inserts goes only to
+  -- a page that is nearly empty (PostgreSQL then asks for the tuple's length, at least 8016
+  -- bytes, free): each lane is inserted that long (a placeholder in in_flight), then
+  -- emptied in place, and pruning reclaims the placeholder once this transaction is over.
+  -- So the lanes of one call get a page each; a later call can add one lane to a page
+  -- that holds one or two idle lanes, never to one that holds three.
+  -- The placeholder starts with a NULL, which no real in-flight list holds.
+  INSERT INTO relaybus.lanes (handler, lane, in_flight)
+  SELECT create_lanes.handler, n, ARRAY[NULL, repeat('-', 900)] FROM generate_series(0, 255) n
+  ON CONFLICT DO NOTHING;
+  UPDATE relaybus.lanes l SET in_flight = '{}'
+   WHERE l.handler = create_lanes.handler AND l.in_flight[1] IS NULL
+     AND cardinality(l.in_flight) = 2;
+$fn$;
+
+-- list_deliveries_impl: the body of relaybus.list_deliveries, called with the same
+-- arguments. Internal: only list_deliveries calls it.
+--
+-- PL/pgSQL rejects an argument named like an output column, so list_deliveries, whose
+-- arguments are named status and handler like two of its columns, is a SQL function that
+-- calls this one. Reads deliveries, events, lanes, completions.
+CREATE FUNCTION relaybus_internal.list_deliveries_impl(want_status text, want_handler text,
+                                                       row_limit integer)
+  RETURNS TABLE(event_id text, handler text, type text, key text, status text,
+                attempts integer, available_at timestamptz, last_error text,
+                lease_owner text, created_at timestamptz, updated_at timestamptz)
+  LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+  IF want_status IS NOT NULL
+     AND want_status NOT IN ('pending', 'processing', 'dead', 'completed') THEN
+    RAISE EXCEPTION 'unknown status "%"', want_status
+      USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'Use pending, processing, dead, completed or NULL.';
+  END IF;
+  IF row_limit IS NULL OR row_limit < 0 THEN
+    RAISE EXCEPTION 'max_rows must be zero or more' USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF want_status = 'completed' THEN
+    RETURN QUERY
+      SELECT c.event_id, c.handler, e.type, e.key, 'completed'::text, c.attempts,
+             NULL::timestamptz, NULL::text, NULL::text, c.completed_at, c.completed_at
+        FROM relaybus.completions c LEFT JOIN relaybus.events e ON e.id = c.event_id
+       WHERE want_handler IS NULL OR c.handler = want_handler
+       ORDER BY 10 DESC, 1 LIMIT row_limit;
+    RETURN;
+  END IF;
+  RETURN QUERY
+    WITH in_flight AS (
+      SELECT l.handler, f.event_id, l.lease_owner
+        FROM relaybus.lanes l CROSS JOIN LATERAL unnest(l.in_flight) AS f(event_id)
+       WHERE l.lease_owner IS NOT NULL
+    ), listed AS (
+      SELECT d.event_id, d.handler, e.type, d.key,
+             CASE WHEN d.status = 'pending' AND i.event_id IS NOT NULL THEN 'processing'
+                  ELSE d.status END AS status,
+             d.attempts, d.available_at, d.last_error, i.lease_owner, d.created_at, d.updated_at
+        FROM relaybus.deliveries d
+        LEFT JOIN relaybus.events e ON e.id = d.event_id
+        LEFT JOIN in_flight i ON i.handler = d.handler AND i.event_id = d.event_id
+       WHERE want_handler IS NULL OR d.handler = want_handler
+    )
+    SELECT x.* FROM listed x
+     WHERE want_status IS NULL OR x.status = want_status
+     ORDER BY x.created_at DESC, x.event_id, x.handler LIMIT row_limit;
+END
+$fn$;
+
+-- Nothing for PUBLIC: a new schema grants it nothing, but a new function grants it EXECUTE.
+-- No role gets anything either: only the owner calls these.
+REVOKE ALL ON SCHEMA relaybus_internal FROM PUBLIC;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA relaybus_internal FROM PUBLIC;
+
+--------------------------------------------------------------------------------
 -- Functions implemented in C++ (src/pg). Each is a thin entry point guarded against
 -- C++ exceptions and PostgreSQL errors crossing each other.
 --
@@ -124,34 +222,14 @@ SELECT pg_catalog.pg_extension_config_dump('relaybus.completions', '');
 CREATE FUNCTION relaybus.lane_of(key_or_event_id text) RETURNS smallint
   AS 'MODULE_PATHNAME', 'relaybus_lane_of' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
--- create_lanes: the 256 lanes of handler that do not exist yet, each on a heap page with
--- at most two other lanes (see the lanes table). Internal: run by subscribe and by the
--- upgrade from 0.1.0; no role is granted it. Writes lanes.
-CREATE FUNCTION relaybus.create_lanes(handler text) RETURNS void
-  LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp
-AS $fn$
-  -- An insert longer than the 10% of a page that fillfactor leaves for inserts goes only to
-  -- a page that is nearly empty (PostgreSQL then asks for the tuple's length, at least 8016
-  -- bytes, free): each lane is inserted that long (a placeholder in in_flight), then
-  -- emptied in place, and pruning reclaims the placeholder once this transaction is over.
-  -- So the lanes of one call get a page each; a later call can add one lane to a page
-  -- that holds one or two idle lanes, never to one that holds three.
-  -- The placeholder starts with a NULL, which no real in-flight list holds.
-  INSERT INTO relaybus.lanes (handler, lane, in_flight)
-  SELECT create_lanes.handler, n, ARRAY[NULL, repeat('-', 900)] FROM generate_series(0, 255) n
-  ON CONFLICT DO NOTHING;
-  UPDATE relaybus.lanes l SET in_flight = '{}'
-   WHERE l.handler = create_lanes.handler AND l.in_flight[1] IS NULL
-     AND cardinality(l.in_flight) = 2;
-$fn$;
-
 -- subscribe: registers or updates handler for event_types ('*' = every type) with its
 -- retry policy; sql_function(jsonb) makes it an in-database handler, run by the background
 -- workers as the function's owner in a security-restricted operation, each call bounded by
 -- sql_timeout (1 ms..1 hour; NULL: relaybus.sql_handler_timeout). backoff_base and
 -- backoff_max: 0..365 days, a month counting 30 days; stored as the microseconds checked.
 -- 42501 unless the calling role has the privileges of sql_function's owner.
--- Creates the handler's 256 lanes. Returns nothing. Writes subscriptions, lanes.
+-- Creates the handler's 256 lanes. Returns nothing. Writes subscriptions, lanes
+-- (relaybus_internal.create_lanes).
 -- Not SECURITY DEFINER: the C body takes its owner's rights itself (src/pg/definer_rights.hpp),
 -- because it must check sql_function's owner against the role that called it, which
 -- PostgreSQL no longer knows inside a SECURITY DEFINER function.
@@ -388,58 +466,12 @@ AS $fn$
    ORDER BY n.handler
 $fn$;
 
--- list_deliveries: admin listing, newest first. status: NULL (pending, processing and dead),
--- 'pending', 'processing', 'dead' or 'completed' (the completion history).
--- A scan: filter by status or handler on a large table. Reads deliveries, events, lanes,
--- completions. (PL/pgSQL rejects an argument named like an output column, so the body is
--- list_deliveries_impl, called with the same arguments.)
-CREATE FUNCTION relaybus.list_deliveries_impl(want_status text, want_handler text,
-                                              row_limit integer)
-  RETURNS TABLE(event_id text, handler text, type text, key text, status text,
-                attempts integer, available_at timestamptz, last_error text,
-                lease_owner text, created_at timestamptz, updated_at timestamptz)
-  LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp
-AS $fn$
-BEGIN
-  IF want_status IS NOT NULL
-     AND want_status NOT IN ('pending', 'processing', 'dead', 'completed') THEN
-    RAISE EXCEPTION 'unknown status "%"', want_status
-      USING ERRCODE = 'invalid_parameter_value',
-            HINT = 'Use pending, processing, dead, completed or NULL.';
-  END IF;
-  IF row_limit IS NULL OR row_limit < 0 THEN
-    RAISE EXCEPTION 'max_rows must be zero or more' USING ERRCODE = 'invalid_parameter_value';
-  END IF;
-  IF want_status = 'completed' THEN
-    RETURN QUERY
-      SELECT c.event_id, c.handler, e.type, e.key, 'completed'::text, c.attempts,
-             NULL::timestamptz, NULL::text, NULL::text, c.completed_at, c.completed_at
-        FROM relaybus.completions c LEFT JOIN relaybus.events e ON e.id = c.event_id
-       WHERE want_handler IS NULL OR c.handler = want_handler
-       ORDER BY 10 DESC, 1 LIMIT row_limit;
-    RETURN;
-  END IF;
-  RETURN QUERY
-    WITH in_flight AS (
-      SELECT l.handler, f.event_id, l.lease_owner
-        FROM relaybus.lanes l CROSS JOIN LATERAL unnest(l.in_flight) AS f(event_id)
-       WHERE l.lease_owner IS NOT NULL
-    ), listed AS (
-      SELECT d.event_id, d.handler, e.type, d.key,
-             CASE WHEN d.status = 'pending' AND i.event_id IS NOT NULL THEN 'processing'
-                  ELSE d.status END AS status,
-             d.attempts, d.available_at, d.last_error, i.lease_owner, d.created_at, d.updated_at
-        FROM relaybus.deliveries d
-        LEFT JOIN relaybus.events e ON e.id = d.event_id
-        LEFT JOIN in_flight i ON i.handler = d.handler AND i.event_id = d.event_id
-       WHERE want_handler IS NULL OR d.handler = want_handler
-    )
-    SELECT x.* FROM listed x
-     WHERE want_status IS NULL OR x.status = want_status
-     ORDER BY x.created_at DESC, x.event_id, x.handler LIMIT row_limit;
-END
-$fn$;
-
+-- list_deliveries: admin listing, newest first, at most max_rows rows. status: NULL
+-- (pending, processing and dead), 'pending', 'processing', 'dead' or 'completed' (the
+-- completion history); handler filters by handler.
+--
+-- A scan: filter by status or handler on a large table. The body is
+-- relaybus_internal.list_deliveries_impl (see there why).
 CREATE FUNCTION relaybus.list_deliveries(status text DEFAULT NULL, handler text DEFAULT NULL,
                                          max_rows integer DEFAULT 100)
   RETURNS TABLE(event_id text, handler text, type text, key text, status text,
@@ -447,7 +479,7 @@ CREATE FUNCTION relaybus.list_deliveries(status text DEFAULT NULL, handler text 
                 lease_owner text, created_at timestamptz, updated_at timestamptz)
   LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
-  SELECT * FROM relaybus.list_deliveries_impl($1, $2, $3)
+  SELECT * FROM relaybus_internal.list_deliveries_impl($1, $2, $3)
 $fn$;
 
 --------------------------------------------------------------------------------
@@ -523,6 +555,6 @@ CREATE INDEX deliveries_dead_idx ON relaybus.deliveries (updated_at, event_id)
   WHERE status = 'dead';
 
 -- Upgrade 0.1.0 -> 0.2.0, last: 256 lanes for every handler that is subscribed or still has deliveries.
-SELECT relaybus.create_lanes(h.handler)
+SELECT relaybus_internal.create_lanes(h.handler)
   FROM (SELECT handler FROM relaybus.subscriptions
         UNION SELECT DISTINCT handler FROM relaybus.deliveries) h;

@@ -1,7 +1,7 @@
 -- Lane leases: @LANE_COUNT@ per handler. No secondary index, so an update can always be heap-only
 -- (HOT) when the new version fits on its page. A lane row is ~100 bytes when created but
 -- carries its in-flight event ids (at most @LANE_MAX_IN_FLIGHT@: ~1.3 kB of uuids), and every claim that
--- picks from a lane writes a new version. create_lanes spreads lanes at most three to
+-- picks from a lane writes a new version. relaybus_internal.create_lanes spreads lanes at most three to
 -- a page: at fillfactor 10 alone (eight lanes to a page), four dispatcher processes draining
 -- a deep queue left 5-7% of lane updates non-HOT, the versions of busy neighbours filling
 -- pages faster than pruning (which needs the page unpinned) emptied them; one or three lanes

@@ -73,6 +73,7 @@ using Ints = std::vector<std::int64_t>;
 
 const char* const kParts02[] = {"sql/parts/schema-0.2.0.sql",
                                 "sql/parts/lanes-and-history-0.2.0.sql",
+                                "sql/parts/internal-0.2.0.sql",
                                 "sql/parts/api-0.2.0.sql",
                                 "sql/parts/upgrade-0.1.0-0.2.0-before.sql",
                                 "sql/parts/upgrade-0.1.0-0.2.0-after.sql",
@@ -92,14 +93,14 @@ TEST(SqlConstantsTest, The020PartsTakeTheConstantsFromTheBuild) {
       EXPECT_EQ(all(sql, p), std::vector<std::string>{}) << part << ": use the placeholder";
   }
   const std::string schema = read("sql/parts/schema-0.2.0.sql");
-  const std::string api = read("sql/parts/api-0.2.0.sql");
+  const std::string internal = read("sql/parts/internal-0.2.0.sql");
   EXPECT_EQ(all(schema + read("sql/parts/lanes-and-history-0.2.0.sql") +
                     read("sql/parts/upgrade-0.1.0-0.2.0-before.sql"),
                 R"(CHECK \(lane >= 0 AND lane < (@LANE_COUNT@)\))")
                 .size(),
             3u)
       << "lanes.lane, deliveries.lane (fresh and upgraded)";
-  EXPECT_EQ(all(api, R"(generate_series\(0, (@LANE_MAX@)\))").size(), 1u) << "create_lanes";
+  EXPECT_EQ(all(internal, R"(generate_series\(0, (@LANE_MAX@)\))").size(), 1u) << "create_lanes";
 }
 
 // The committed scripts, as scripts/build-sql wrote them: each must hold core's values
