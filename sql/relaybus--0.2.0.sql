@@ -25,9 +25,9 @@ $roles$;
 -- Tables
 --------------------------------------------------------------------------------
 
--- Handlers and what they receive. sql_function marks an in-database handler, run by the
--- background worker rather than by external workers; sql_timeout bounds one call of it
--- (NULL: relaybus.sql_handler_timeout).
+-- Handlers and what they receive, one row per subscribe (the retry policy included).
+-- sql_function marks an in-database handler, run by the background workers rather than by
+-- external workers; sql_timeout bounds one call of it (NULL: relaybus.sql_handler_timeout).
 CREATE TABLE relaybus.subscriptions (
   handler      text PRIMARY KEY CHECK (handler <> ''),
   event_types  text[] NOT NULL CHECK (cardinality(event_types) > 0),
@@ -40,8 +40,11 @@ CREATE TABLE relaybus.subscriptions (
   updated_at   timestamptz NOT NULL DEFAULT now()
 );
 
--- Events, insert-only. handlers lists every handler the event ever had a delivery for, so
--- a repeated publish (a broker redelivery) never runs a completed handler again.
+-- Published events, one per event id, until purge_expired deletes them. handlers lists
+-- every handler the event ever had a delivery for, so a repeated publish (a broker
+-- redelivery) never runs a completed handler again.
+--
+-- publish inserts (or, on a repeat, updates handlers); purge_expired deletes.
 CREATE TABLE relaybus.events (
   id           text PRIMARY KEY CHECK (id <> ''),
   type         text NOT NULL CHECK (type <> ''),
@@ -51,10 +54,16 @@ CREATE TABLE relaybus.events (
   handlers     text[] NOT NULL,
   published_at timestamptz NOT NULL DEFAULT now()
 );
--- Retention scans by age; a BRIN index costs next to nothing on an append-only table.
+-- purge_expired: events by age.
+--
+-- A BRIN index costs next to nothing on a table that is appended to in publish order.
 CREATE INDEX events_published_at_brin ON relaybus.events USING brin (published_at);
 
--- One row per (event, handler) from publish until the handler's completion commits.
+-- One row per (event, handler) from publish until the handler's completion commits:
+-- pending (waiting or in flight) or dead. lane and sequence place it in its handler's lane
+-- and key order; attempts counts the attempts charged (failures, takeovers); claims is the
+-- counter its lease tokens carry.
+--
 -- A claim never writes here; completion deletes; only failures, takeovers and requeues
 -- update. No index covers a column the happy path writes. No foreign key to events: it
 -- would take a row lock on the event for every delivery inserted, and only relaybus's own
@@ -77,8 +86,10 @@ CREATE TABLE relaybus.deliveries (
   CONSTRAINT deliveries_key_sequence_check CHECK ((key IS NULL) = (sequence IS NULL))
 ) WITH (autovacuum_vacuum_scale_factor = 0.02);
 
--- Per-key counters: a keyed publish increments its key's row and holds that row lock until
--- commit, so a later publisher of the same key waits, and sequence order is commit order.
+-- Per-key counters: the last sequence number publish gave a delivery of each ordering key.
+--
+-- A keyed publish increments its key's row and holds that row lock until commit, so a later
+-- publisher of the same key waits, and sequence order is commit order.
 CREATE TABLE relaybus.key_counters (
   key           text PRIMARY KEY,
   last_sequence bigint NOT NULL
@@ -92,26 +103,31 @@ SELECT pg_catalog.pg_extension_config_dump('relaybus.key_counters', '');
 
 -- With the primary key, the only four indexes on deliveries: none covers a column the
 -- happy path writes.
--- claim: due pending deliveries of one (handler, lane) in due order
+
+-- claim: due pending deliveries of one (handler, lane) in due order.
 CREATE INDEX deliveries_lane_due_idx ON relaybus.deliveries (handler, lane, available_at, event_id)
   WHERE status = 'pending';
--- claim: "no earlier pending delivery of this handler and key"
+-- claim: "no earlier pending delivery of this handler and key".
 CREATE INDEX deliveries_lane_key_idx ON relaybus.deliveries (handler, lane, key, sequence)
   WHERE key IS NOT NULL AND status = 'pending';
--- purge_expired: dead letters by age
+-- purge_expired: dead letters by age.
 CREATE INDEX deliveries_dead_idx ON relaybus.deliveries (updated_at, event_id)
   WHERE status = 'dead';
 
--- Lane leases: 256 per handler. No secondary index, so an update can always be heap-only
--- (HOT) when the new version fits on its page. A lane row is ~100 bytes when created but
--- carries its in-flight event ids (at most 32: ~1.3 kB of uuids), and every claim that
--- picks from a lane writes a new version. relaybus_internal.create_lanes spreads lanes at most three to
--- a page: at fillfactor 10 alone (eight lanes to a page), four dispatcher processes draining
--- a deep queue left 5-7% of lane updates non-HOT, the versions of busy neighbours filling
--- pages faster than pruning (which needs the page unpinned) emptied them; one or three lanes
--- to a page left none. 0.7 to 2 MB per handler. epoch moves whenever the lane changes hands;
--- the incarnation holding it is holder (a claim's explicit holder) or, without one,
--- holder_pid/holder_started (the backend that acquired it).
+-- Lane leases: 256 per handler, made by subscribe; a worker holds a lane to claim the
+-- deliveries in it. epoch moves whenever the lane changes hands; lease_owner and
+-- lease_expires_at are the worker and its lease; the incarnation holding it is holder (a
+-- claim's explicit holder) or, without one, holder_pid/holder_started (the backend that
+-- acquired it); in_flight lists the event ids of the deliveries claimed and not yet ended.
+--
+-- No secondary index, so an update can always be heap-only (HOT) when the new version fits
+-- on its page. A lane row is ~100 bytes when created, but every claim that picks from a lane
+-- writes a new version carrying its in-flight event ids (at most 32: ~1.3 kB of
+-- uuids). relaybus_internal.create_lanes spreads lanes at most three to a page: at
+-- fillfactor 10 alone (eight lanes to a page), four dispatcher processes draining a deep
+-- queue left 5-7% of lane updates non-HOT, the versions of busy neighbours filling pages
+-- faster than pruning (which needs the page unpinned) emptied them; one or three lanes to a
+-- page left none. 0.7 to 2 MB per handler.
 CREATE TABLE relaybus.lanes (
   handler          text NOT NULL,
   lane             smallint NOT NULL CHECK (lane >= 0 AND lane < 256),
@@ -125,13 +141,16 @@ CREATE TABLE relaybus.lanes (
   CONSTRAINT lanes_pkey PRIMARY KEY (handler, lane)
 ) WITH (fillfactor = 10);
 
--- Optional append-only completion history (relaybus.completion_history = on).
+-- Optional append-only completion history: one row per completion while
+-- relaybus.completion_history is on (and 0.1.0's completed deliveries, after an upgrade),
+-- read by statistics() and list_deliveries('completed'), deleted by purge_expired.
 CREATE TABLE relaybus.completions (
   event_id     text NOT NULL,
   handler      text NOT NULL,
   attempts     integer NOT NULL,
   completed_at timestamptz NOT NULL DEFAULT now()
 );
+-- purge_expired: completion history by age.
 CREATE INDEX completions_completed_at_brin ON relaybus.completions USING brin (completed_at);
 
 SELECT pg_catalog.pg_extension_config_dump('relaybus.lanes', '');
@@ -249,21 +268,28 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA relaybus_internal FROM PUBLIC;
 -- jit is off with them: the penalty cost of a disabled plan (a table with no usable index,
 -- such as the handful of subscriptions) would otherwise cross jit_above_cost and compile
 -- every call.
+--
+-- The header above each function: its first paragraph (what it does, what it returns) is
+-- also its COMMENT, shown by \df+ (scripts/build-sql); the rest (tables, locks, why) is for
+-- the source only.
 --------------------------------------------------------------------------------
 
 -- lane_of(key_or_event_id): the lane (0..255) a delivery with that ordering key, or with
--- that event id when it has no key, lives in. Touches nothing.
+-- that event id when it has no key, lives in: FNV-1a of the UTF-8 bytes, modulo 256.
+--
+-- Touches nothing.
 CREATE FUNCTION relaybus.lane_of(key_or_event_id text) RETURNS smallint
   AS 'MODULE_PATHNAME', 'relaybus_lane_of' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 -- subscribe: registers or updates handler for event_types ('*' = every type) with its
--- retry policy; sql_function(jsonb) makes it an in-database handler, run by the background
--- workers as the function's owner in a security-restricted operation, each call bounded by
+-- retry policy and creates its 256 lanes; sql_function(jsonb) makes it an in-database
+-- handler, run by the background workers as the function's owner, each call bounded by
 -- sql_timeout (1 ms..1 hour; NULL: relaybus.sql_handler_timeout). backoff_base and
--- backoff_max: 0..365 days, a month counting 30 days; stored as the microseconds checked.
--- 42501 unless the calling role has the privileges of sql_function's owner.
--- Creates the handler's 256 lanes. Returns nothing. Writes subscriptions, lanes
--- (relaybus_internal.create_lanes).
+-- backoff_max: 0..365 days, a month counting 30 days. Returns nothing.
+--
+-- The workers call sql_function in a security-restricted operation; 42501 unless the
+-- calling role has the privileges of sql_function's owner. The intervals are stored as the
+-- microseconds checked. Writes subscriptions, lanes (relaybus_internal.create_lanes).
 -- Not SECURITY DEFINER: the C body takes its owner's rights itself (src/pg/definer_rights.hpp),
 -- because it must check sql_function's owner against the role that called it, which
 -- PostgreSQL no longer knows inside a SECURITY DEFINER function.
@@ -276,7 +302,9 @@ CREATE FUNCTION relaybus.subscribe(
 
 -- unsubscribe: removes the handler's subscription; its deliveries and lanes stay (a
 -- re-subscribe resumes them; purge_expired removes its pending deliveries once older than
--- relaybus.retention_dead). Returns nothing. Writes subscriptions.
+-- relaybus.retention_dead). Returns nothing.
+--
+-- Writes subscriptions.
 CREATE FUNCTION relaybus.unsubscribe(handler text) RETURNS void
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -294,7 +322,9 @@ $fn$;
 -- publish: in the caller's transaction, inserts the event and one delivery per handler
 -- (the subscribers of type, or handlers). Idempotent by event_id: a repeat adds deliveries
 -- only for handlers the event never had. Returns the event id (a UUID when not given).
--- Writes events, deliveries, key_counters (keyed events).
+--
+-- Writes events, deliveries, key_counters (keyed events: the key's row stays locked until
+-- commit, so a key's sequence follows commit order).
 CREATE FUNCTION relaybus.publish(
   type text, payload jsonb DEFAULT '{}', key text DEFAULT NULL, event_id text DEFAULT NULL,
   handlers text[] DEFAULT NULL, available_at timestamptz DEFAULT NULL,
@@ -306,7 +336,9 @@ CREATE FUNCTION relaybus.publish(
 
 -- publish_batch: publish for each element of a JSON array of
 -- {type, payload, key, id, handlers, available_at, headers}, in order. Returns the event
--- ids in input order. Writes events, deliveries, key_counters: one statement per table
+-- ids in input order.
+--
+-- Writes events, deliveries, key_counters: one statement per table
 -- when every id is new, else event by event as publish. Locks each key's key_counters row
 -- until commit (in key order when every id is new, else in input order).
 CREATE FUNCTION relaybus.publish_batch(events jsonb) RETURNS SETOF text
@@ -318,10 +350,11 @@ CREATE FUNCTION relaybus.publish_batch(events jsonb) RETURNS SETOF text
 -- claim: leases lanes to worker and returns up to batch_size due deliveries of handlers
 -- (default: every handler without sql_function), respecting per-key order. holder binds
 -- the lanes to (worker, holder), so any connection passing the pair holds them; NULL binds
--- them to this backend. Takes over lanes whose lease expired, and the worker's lanes of an
--- incarnation that is gone. lease: more than 0, at most 1 day (22023 otherwise). Writes
--- lanes only (plus, on a takeover, the charged deliveries). Locks: FOR NO KEY UPDATE on
--- held lanes, FOR UPDATE SKIP LOCKED on free ones.
+-- them to this backend. lease: more than 0, at most 1 day (22023 otherwise).
+--
+-- Takes over lanes whose lease expired, and the worker's lanes of an incarnation that is
+-- gone. Writes lanes only (plus, on a takeover, the charged deliveries). Locks: FOR NO KEY
+-- UPDATE on held lanes, FOR UPDATE SKIP LOCKED on free ones.
 CREATE FUNCTION relaybus.claim(
   worker text, batch_size integer DEFAULT 10, lease interval DEFAULT '30 seconds',
   handlers text[] DEFAULT NULL, holder text DEFAULT NULL)
@@ -334,7 +367,9 @@ CREATE FUNCTION relaybus.claim(
 
 -- extend_lease: renews every lane worker holds under the caller's incarnation ((worker,
 -- holder), or with holder NULL this live backend's lanes), for lease (more than 0, at most
--- 1 day). Returns how many. Writes lanes.
+-- 1 day). Returns how many.
+--
+-- Writes lanes.
 CREATE FUNCTION relaybus.extend_lease(worker text, lease interval DEFAULT '30 seconds',
                                       holder text DEFAULT NULL)
   RETURNS integer
@@ -345,15 +380,20 @@ CREATE FUNCTION relaybus.extend_lease(worker text, lease interval DEFAULT '30 se
 
 -- complete: deletes the delivery if its lane has not changed hands since the claim.
 -- Returns false (nothing changed) when the lease was lost. Inside the handler's own
--- transaction this is effectively-once: FOR KEY SHARE on the lane conflicts with a
--- takeover's FOR UPDATE. Writes deliveries (delete), completions (when history is on).
+-- transaction this is effectively-once.
+--
+-- FOR KEY SHARE on the lane conflicts with a takeover's FOR UPDATE. Writes deliveries
+-- (delete), completions (when history is on).
 CREATE FUNCTION relaybus.complete(lease_token text) RETURNS boolean
   AS 'MODULE_PATHNAME', 'relaybus_complete' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
   SET enable_seqscan = off SET enable_bitmapscan = off
   SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
--- complete_many: complete for a batch in one statement. Returns how many were completed.
+-- complete_many: complete for a batch of lease tokens in one statement. Returns how many
+-- were completed.
+--
+-- Locks and writes as complete.
 CREATE FUNCTION relaybus.complete_many(lease_tokens text[]) RETURNS integer
   AS 'MODULE_PATHNAME', 'relaybus_complete_many' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -362,6 +402,7 @@ CREATE FUNCTION relaybus.complete_many(lease_tokens text[]) RETURNS integer
 
 -- fail: charges one attempt; returns 'retry' (rescheduled after backoff, or at retry_at,
 -- which must be finite), 'dead' (attempts exhausted) or 'lost' (lease lost, nothing changed).
+--
 -- Writes deliveries, lanes (removes it from the in-flight list).
 CREATE FUNCTION relaybus.fail(lease_token text, error text DEFAULT NULL,
                               retry_at timestamptz DEFAULT NULL) RETURNS text
@@ -370,7 +411,9 @@ CREATE FUNCTION relaybus.fail(lease_token text, error text DEFAULT NULL,
   SET enable_seqscan = off SET enable_bitmapscan = off
   SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
--- bury: dead-letters the delivery now, charging the attempt. false = lease lost.
+-- bury: dead-letters the delivery now, charging the attempt. Returns false (nothing
+-- changed) when the lease was lost.
+--
 -- Writes deliveries, lanes.
 CREATE FUNCTION relaybus.bury(lease_token text, error text DEFAULT NULL) RETURNS boolean
   AS 'MODULE_PATHNAME', 'relaybus_bury' LANGUAGE C VOLATILE
@@ -378,7 +421,9 @@ CREATE FUNCTION relaybus.bury(lease_token text, error text DEFAULT NULL) RETURNS
   SET enable_seqscan = off SET enable_bitmapscan = off
   SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
--- release: gives the delivery back without charging an attempt. false = lease lost.
+-- release: gives the delivery back without charging an attempt; it can be claimed again at
+-- once. Returns false (nothing changed) when the lease was lost.
+--
 -- Writes deliveries (claims counter), lanes.
 CREATE FUNCTION relaybus.release(lease_token text) RETURNS boolean
   AS 'MODULE_PATHNAME', 'relaybus_release' LANGUAGE C VOLATILE
@@ -387,18 +432,22 @@ CREATE FUNCTION relaybus.release(lease_token text) RETURNS boolean
   SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
 -- relinquish: hands back every lane of (worker, holder) that runs nothing; with holder
--- NULL, every lane of worker bound to a backend. Returns how many. Writes lanes.
+-- NULL, every lane of worker bound to a backend. Returns how many.
+--
+-- Writes lanes.
 CREATE FUNCTION relaybus.relinquish(worker text, holder text DEFAULT NULL) RETURNS integer
   AS 'MODULE_PATHNAME', 'relaybus_relinquish' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
   SET enable_seqscan = off SET enable_bitmapscan = off
   SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
--- take_over_expired: takes over lanes whose lease expired (skipping lanes locked by a
--- completion in progress), charging each in-flight delivery one attempt and dead-lettering
--- those out of attempts. A lane whose takeover raises is skipped with a WARNING (each lane
--- then in a subtransaction of its own), so one cannot stop the others. Returns how many
--- lanes were taken over. Writes lanes, deliveries.
+-- take_over_expired: takes over up to 1000 lanes whose lease expired, charging each
+-- in-flight delivery one attempt and dead-lettering those out of attempts. Returns how many
+-- lanes were taken over. The background worker calls it every relaybus.maintenance_interval.
+--
+-- Skips lanes locked by a completion in progress. A lane whose takeover raises is skipped
+-- with a WARNING (each lane then in a subtransaction of its own), so one cannot stop the
+-- others. Writes lanes, deliveries.
 CREATE FUNCTION relaybus.take_over_expired() RETURNS integer
   AS 'MODULE_PATHNAME', 'relaybus_take_over_expired' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -408,9 +457,9 @@ CREATE FUNCTION relaybus.take_over_expired() RETURNS integer
 -- purge_expired: deletes events without deliveries older than relaybus.retention_completed,
 -- dead deliveries (and pending deliveries of unsubscribed handlers) older than
 -- relaybus.retention_dead, and completion history (0.1.0's completed deliveries included)
--- older than relaybus.retention_completed. Each kind in slices of 10,000: call it until it
--- returns 0.
--- Returns rows deleted.
+-- older than relaybus.retention_completed. Returns the rows deleted, at most 10,000 of each
+-- kind: call it until it returns 0.
+--
 -- Writes events, deliveries, completions.
 CREATE FUNCTION relaybus.purge_expired() RETURNS bigint
   AS 'MODULE_PATHNAME', 'relaybus_purge_expired' LANGUAGE C VOLATILE
@@ -421,7 +470,9 @@ CREATE FUNCTION relaybus.purge_expired() RETURNS bigint
 --------------------------------------------------------------------------------
 
 -- requeue: moves one dead delivery back to pending with a fresh attempt budget, due now.
--- Returns false when (event_id, handler) is not a dead delivery. Writes deliveries.
+-- Returns false when (event_id, handler) is not a dead delivery.
+--
+-- Writes deliveries.
 CREATE FUNCTION relaybus.requeue(event_id text, handler text) RETURNS boolean
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -438,7 +489,9 @@ END
 $fn$;
 
 -- requeue_dead: requeue for every dead delivery of handler (NULL: of every handler).
--- Returns how many. Writes deliveries.
+-- Returns how many.
+--
+-- Writes deliveries.
 CREATE FUNCTION relaybus.requeue_dead(handler text DEFAULT NULL) RETURNS bigint
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -463,8 +516,9 @@ $fn$;
 -- statistics: per handler (subscribed, with deliveries left, or with completion history):
 -- pending = waiting and not in any lane's in-flight list, processing = in flight, dead,
 -- completed = completion history (0.1.0's completed deliveries included; 0 when it is off),
--- oldest_pending = creation time of the oldest waiting delivery. Reads subscriptions,
--- deliveries, lanes, completions.
+-- oldest_pending = creation time of the oldest waiting delivery.
+--
+-- Reads subscriptions, deliveries, lanes, completions.
 CREATE FUNCTION relaybus.statistics()
   RETURNS TABLE(handler text, pending bigint, processing bigint, dead bigint, completed bigint,
                 oldest_pending timestamptz)
@@ -557,3 +611,127 @@ GRANT EXECUTE ON FUNCTION
 -- An admin can also publish and work, and read the tables to investigate.
 GRANT relaybus_publisher, relaybus_worker TO relaybus_admin;
 GRANT SELECT ON ALL TABLES IN SCHEMA relaybus TO relaybus_admin;
+
+--------------------------------------------------------------------------------
+-- Descriptions (\df+, \dt+, \di+, \dn+): generated by scripts/build-sql from the first
+-- paragraph of the header comment above each CREATE in the parts of a fresh install.
+--------------------------------------------------------------------------------
+COMMENT ON TABLE relaybus.subscriptions IS
+  'Handlers and what they receive, one row per subscribe (the retry policy included). '
+  'sql_function marks an in-database handler, run by the background workers rather than by '
+  'external workers; sql_timeout bounds one call of it (NULL: relaybus.sql_handler_timeout).';
+COMMENT ON TABLE relaybus.events IS
+  'Published events, one per event id, until purge_expired deletes them. handlers lists '
+  'every handler the event ever had a delivery for, so a repeated publish (a broker '
+  'redelivery) never runs a completed handler again.';
+COMMENT ON INDEX relaybus.events_published_at_brin IS
+  'purge_expired: events by age.';
+COMMENT ON TABLE relaybus.deliveries IS
+  'One row per (event, handler) from publish until the handler''s completion commits: '
+  'pending (waiting or in flight) or dead. lane and sequence place it in its handler''s lane '
+  'and key order; attempts counts the attempts charged (failures, takeovers); claims is the '
+  'counter its lease tokens carry.';
+COMMENT ON TABLE relaybus.key_counters IS
+  'Per-key counters: the last sequence number publish gave a delivery of each ordering key.';
+COMMENT ON INDEX relaybus.deliveries_lane_due_idx IS
+  'claim: due pending deliveries of one (handler, lane) in due order.';
+COMMENT ON INDEX relaybus.deliveries_lane_key_idx IS
+  'claim: "no earlier pending delivery of this handler and key".';
+COMMENT ON INDEX relaybus.deliveries_dead_idx IS
+  'purge_expired: dead letters by age.';
+COMMENT ON TABLE relaybus.lanes IS
+  'Lane leases: 256 per handler, made by subscribe; a worker holds a lane to claim the '
+  'deliveries in it. epoch moves whenever the lane changes hands; lease_owner and '
+  'lease_expires_at are the worker and its lease; the incarnation holding it is holder (a '
+  'claim''s explicit holder) or, without one, holder_pid/holder_started (the backend that '
+  'acquired it); in_flight lists the event ids of the deliveries claimed and not yet ended.';
+COMMENT ON TABLE relaybus.completions IS
+  'Optional append-only completion history: one row per completion while '
+  'relaybus.completion_history is on (and 0.1.0''s completed deliveries, after an upgrade), '
+  'read by statistics() and list_deliveries(''completed''), deleted by purge_expired.';
+COMMENT ON INDEX relaybus.completions_completed_at_brin IS
+  'purge_expired: completion history by age.';
+COMMENT ON SCHEMA relaybus_internal IS
+  'Internal helpers of relaybus, called only by its own functions; not part of the SQL API '
+  'and usable by no role.';
+COMMENT ON FUNCTION relaybus_internal.create_lanes(handler text) IS
+  'creates the 256 lanes of handler that do not exist yet, each on a heap '
+  'page with at most two other lanes (see relaybus.lanes). Internal: run by subscribe and by '
+  'the upgrade from 0.1.0. Returns nothing.';
+COMMENT ON FUNCTION relaybus_internal.list_deliveries_impl(want_status text, want_handler text, row_limit integer) IS
+  'the body of relaybus.list_deliveries, called with the same '
+  'arguments. Internal: only list_deliveries calls it.';
+COMMENT ON FUNCTION relaybus.lane_of(key_or_event_id text) IS
+  'the lane (0..255) a delivery with that ordering key, or with '
+  'that event id when it has no key, lives in: FNV-1a of the UTF-8 bytes, modulo 256.';
+COMMENT ON FUNCTION relaybus.subscribe(handler text, event_types text[], max_attempts integer, backoff_base interval, backoff_max interval, sql_function regprocedure, sql_timeout interval) IS
+  'registers or updates handler for event_types (''*'' = every type) with its '
+  'retry policy and creates its 256 lanes; sql_function(jsonb) makes it an in-database '
+  'handler, run by the background workers as the function''s owner, each call bounded by '
+  'sql_timeout (1 ms..1 hour; NULL: relaybus.sql_handler_timeout). backoff_base and '
+  'backoff_max: 0..365 days, a month counting 30 days. Returns nothing.';
+COMMENT ON FUNCTION relaybus.unsubscribe(handler text) IS
+  'removes the handler''s subscription; its deliveries and lanes stay (a '
+  're-subscribe resumes them; purge_expired removes its pending deliveries once older than '
+  'relaybus.retention_dead). Returns nothing.';
+COMMENT ON FUNCTION relaybus.publish(type text, payload jsonb, key text, event_id text, handlers text[], available_at timestamptz, headers jsonb) IS
+  'in the caller''s transaction, inserts the event and one delivery per handler '
+  '(the subscribers of type, or handlers). Idempotent by event_id: a repeat adds deliveries '
+  'only for handlers the event never had. Returns the event id (a UUID when not given).';
+COMMENT ON FUNCTION relaybus.publish_batch(events jsonb) IS
+  'publish for each element of a JSON array of '
+  '{type, payload, key, id, handlers, available_at, headers}, in order. Returns the event '
+  'ids in input order.';
+COMMENT ON FUNCTION relaybus.claim(worker text, batch_size integer, lease interval, handlers text[], holder text) IS
+  'leases lanes to worker and returns up to batch_size due deliveries of handlers '
+  '(default: every handler without sql_function), respecting per-key order. holder binds '
+  'the lanes to (worker, holder), so any connection passing the pair holds them; NULL binds '
+  'them to this backend. lease: more than 0, at most 1 day (22023 otherwise).';
+COMMENT ON FUNCTION relaybus.extend_lease(worker text, lease interval, holder text) IS
+  'renews every lane worker holds under the caller''s incarnation ((worker, '
+  'holder), or with holder NULL this live backend''s lanes), for lease (more than 0, at most '
+  '1 day). Returns how many.';
+COMMENT ON FUNCTION relaybus.complete(lease_token text) IS
+  'deletes the delivery if its lane has not changed hands since the claim. '
+  'Returns false (nothing changed) when the lease was lost. Inside the handler''s own '
+  'transaction this is effectively-once.';
+COMMENT ON FUNCTION relaybus.complete_many(lease_tokens text[]) IS
+  'complete for a batch of lease tokens in one statement. Returns how many '
+  'were completed.';
+COMMENT ON FUNCTION relaybus.fail(lease_token text, error text, retry_at timestamptz) IS
+  'charges one attempt; returns ''retry'' (rescheduled after backoff, or at retry_at, '
+  'which must be finite), ''dead'' (attempts exhausted) or ''lost'' (lease lost, nothing changed).';
+COMMENT ON FUNCTION relaybus.bury(lease_token text, error text) IS
+  'dead-letters the delivery now, charging the attempt. Returns false (nothing '
+  'changed) when the lease was lost.';
+COMMENT ON FUNCTION relaybus.release(lease_token text) IS
+  'gives the delivery back without charging an attempt; it can be claimed again at '
+  'once. Returns false (nothing changed) when the lease was lost.';
+COMMENT ON FUNCTION relaybus.relinquish(worker text, holder text) IS
+  'hands back every lane of (worker, holder) that runs nothing; with holder '
+  'NULL, every lane of worker bound to a backend. Returns how many.';
+COMMENT ON FUNCTION relaybus.take_over_expired() IS
+  'takes over up to 1000 lanes whose lease expired, charging each '
+  'in-flight delivery one attempt and dead-lettering those out of attempts. Returns how many '
+  'lanes were taken over. The background worker calls it every relaybus.maintenance_interval.';
+COMMENT ON FUNCTION relaybus.purge_expired() IS
+  'deletes events without deliveries older than relaybus.retention_completed, '
+  'dead deliveries (and pending deliveries of unsubscribed handlers) older than '
+  'relaybus.retention_dead, and completion history (0.1.0''s completed deliveries included) '
+  'older than relaybus.retention_completed. Returns the rows deleted, at most 10,000 of each '
+  'kind: call it until it returns 0.';
+COMMENT ON FUNCTION relaybus.requeue(event_id text, handler text) IS
+  'moves one dead delivery back to pending with a fresh attempt budget, due now. '
+  'Returns false when (event_id, handler) is not a dead delivery.';
+COMMENT ON FUNCTION relaybus.requeue_dead(handler text) IS
+  'requeue for every dead delivery of handler (NULL: of every handler). '
+  'Returns how many.';
+COMMENT ON FUNCTION relaybus.statistics() IS
+  'per handler (subscribed, with deliveries left, or with completion history): '
+  'pending = waiting and not in any lane''s in-flight list, processing = in flight, dead, '
+  'completed = completion history (0.1.0''s completed deliveries included; 0 when it is off), '
+  'oldest_pending = creation time of the oldest waiting delivery.';
+COMMENT ON FUNCTION relaybus.list_deliveries(status text, handler text, max_rows integer) IS
+  'admin listing, newest first, at most max_rows rows. status: NULL '
+  '(pending, processing and dead), ''pending'', ''processing'', ''dead'' or ''completed'' (the '
+  'completion history); handler filters by handler.';

@@ -12,21 +12,28 @@
 -- jit is off with them: the penalty cost of a disabled plan (a table with no usable index,
 -- such as the handful of subscriptions) would otherwise cross jit_above_cost and compile
 -- every call.
+--
+-- The header above each function: its first paragraph (what it does, what it returns) is
+-- also its COMMENT, shown by \df+ (scripts/build-sql); the rest (tables, locks, why) is for
+-- the source only.
 --------------------------------------------------------------------------------
 
 -- lane_of(key_or_event_id): the lane (0..@LANE_MAX@) a delivery with that ordering key, or with
--- that event id when it has no key, lives in. Touches nothing.
+-- that event id when it has no key, lives in: FNV-1a of the UTF-8 bytes, modulo @LANE_COUNT@.
+--
+-- Touches nothing.
 CREATE FUNCTION relaybus.lane_of(key_or_event_id text) RETURNS smallint
   AS 'MODULE_PATHNAME', 'relaybus_lane_of' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 -- subscribe: registers or updates handler for event_types ('*' = every type) with its
--- retry policy; sql_function(jsonb) makes it an in-database handler, run by the background
--- workers as the function's owner in a security-restricted operation, each call bounded by
+-- retry policy and creates its @LANE_COUNT@ lanes; sql_function(jsonb) makes it an in-database
+-- handler, run by the background workers as the function's owner, each call bounded by
 -- sql_timeout (@SQL_TIMEOUT_MIN@..@SQL_TIMEOUT_MAX@; NULL: relaybus.sql_handler_timeout). backoff_base and
--- backoff_max: 0..@BACKOFF_LIMIT@, a month counting 30 days; stored as the microseconds checked.
--- 42501 unless the calling role has the privileges of sql_function's owner.
--- Creates the handler's @LANE_COUNT@ lanes. Returns nothing. Writes subscriptions, lanes
--- (relaybus_internal.create_lanes).
+-- backoff_max: 0..@BACKOFF_LIMIT@, a month counting 30 days. Returns nothing.
+--
+-- The workers call sql_function in a security-restricted operation; 42501 unless the
+-- calling role has the privileges of sql_function's owner. The intervals are stored as the
+-- microseconds checked. Writes subscriptions, lanes (relaybus_internal.create_lanes).
 -- Not SECURITY DEFINER: the C body takes its owner's rights itself (src/pg/definer_rights.hpp),
 -- because it must check sql_function's owner against the role that called it, which
 -- PostgreSQL no longer knows inside a SECURITY DEFINER function.
@@ -39,7 +46,9 @@ CREATE FUNCTION relaybus.subscribe(
 
 -- unsubscribe: removes the handler's subscription; its deliveries and lanes stay (a
 -- re-subscribe resumes them; purge_expired removes its pending deliveries once older than
--- relaybus.retention_dead). Returns nothing. Writes subscriptions.
+-- relaybus.retention_dead). Returns nothing.
+--
+-- Writes subscriptions.
 CREATE FUNCTION relaybus.unsubscribe(handler text) RETURNS void
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -57,7 +66,9 @@ $fn$;
 -- publish: in the caller's transaction, inserts the event and one delivery per handler
 -- (the subscribers of type, or handlers). Idempotent by event_id: a repeat adds deliveries
 -- only for handlers the event never had. Returns the event id (a UUID when not given).
--- Writes events, deliveries, key_counters (keyed events).
+--
+-- Writes events, deliveries, key_counters (keyed events: the key's row stays locked until
+-- commit, so a key's sequence follows commit order).
 CREATE FUNCTION relaybus.publish(
   type text, payload jsonb DEFAULT '{}', key text DEFAULT NULL, event_id text DEFAULT NULL,
   handlers text[] DEFAULT NULL, available_at timestamptz DEFAULT NULL,
@@ -69,7 +80,9 @@ CREATE FUNCTION relaybus.publish(
 
 -- publish_batch: publish for each element of a JSON array of
 -- {type, payload, key, id, handlers, available_at, headers}, in order. Returns the event
--- ids in input order. Writes events, deliveries, key_counters: one statement per table
+-- ids in input order.
+--
+-- Writes events, deliveries, key_counters: one statement per table
 -- when every id is new, else event by event as publish. Locks each key's key_counters row
 -- until commit (in key order when every id is new, else in input order).
 CREATE FUNCTION relaybus.publish_batch(events jsonb) RETURNS SETOF text
@@ -81,10 +94,11 @@ CREATE FUNCTION relaybus.publish_batch(events jsonb) RETURNS SETOF text
 -- claim: leases lanes to worker and returns up to batch_size due deliveries of handlers
 -- (default: every handler without sql_function), respecting per-key order. holder binds
 -- the lanes to (worker, holder), so any connection passing the pair holds them; NULL binds
--- them to this backend. Takes over lanes whose lease expired, and the worker's lanes of an
--- incarnation that is gone. lease: more than 0, at most @LEASE_MAX@ (22023 otherwise). Writes
--- lanes only (plus, on a takeover, the charged deliveries). Locks: FOR NO KEY UPDATE on
--- held lanes, FOR UPDATE SKIP LOCKED on free ones.
+-- them to this backend. lease: more than 0, at most @LEASE_MAX@ (22023 otherwise).
+--
+-- Takes over lanes whose lease expired, and the worker's lanes of an incarnation that is
+-- gone. Writes lanes only (plus, on a takeover, the charged deliveries). Locks: FOR NO KEY
+-- UPDATE on held lanes, FOR UPDATE SKIP LOCKED on free ones.
 CREATE FUNCTION relaybus.claim(
   worker text, batch_size integer DEFAULT 10, lease interval DEFAULT '30 seconds',
   handlers text[] DEFAULT NULL, holder text DEFAULT NULL)
@@ -97,7 +111,9 @@ CREATE FUNCTION relaybus.claim(
 
 -- extend_lease: renews every lane worker holds under the caller's incarnation ((worker,
 -- holder), or with holder NULL this live backend's lanes), for lease (more than 0, at most
--- @LEASE_MAX@). Returns how many. Writes lanes.
+-- @LEASE_MAX@). Returns how many.
+--
+-- Writes lanes.
 CREATE FUNCTION relaybus.extend_lease(worker text, lease interval DEFAULT '30 seconds',
                                       holder text DEFAULT NULL)
   RETURNS integer
@@ -108,15 +124,20 @@ CREATE FUNCTION relaybus.extend_lease(worker text, lease interval DEFAULT '30 se
 
 -- complete: deletes the delivery if its lane has not changed hands since the claim.
 -- Returns false (nothing changed) when the lease was lost. Inside the handler's own
--- transaction this is effectively-once: FOR KEY SHARE on the lane conflicts with a
--- takeover's FOR UPDATE. Writes deliveries (delete), completions (when history is on).
+-- transaction this is effectively-once.
+--
+-- FOR KEY SHARE on the lane conflicts with a takeover's FOR UPDATE. Writes deliveries
+-- (delete), completions (when history is on).
 CREATE FUNCTION relaybus.complete(lease_token text) RETURNS boolean
   AS 'MODULE_PATHNAME', 'relaybus_complete' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
   SET enable_seqscan = off SET enable_bitmapscan = off
   SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
--- complete_many: complete for a batch in one statement. Returns how many were completed.
+-- complete_many: complete for a batch of lease tokens in one statement. Returns how many
+-- were completed.
+--
+-- Locks and writes as complete.
 CREATE FUNCTION relaybus.complete_many(lease_tokens text[]) RETURNS integer
   AS 'MODULE_PATHNAME', 'relaybus_complete_many' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -125,6 +146,7 @@ CREATE FUNCTION relaybus.complete_many(lease_tokens text[]) RETURNS integer
 
 -- fail: charges one attempt; returns 'retry' (rescheduled after backoff, or at retry_at,
 -- which must be finite), 'dead' (attempts exhausted) or 'lost' (lease lost, nothing changed).
+--
 -- Writes deliveries, lanes (removes it from the in-flight list).
 CREATE FUNCTION relaybus.fail(lease_token text, error text DEFAULT NULL,
                               retry_at timestamptz DEFAULT NULL) RETURNS text
@@ -133,7 +155,9 @@ CREATE FUNCTION relaybus.fail(lease_token text, error text DEFAULT NULL,
   SET enable_seqscan = off SET enable_bitmapscan = off
   SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
--- bury: dead-letters the delivery now, charging the attempt. false = lease lost.
+-- bury: dead-letters the delivery now, charging the attempt. Returns false (nothing
+-- changed) when the lease was lost.
+--
 -- Writes deliveries, lanes.
 CREATE FUNCTION relaybus.bury(lease_token text, error text DEFAULT NULL) RETURNS boolean
   AS 'MODULE_PATHNAME', 'relaybus_bury' LANGUAGE C VOLATILE
@@ -141,7 +165,9 @@ CREATE FUNCTION relaybus.bury(lease_token text, error text DEFAULT NULL) RETURNS
   SET enable_seqscan = off SET enable_bitmapscan = off
   SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
--- release: gives the delivery back without charging an attempt. false = lease lost.
+-- release: gives the delivery back without charging an attempt; it can be claimed again at
+-- once. Returns false (nothing changed) when the lease was lost.
+--
 -- Writes deliveries (claims counter), lanes.
 CREATE FUNCTION relaybus.release(lease_token text) RETURNS boolean
   AS 'MODULE_PATHNAME', 'relaybus_release' LANGUAGE C VOLATILE
@@ -150,18 +176,22 @@ CREATE FUNCTION relaybus.release(lease_token text) RETURNS boolean
   SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
 -- relinquish: hands back every lane of (worker, holder) that runs nothing; with holder
--- NULL, every lane of worker bound to a backend. Returns how many. Writes lanes.
+-- NULL, every lane of worker bound to a backend. Returns how many.
+--
+-- Writes lanes.
 CREATE FUNCTION relaybus.relinquish(worker text, holder text DEFAULT NULL) RETURNS integer
   AS 'MODULE_PATHNAME', 'relaybus_relinquish' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
   SET enable_seqscan = off SET enable_bitmapscan = off
   SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
--- take_over_expired: takes over lanes whose lease expired (skipping lanes locked by a
--- completion in progress), charging each in-flight delivery one attempt and dead-lettering
--- those out of attempts. A lane whose takeover raises is skipped with a WARNING (each lane
--- then in a subtransaction of its own), so one cannot stop the others. Returns how many
--- lanes were taken over. Writes lanes, deliveries.
+-- take_over_expired: takes over up to 1000 lanes whose lease expired, charging each
+-- in-flight delivery one attempt and dead-lettering those out of attempts. Returns how many
+-- lanes were taken over. The background worker calls it every relaybus.maintenance_interval.
+--
+-- Skips lanes locked by a completion in progress. A lane whose takeover raises is skipped
+-- with a WARNING (each lane then in a subtransaction of its own), so one cannot stop the
+-- others. Writes lanes, deliveries.
 CREATE FUNCTION relaybus.take_over_expired() RETURNS integer
   AS 'MODULE_PATHNAME', 'relaybus_take_over_expired' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -171,9 +201,9 @@ CREATE FUNCTION relaybus.take_over_expired() RETURNS integer
 -- purge_expired: deletes events without deliveries older than relaybus.retention_completed,
 -- dead deliveries (and pending deliveries of unsubscribed handlers) older than
 -- relaybus.retention_dead, and completion history (0.1.0's completed deliveries included)
--- older than relaybus.retention_completed. Each kind in slices of 10,000: call it until it
--- returns 0.
--- Returns rows deleted.
+-- older than relaybus.retention_completed. Returns the rows deleted, at most 10,000 of each
+-- kind: call it until it returns 0.
+--
 -- Writes events, deliveries, completions.
 CREATE FUNCTION relaybus.purge_expired() RETURNS bigint
   AS 'MODULE_PATHNAME', 'relaybus_purge_expired' LANGUAGE C VOLATILE
@@ -184,7 +214,9 @@ CREATE FUNCTION relaybus.purge_expired() RETURNS bigint
 --------------------------------------------------------------------------------
 
 -- requeue: moves one dead delivery back to pending with a fresh attempt budget, due now.
--- Returns false when (event_id, handler) is not a dead delivery. Writes deliveries.
+-- Returns false when (event_id, handler) is not a dead delivery.
+--
+-- Writes deliveries.
 CREATE FUNCTION relaybus.requeue(event_id text, handler text) RETURNS boolean
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -201,7 +233,9 @@ END
 $fn$;
 
 -- requeue_dead: requeue for every dead delivery of handler (NULL: of every handler).
--- Returns how many. Writes deliveries.
+-- Returns how many.
+--
+-- Writes deliveries.
 CREATE FUNCTION relaybus.requeue_dead(handler text DEFAULT NULL) RETURNS bigint
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -226,8 +260,9 @@ $fn$;
 -- statistics: per handler (subscribed, with deliveries left, or with completion history):
 -- pending = waiting and not in any lane's in-flight list, processing = in flight, dead,
 -- completed = completion history (0.1.0's completed deliveries included; 0 when it is off),
--- oldest_pending = creation time of the oldest waiting delivery. Reads subscriptions,
--- deliveries, lanes, completions.
+-- oldest_pending = creation time of the oldest waiting delivery.
+--
+-- Reads subscriptions, deliveries, lanes, completions.
 CREATE FUNCTION relaybus.statistics()
   RETURNS TABLE(handler text, pending bigint, processing bigint, dead bigint, completed bigint,
                 oldest_pending timestamptz)

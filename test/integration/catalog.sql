@@ -1,7 +1,7 @@
 -- A canonical description of everything relaybus owns in its schemas, relaybus (the API
 -- and the tables) and relaybus_internal (helpers), one line per fact and sorted, so that two
 -- databases can be compared with diff. Column order is left out on purpose (an upgrade
--- appends columns); everything else counts.
+-- appends columns); everything else counts, descriptions (COMMENT ON) included.
 WITH ns AS (SELECT oid FROM pg_namespace WHERE nspname IN ('relaybus', 'relaybus_internal'))
 SELECT line FROM (
   SELECT format('table %s options=%s', c.oid::regclass, c.reloptions) AS line
@@ -34,6 +34,15 @@ SELECT line FROM (
   UNION ALL
   SELECT format('schema %s owner=%s acl=%s', n.nspname, n.nspowner::regrole, n.nspacl)
     FROM pg_namespace n WHERE n.oid IN (SELECT oid FROM ns)
+  UNION ALL
+  -- what \d+, \df+ and \dn+ show: every description of an object in the two schemas (their
+  -- columns and constraints included), of the schemas and of the extension
+  SELECT format('comment %s: %s', pg_describe_object(d.classoid, d.objoid, d.objsubid),
+                d.description)
+    FROM pg_description d, pg_identify_object(d.classoid, d.objoid, d.objsubid) o
+   WHERE o.schema IN ('relaybus', 'relaybus_internal')
+      OR (o.type = 'schema' AND o.identity IN ('relaybus', 'relaybus_internal'))
+      OR (o.type = 'extension' AND o.identity = 'relaybus')
   UNION ALL
   SELECT format('dumped-with-data %s filter=%s', c.oid::regclass, x.condition)
     FROM pg_extension e, unnest(e.extconfig, e.extcondition) AS x(config, condition)
