@@ -68,16 +68,20 @@ ALTER TABLE relaybus.deliveries
   ADD COLUMN claims integer NOT NULL DEFAULT 0,
   SET (autovacuum_vacuum_scale_factor = 0.02);
 
--- Lane leases: 256 per handler. No secondary index, so an update can always be heap-only
--- (HOT) when the new version fits on its page. A lane row is ~100 bytes when created but
--- carries its in-flight event ids (at most 32: ~1.3 kB of uuids), and every claim that
--- picks from a lane writes a new version. create_lanes spreads lanes at most three to
--- a page: at fillfactor 10 alone (eight lanes to a page), four dispatcher processes draining
--- a deep queue left 5-7% of lane updates non-HOT, the versions of busy neighbours filling
--- pages faster than pruning (which needs the page unpinned) emptied them; one or three lanes
--- to a page left none. 0.7 to 2 MB per handler. epoch moves whenever the lane changes hands;
--- the incarnation holding it is holder (a claim's explicit holder) or, without one,
--- holder_pid/holder_started (the backend that acquired it).
+-- Lane leases: 256 per handler, made by subscribe; a worker holds a lane to claim the
+-- deliveries in it. epoch moves whenever the lane changes hands; lease_owner and
+-- lease_expires_at are the worker and its lease; the incarnation holding it is holder (a
+-- claim's explicit holder) or, without one, holder_pid/holder_started (the backend that
+-- acquired it); in_flight lists the event ids of the deliveries claimed and not yet ended.
+--
+-- No secondary index, so an update can always be heap-only (HOT) when the new version fits
+-- on its page. A lane row is ~100 bytes when created, but every claim that picks from a lane
+-- writes a new version carrying its in-flight event ids (at most 32: ~1.3 kB of
+-- uuids). relaybus_internal.create_lanes spreads lanes at most three to a page: at
+-- fillfactor 10 alone (eight lanes to a page), four dispatcher processes draining a deep
+-- queue left 5-7% of lane updates non-HOT, the versions of busy neighbours filling pages
+-- faster than pruning (which needs the page unpinned) emptied them; one or three lanes to a
+-- page left none. 0.7 to 2 MB per handler.
 CREATE TABLE relaybus.lanes (
   handler          text NOT NULL,
   lane             smallint NOT NULL CHECK (lane >= 0 AND lane < 256),
@@ -91,43 +95,44 @@ CREATE TABLE relaybus.lanes (
   CONSTRAINT lanes_pkey PRIMARY KEY (handler, lane)
 ) WITH (fillfactor = 10);
 
--- Optional append-only completion history (relaybus.completion_history = on).
+-- Optional append-only completion history: one row per completion while
+-- relaybus.completion_history is on (and 0.1.0's completed deliveries, after an upgrade),
+-- read by statistics() and list_deliveries('completed'), deleted by purge_expired.
 CREATE TABLE relaybus.completions (
   event_id     text NOT NULL,
   handler      text NOT NULL,
   attempts     integer NOT NULL,
   completed_at timestamptz NOT NULL DEFAULT now()
 );
+-- purge_expired: completion history by age.
 CREATE INDEX completions_completed_at_brin ON relaybus.completions USING brin (completed_at);
 
 SELECT pg_catalog.pg_extension_config_dump('relaybus.lanes', '');
 SELECT pg_catalog.pg_extension_config_dump('relaybus.completions', '');
 
 --------------------------------------------------------------------------------
--- Functions implemented in C++ (src/pg). Each is a thin entry point guarded against
--- C++ exceptions and PostgreSQL errors crossing each other.
---
--- The delivery path (publish, claim, completion, failure, lease and takeover functions)
--- runs with sequential, bitmap, hash and merge plans disabled. Its statements keep their
--- plans in the connection (re-made only after DDL, VACUUM or ANALYZE of their tables), and
--- relaybus's tables swing from empty to deep and back: a plan made while a table looked empty (a fresh install, a drained queue just
--- analyzed) scans the whole table on every call once it is deep again, exactly when the
--- queue can least afford it. Every statement on the path is a lookup along an index, so
--- an index plan is right at every size; the settings make it the only one on offer.
--- jit is off with them: the penalty cost of a disabled plan (a table with no usable index,
--- such as the handful of subscriptions) would otherwise cross jit_above_cost and compile
--- every call.
+-- Internal helpers: functions no user is meant to call, in a schema of their own.
 --------------------------------------------------------------------------------
 
--- lane_of(key_or_event_id): the lane (0..255) a delivery with that ordering key, or with
--- that event id when it has no key, lives in. Touches nothing.
-CREATE FUNCTION relaybus.lane_of(key_or_event_id text) RETURNS smallint
-  AS 'MODULE_PATHNAME', 'relaybus_lane_of' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+-- Internal helpers of relaybus, called only by its own functions; not part of the SQL API
+-- and usable by no role.
+--
+-- Why a schema and not a name prefix (0.1.0's "_check_name"): a prefixed helper sits in
+-- schema relaybus, where the three roles have USAGE, so it shows in \df relaybus.* and one
+-- GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA relaybus would hand it out. Here nobody but the
+-- owner has USAGE, so nobody else can even name a helper, whatever EXECUTE it has; schema
+-- relaybus holds exactly the API. The callers are relaybus's SECURITY DEFINER functions
+-- (and subscribe, which takes the owner's rights in C) and the upgrade script: they run as
+-- the owner, with search_path pinned to pg_catalog, pg_temp, and call each helper
+-- schema-qualified, so no caller can put another function in its place.
+CREATE SCHEMA relaybus_internal;
 
--- create_lanes: the 256 lanes of handler that do not exist yet, each on a heap page with
--- at most two other lanes (see the lanes table). Internal: run by subscribe and by the
--- upgrade from 0.1.0; no role is granted it. Writes lanes.
-CREATE FUNCTION relaybus.create_lanes(handler text) RETURNS void
+-- create_lanes: creates the 256 lanes of handler that do not exist yet, each on a heap
+-- page with at most two other lanes (see relaybus.lanes). Internal: run by subscribe and by
+-- the upgrade from 0.1.0. Returns nothing.
+--
+-- Writes lanes. Not SECURITY DEFINER: its callers already run with the owner's rights.
+CREATE FUNCTION relaybus_internal.create_lanes(handler text) RETURNS void
   LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $fn$
   -- An insert longer than the 10% of a page that fillfactor leaves for inserts goes only to
@@ -145,256 +150,14 @@ AS $fn$
      AND cardinality(l.in_flight) = 2;
 $fn$;
 
--- subscribe: registers or updates handler for event_types ('*' = every type) with its
--- retry policy; sql_function(jsonb) makes it an in-database handler, run by the background
--- workers as the function's owner in a security-restricted operation, each call bounded by
--- sql_timeout (1 ms..1 hour; NULL: relaybus.sql_handler_timeout). backoff_base and
--- backoff_max: 0..365 days, a month counting 30 days; stored as the microseconds checked.
--- 42501 unless the calling role has the privileges of sql_function's owner.
--- Creates the handler's 256 lanes. Returns nothing. Writes subscriptions, lanes.
--- Not SECURITY DEFINER: the C body takes its owner's rights itself (src/pg/definer_rights.hpp),
--- because it must check sql_function's owner against the role that called it, which
--- PostgreSQL no longer knows inside a SECURITY DEFINER function.
-CREATE FUNCTION relaybus.subscribe(
-  handler text, event_types text[], max_attempts integer DEFAULT 25,
-  backoff_base interval DEFAULT '1 second', backoff_max interval DEFAULT '1 hour',
-  sql_function regprocedure DEFAULT NULL, sql_timeout interval DEFAULT NULL) RETURNS void
-  AS 'MODULE_PATHNAME', 'relaybus_subscribe' LANGUAGE C VOLATILE
-  SET search_path = pg_catalog, pg_temp;
-
--- unsubscribe: removes the handler's subscription; its deliveries and lanes stay (a
--- re-subscribe resumes them; purge_expired removes its pending deliveries once older than
--- relaybus.retention_dead). Returns nothing. Writes subscriptions.
-CREATE FUNCTION relaybus.unsubscribe(handler text) RETURNS void
-  LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-AS $fn$
-BEGIN
-  IF handler IS NULL THEN
-    RAISE EXCEPTION 'handler must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-  END IF;
-  DELETE FROM relaybus.subscriptions s WHERE s.handler = unsubscribe.handler;
-  IF NOT FOUND THEN
-    RAISE EXCEPTION 'handler "%" is not subscribed', handler USING ERRCODE = 'undefined_object';
-  END IF;
-END
-$fn$;
-
--- publish: in the caller's transaction, inserts the event and one delivery per handler
--- (the subscribers of type, or handlers). Idempotent by event_id: a repeat adds deliveries
--- only for handlers the event never had. Returns the event id (a UUID when not given).
--- Writes events, deliveries, key_counters (keyed events).
-CREATE FUNCTION relaybus.publish(
-  type text, payload jsonb DEFAULT '{}', key text DEFAULT NULL, event_id text DEFAULT NULL,
-  handlers text[] DEFAULT NULL, available_at timestamptz DEFAULT NULL,
-  headers jsonb DEFAULT NULL) RETURNS text
-  AS 'MODULE_PATHNAME', 'relaybus_publish' LANGUAGE C VOLATILE
-  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-  SET enable_seqscan = off SET enable_bitmapscan = off
-  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
-
--- publish_batch: publish for each element of a JSON array of
--- {type, payload, key, id, handlers, available_at, headers}, in order. Returns the event
--- ids in input order. Writes events, deliveries, key_counters: one statement per table
--- when every id is new, else event by event as publish. Locks each key's key_counters row
--- until commit (in key order when every id is new, else in input order).
-CREATE FUNCTION relaybus.publish_batch(events jsonb) RETURNS SETOF text
-  AS 'MODULE_PATHNAME', 'relaybus_publish_batch' LANGUAGE C VOLATILE
-  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-  SET enable_seqscan = off SET enable_bitmapscan = off
-  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
-
--- claim: leases lanes to worker and returns up to batch_size due deliveries of handlers
--- (default: every handler without sql_function), respecting per-key order. holder binds
--- the lanes to (worker, holder), so any connection passing the pair holds them; NULL binds
--- them to this backend. Takes over lanes whose lease expired, and the worker's lanes of an
--- incarnation that is gone. lease: more than 0, at most 1 day (22023 otherwise). Writes
--- lanes only (plus, on a takeover, the charged deliveries). Locks: FOR NO KEY UPDATE on
--- held lanes, FOR UPDATE SKIP LOCKED on free ones.
-CREATE FUNCTION relaybus.claim(
-  worker text, batch_size integer DEFAULT 10, lease interval DEFAULT '30 seconds',
-  handlers text[] DEFAULT NULL, holder text DEFAULT NULL)
-  RETURNS TABLE(lease_token text, event_id text, handler text, type text, key text,
-                payload jsonb, headers jsonb, attempts integer, published_at timestamptz)
-  AS 'MODULE_PATHNAME', 'relaybus_claim' LANGUAGE C VOLATILE ROWS 10
-  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-  SET enable_seqscan = off SET enable_bitmapscan = off
-  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
-
--- extend_lease: renews every lane worker holds under the caller's incarnation ((worker,
--- holder), or with holder NULL this live backend's lanes), for lease (more than 0, at most
--- 1 day). Returns how many. Writes lanes.
-CREATE FUNCTION relaybus.extend_lease(worker text, lease interval DEFAULT '30 seconds',
-                                      holder text DEFAULT NULL)
-  RETURNS integer
-  AS 'MODULE_PATHNAME', 'relaybus_extend_lease' LANGUAGE C VOLATILE
-  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-  SET enable_seqscan = off SET enable_bitmapscan = off
-  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
-
--- complete: deletes the delivery if its lane has not changed hands since the claim.
--- Returns false (nothing changed) when the lease was lost. Inside the handler's own
--- transaction this is effectively-once: FOR KEY SHARE on the lane conflicts with a
--- takeover's FOR UPDATE. Writes deliveries (delete), completions (when history is on).
-CREATE FUNCTION relaybus.complete(lease_token text) RETURNS boolean
-  AS 'MODULE_PATHNAME', 'relaybus_complete' LANGUAGE C VOLATILE
-  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-  SET enable_seqscan = off SET enable_bitmapscan = off
-  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
-
--- complete_many: complete for a batch in one statement. Returns how many were completed.
-CREATE FUNCTION relaybus.complete_many(lease_tokens text[]) RETURNS integer
-  AS 'MODULE_PATHNAME', 'relaybus_complete_many' LANGUAGE C VOLATILE
-  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-  SET enable_seqscan = off SET enable_bitmapscan = off
-  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
-
--- fail: charges one attempt; returns 'retry' (rescheduled after backoff, or at retry_at,
--- which must be finite), 'dead' (attempts exhausted) or 'lost' (lease lost, nothing changed).
--- Writes deliveries, lanes (removes it from the in-flight list).
-CREATE FUNCTION relaybus.fail(lease_token text, error text DEFAULT NULL,
-                              retry_at timestamptz DEFAULT NULL) RETURNS text
-  AS 'MODULE_PATHNAME', 'relaybus_fail' LANGUAGE C VOLATILE
-  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-  SET enable_seqscan = off SET enable_bitmapscan = off
-  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
-
--- bury: dead-letters the delivery now, charging the attempt. false = lease lost.
--- Writes deliveries, lanes.
-CREATE FUNCTION relaybus.bury(lease_token text, error text DEFAULT NULL) RETURNS boolean
-  AS 'MODULE_PATHNAME', 'relaybus_bury' LANGUAGE C VOLATILE
-  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-  SET enable_seqscan = off SET enable_bitmapscan = off
-  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
-
--- release: gives the delivery back without charging an attempt. false = lease lost.
--- Writes deliveries (claims counter), lanes.
-CREATE FUNCTION relaybus.release(lease_token text) RETURNS boolean
-  AS 'MODULE_PATHNAME', 'relaybus_release' LANGUAGE C VOLATILE
-  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-  SET enable_seqscan = off SET enable_bitmapscan = off
-  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
-
--- relinquish: hands back every lane of (worker, holder) that runs nothing; with holder
--- NULL, every lane of worker bound to a backend. Returns how many. Writes lanes.
-CREATE FUNCTION relaybus.relinquish(worker text, holder text DEFAULT NULL) RETURNS integer
-  AS 'MODULE_PATHNAME', 'relaybus_relinquish' LANGUAGE C VOLATILE
-  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-  SET enable_seqscan = off SET enable_bitmapscan = off
-  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
-
--- take_over_expired: takes over lanes whose lease expired (skipping lanes locked by a
--- completion in progress), charging each in-flight delivery one attempt and dead-lettering
--- those out of attempts. A lane whose takeover raises is skipped with a WARNING (each lane
--- then in a subtransaction of its own), so one cannot stop the others. Returns how many
--- lanes were taken over. Writes lanes, deliveries.
-CREATE FUNCTION relaybus.take_over_expired() RETURNS integer
-  AS 'MODULE_PATHNAME', 'relaybus_take_over_expired' LANGUAGE C VOLATILE
-  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-  SET enable_seqscan = off SET enable_bitmapscan = off
-  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
-
--- purge_expired: deletes events without deliveries older than relaybus.retention_completed,
--- dead deliveries (and pending deliveries of unsubscribed handlers) older than
--- relaybus.retention_dead, and completion history (0.1.0's completed deliveries included)
--- older than relaybus.retention_completed. Each kind in slices of 10,000: call it until it
--- returns 0.
--- Returns rows deleted.
--- Writes events, deliveries, completions.
-CREATE FUNCTION relaybus.purge_expired() RETURNS bigint
-  AS 'MODULE_PATHNAME', 'relaybus_purge_expired' LANGUAGE C VOLATILE
-  SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
-
---------------------------------------------------------------------------------
--- Admin functions in SQL: not on the delivery path.
---------------------------------------------------------------------------------
-
--- requeue: moves one dead delivery back to pending with a fresh attempt budget, due now.
--- Returns false when (event_id, handler) is not a dead delivery. Writes deliveries.
-CREATE FUNCTION relaybus.requeue(event_id text, handler text) RETURNS boolean
-  LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-AS $fn$
-BEGIN
-  IF event_id IS NULL OR handler IS NULL THEN
-    RAISE EXCEPTION 'event_id and handler must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-  END IF;
-  UPDATE relaybus.deliveries d
-     SET status = 'pending', attempts = 0, claims = d.claims + 1, available_at = now(),
-         updated_at = now()
-   WHERE d.event_id = requeue.event_id AND d.handler = requeue.handler AND d.status = 'dead';
-  RETURN FOUND;
-END
-$fn$;
-
--- requeue_dead: requeue for every dead delivery of handler (NULL: of every handler).
--- Returns how many. Writes deliveries.
-CREATE FUNCTION relaybus.requeue_dead(handler text DEFAULT NULL) RETURNS bigint
-  LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-  n bigint;
-BEGIN
-  IF handler IS NOT NULL
-     AND NOT EXISTS (SELECT 1 FROM relaybus.subscriptions s WHERE s.handler = requeue_dead.handler)
-     AND NOT EXISTS (SELECT 1 FROM relaybus.deliveries d WHERE d.handler = requeue_dead.handler) THEN
-    RAISE EXCEPTION 'handler "%" is not subscribed and has no deliveries', handler
-      USING ERRCODE = 'undefined_object';
-  END IF;
-  UPDATE relaybus.deliveries d
-     SET status = 'pending', attempts = 0, claims = d.claims + 1, available_at = now(),
-         updated_at = now()
-   WHERE d.status = 'dead' AND (requeue_dead.handler IS NULL OR d.handler = requeue_dead.handler);
-  GET DIAGNOSTICS n = ROW_COUNT;
-  RETURN n;
-END
-$fn$;
-
--- statistics: per handler (subscribed, with deliveries left, or with completion history):
--- pending = waiting and not in any lane's in-flight list, processing = in flight, dead,
--- completed = completion history (0.1.0's completed deliveries included; 0 when it is off),
--- oldest_pending = creation time of the oldest waiting delivery. Reads subscriptions,
--- deliveries, lanes, completions.
-CREATE FUNCTION relaybus.statistics()
-  RETURNS TABLE(handler text, pending bigint, processing bigint, dead bigint, completed bigint,
-                oldest_pending timestamptz)
-  LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-AS $fn$
-  WITH in_flight AS (
-    SELECT l.handler, f.event_id
-      FROM relaybus.lanes l CROSS JOIN LATERAL unnest(l.in_flight) AS f(event_id)
-     WHERE l.lease_owner IS NOT NULL
-  ), d AS (
-    SELECT d.handler, d.status, d.created_at, i.event_id IS NOT NULL AS in_flight
-      FROM relaybus.deliveries d
-      LEFT JOIN in_flight i ON i.handler = d.handler AND i.event_id = d.event_id
-  ), counts AS (
-    SELECT d.handler,
-           count(*) FILTER (WHERE d.status = 'pending' AND NOT d.in_flight) AS pending,
-           count(*) FILTER (WHERE d.status = 'pending' AND d.in_flight) AS processing,
-           count(*) FILTER (WHERE d.status = 'dead') AS dead,
-           min(d.created_at) FILTER (WHERE d.status = 'pending' AND NOT d.in_flight) AS oldest
-      FROM d GROUP BY d.handler
-  ), history AS (
-    SELECT c.handler, count(*) AS completed FROM relaybus.completions c GROUP BY c.handler
-  ), names AS (
-    SELECT s.handler FROM relaybus.subscriptions s
-    UNION SELECT c.handler FROM counts c
-    UNION SELECT h.handler FROM history h
-  )
-  SELECT n.handler, coalesce(c.pending, 0), coalesce(c.processing, 0), coalesce(c.dead, 0),
-         coalesce(h.completed, 0), c.oldest
-    FROM names n
-    LEFT JOIN counts c ON c.handler = n.handler
-    LEFT JOIN history h ON h.handler = n.handler
-   ORDER BY n.handler
-$fn$;
-
--- list_deliveries: admin listing, newest first. status: NULL (pending, processing and dead),
--- 'pending', 'processing', 'dead' or 'completed' (the completion history).
--- A scan: filter by status or handler on a large table. Reads deliveries, events, lanes,
--- completions. (PL/pgSQL rejects an argument named like an output column, so the body is
--- list_deliveries_impl, called with the same arguments.)
-CREATE FUNCTION relaybus.list_deliveries_impl(want_status text, want_handler text,
-                                              row_limit integer)
+-- list_deliveries_impl: the body of relaybus.list_deliveries, called with the same
+-- arguments. Internal: only list_deliveries calls it.
+--
+-- PL/pgSQL rejects an argument named like an output column, so list_deliveries, whose
+-- arguments are named status and handler like two of its columns, is a SQL function that
+-- calls this one. Reads deliveries, events, lanes, completions.
+CREATE FUNCTION relaybus_internal.list_deliveries_impl(want_status text, want_handler text,
+                                                       row_limit integer)
   RETURNS TABLE(event_id text, handler text, type text, key text, status text,
                 attempts integer, available_at timestamptz, last_error text,
                 lease_owner text, created_at timestamptz, updated_at timestamptz)
@@ -440,6 +203,317 @@ BEGIN
 END
 $fn$;
 
+-- Nothing for PUBLIC: a new schema grants it nothing, but a new function grants it EXECUTE.
+-- No role gets anything either: only the owner calls these.
+REVOKE ALL ON SCHEMA relaybus_internal FROM PUBLIC;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA relaybus_internal FROM PUBLIC;
+
+--------------------------------------------------------------------------------
+-- Functions implemented in C++ (src/pg). Each is a thin entry point guarded against
+-- C++ exceptions and PostgreSQL errors crossing each other.
+--
+-- The delivery path (publish, claim, completion, failure, lease and takeover functions)
+-- runs with sequential, bitmap, hash and merge plans disabled. Its statements keep their
+-- plans in the connection (re-made only after DDL, VACUUM or ANALYZE of their tables), and
+-- relaybus's tables swing from empty to deep and back: a plan made while a table looked empty (a fresh install, a drained queue just
+-- analyzed) scans the whole table on every call once it is deep again, exactly when the
+-- queue can least afford it. Every statement on the path is a lookup along an index, so
+-- an index plan is right at every size; the settings make it the only one on offer.
+-- jit is off with them: the penalty cost of a disabled plan (a table with no usable index,
+-- such as the handful of subscriptions) would otherwise cross jit_above_cost and compile
+-- every call.
+--
+-- The header above each function: its first paragraph (what it does, what it returns) is
+-- also its COMMENT, shown by \df+ (scripts/build-sql); the rest (tables, locks, why) is for
+-- the source only.
+--------------------------------------------------------------------------------
+
+-- lane_of(key_or_event_id): the lane (0..255) a delivery with that ordering key, or with
+-- that event id when it has no key, lives in: FNV-1a of the UTF-8 bytes, modulo 256.
+--
+-- Touches nothing.
+CREATE FUNCTION relaybus.lane_of(key_or_event_id text) RETURNS smallint
+  AS 'MODULE_PATHNAME', 'relaybus_lane_of' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+-- subscribe: registers or updates handler for event_types ('*' = every type) with its
+-- retry policy and creates its 256 lanes; sql_function(jsonb) makes it an in-database
+-- handler, run by the background workers as the function's owner, each call bounded by
+-- sql_timeout (1 ms..1 hour; NULL: relaybus.sql_handler_timeout). backoff_base and
+-- backoff_max: 0..365 days, a month counting 30 days. Returns nothing.
+--
+-- The workers call sql_function in a security-restricted operation; 42501 unless the
+-- calling role has the privileges of sql_function's owner. The intervals are stored as the
+-- microseconds checked. Writes subscriptions, lanes (relaybus_internal.create_lanes).
+-- Not SECURITY DEFINER: the C body takes its owner's rights itself (src/pg/definer_rights.hpp),
+-- because it must check sql_function's owner against the role that called it, which
+-- PostgreSQL no longer knows inside a SECURITY DEFINER function.
+CREATE FUNCTION relaybus.subscribe(
+  handler text, event_types text[], max_attempts integer DEFAULT 25,
+  backoff_base interval DEFAULT '1 second', backoff_max interval DEFAULT '1 hour',
+  sql_function regprocedure DEFAULT NULL, sql_timeout interval DEFAULT NULL) RETURNS void
+  AS 'MODULE_PATHNAME', 'relaybus_subscribe' LANGUAGE C VOLATILE
+  SET search_path = pg_catalog, pg_temp;
+
+-- unsubscribe: removes the handler's subscription; its deliveries and lanes stay (a
+-- re-subscribe resumes them; purge_expired removes its pending deliveries once older than
+-- relaybus.retention_dead). Returns nothing.
+--
+-- Writes subscriptions.
+CREATE FUNCTION relaybus.unsubscribe(handler text) RETURNS void
+  LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+  IF handler IS NULL THEN
+    RAISE EXCEPTION 'handler must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+  END IF;
+  DELETE FROM relaybus.subscriptions s WHERE s.handler = unsubscribe.handler;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'handler "%" is not subscribed', handler USING ERRCODE = 'undefined_object';
+  END IF;
+END
+$fn$;
+
+-- publish: in the caller's transaction, inserts the event and one delivery per handler
+-- (the subscribers of type, or handlers). Idempotent by event_id: a repeat adds deliveries
+-- only for handlers the event never had. Returns the event id (a UUID when not given).
+--
+-- Writes events, deliveries, key_counters (keyed events: the key's row stays locked until
+-- commit, so a key's sequence follows commit order).
+CREATE FUNCTION relaybus.publish(
+  type text, payload jsonb DEFAULT '{}', key text DEFAULT NULL, event_id text DEFAULT NULL,
+  handlers text[] DEFAULT NULL, available_at timestamptz DEFAULT NULL,
+  headers jsonb DEFAULT NULL) RETURNS text
+  AS 'MODULE_PATHNAME', 'relaybus_publish' LANGUAGE C VOLATILE
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  SET enable_seqscan = off SET enable_bitmapscan = off
+  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
+
+-- publish_batch: publish for each element of a JSON array of
+-- {type, payload, key, id, handlers, available_at, headers}, in order. Returns the event
+-- ids in input order.
+--
+-- Writes events, deliveries, key_counters: one statement per table
+-- when every id is new, else event by event as publish. Locks each key's key_counters row
+-- until commit (in key order when every id is new, else in input order).
+CREATE FUNCTION relaybus.publish_batch(events jsonb) RETURNS SETOF text
+  AS 'MODULE_PATHNAME', 'relaybus_publish_batch' LANGUAGE C VOLATILE
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  SET enable_seqscan = off SET enable_bitmapscan = off
+  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
+
+-- claim: leases lanes to worker and returns up to batch_size due deliveries of handlers
+-- (default: every handler without sql_function), respecting per-key order. holder binds
+-- the lanes to (worker, holder), so any connection passing the pair holds them; NULL binds
+-- them to this backend. lease: more than 0, at most 1 day (22023 otherwise).
+--
+-- Takes over lanes whose lease expired, and the worker's lanes of an incarnation that is
+-- gone. Writes lanes only (plus, on a takeover, the charged deliveries). Locks: FOR NO KEY
+-- UPDATE on held lanes, FOR UPDATE SKIP LOCKED on free ones.
+CREATE FUNCTION relaybus.claim(
+  worker text, batch_size integer DEFAULT 10, lease interval DEFAULT '30 seconds',
+  handlers text[] DEFAULT NULL, holder text DEFAULT NULL)
+  RETURNS TABLE(lease_token text, event_id text, handler text, type text, key text,
+                payload jsonb, headers jsonb, attempts integer, published_at timestamptz)
+  AS 'MODULE_PATHNAME', 'relaybus_claim' LANGUAGE C VOLATILE ROWS 10
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  SET enable_seqscan = off SET enable_bitmapscan = off
+  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
+
+-- extend_lease: renews every lane worker holds under the caller's incarnation ((worker,
+-- holder), or with holder NULL this live backend's lanes), for lease (more than 0, at most
+-- 1 day). Returns how many.
+--
+-- Writes lanes.
+CREATE FUNCTION relaybus.extend_lease(worker text, lease interval DEFAULT '30 seconds',
+                                      holder text DEFAULT NULL)
+  RETURNS integer
+  AS 'MODULE_PATHNAME', 'relaybus_extend_lease' LANGUAGE C VOLATILE
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  SET enable_seqscan = off SET enable_bitmapscan = off
+  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
+
+-- complete: deletes the delivery if its lane has not changed hands since the claim.
+-- Returns false (nothing changed) when the lease was lost. Inside the handler's own
+-- transaction this is effectively-once.
+--
+-- FOR KEY SHARE on the lane conflicts with a takeover's FOR UPDATE. Writes deliveries
+-- (delete), completions (when history is on).
+CREATE FUNCTION relaybus.complete(lease_token text) RETURNS boolean
+  AS 'MODULE_PATHNAME', 'relaybus_complete' LANGUAGE C VOLATILE
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  SET enable_seqscan = off SET enable_bitmapscan = off
+  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
+
+-- complete_many: complete for a batch of lease tokens in one statement. Returns how many
+-- were completed.
+--
+-- Locks and writes as complete.
+CREATE FUNCTION relaybus.complete_many(lease_tokens text[]) RETURNS integer
+  AS 'MODULE_PATHNAME', 'relaybus_complete_many' LANGUAGE C VOLATILE
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  SET enable_seqscan = off SET enable_bitmapscan = off
+  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
+
+-- fail: charges one attempt; returns 'retry' (rescheduled after backoff, or at retry_at,
+-- which must be finite), 'dead' (attempts exhausted) or 'lost' (lease lost, nothing changed).
+--
+-- Writes deliveries, lanes (removes it from the in-flight list).
+CREATE FUNCTION relaybus.fail(lease_token text, error text DEFAULT NULL,
+                              retry_at timestamptz DEFAULT NULL) RETURNS text
+  AS 'MODULE_PATHNAME', 'relaybus_fail' LANGUAGE C VOLATILE
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  SET enable_seqscan = off SET enable_bitmapscan = off
+  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
+
+-- bury: dead-letters the delivery now, charging the attempt. Returns false (nothing
+-- changed) when the lease was lost.
+--
+-- Writes deliveries, lanes.
+CREATE FUNCTION relaybus.bury(lease_token text, error text DEFAULT NULL) RETURNS boolean
+  AS 'MODULE_PATHNAME', 'relaybus_bury' LANGUAGE C VOLATILE
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  SET enable_seqscan = off SET enable_bitmapscan = off
+  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
+
+-- release: gives the delivery back without charging an attempt; it can be claimed again at
+-- once. Returns false (nothing changed) when the lease was lost.
+--
+-- Writes deliveries (claims counter), lanes.
+CREATE FUNCTION relaybus.release(lease_token text) RETURNS boolean
+  AS 'MODULE_PATHNAME', 'relaybus_release' LANGUAGE C VOLATILE
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  SET enable_seqscan = off SET enable_bitmapscan = off
+  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
+
+-- relinquish: hands back every lane of (worker, holder) that runs nothing; with holder
+-- NULL, every lane of worker bound to a backend. Returns how many.
+--
+-- Writes lanes.
+CREATE FUNCTION relaybus.relinquish(worker text, holder text DEFAULT NULL) RETURNS integer
+  AS 'MODULE_PATHNAME', 'relaybus_relinquish' LANGUAGE C VOLATILE
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  SET enable_seqscan = off SET enable_bitmapscan = off
+  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
+
+-- take_over_expired: takes over up to 1000 lanes whose lease expired, charging each
+-- in-flight delivery one attempt and dead-lettering those out of attempts. Returns how many
+-- lanes were taken over. The background worker calls it every relaybus.maintenance_interval.
+--
+-- Skips lanes locked by a completion in progress. A lane whose takeover raises is skipped
+-- with a WARNING (each lane then in a subtransaction of its own), so one cannot stop the
+-- others. Writes lanes, deliveries.
+CREATE FUNCTION relaybus.take_over_expired() RETURNS integer
+  AS 'MODULE_PATHNAME', 'relaybus_take_over_expired' LANGUAGE C VOLATILE
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  SET enable_seqscan = off SET enable_bitmapscan = off
+  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
+
+-- purge_expired: deletes events without deliveries older than relaybus.retention_completed,
+-- dead deliveries (and pending deliveries of unsubscribed handlers) older than
+-- relaybus.retention_dead, and completion history (0.1.0's completed deliveries included)
+-- older than relaybus.retention_completed. Returns the rows deleted, at most 10,000 of each
+-- kind: call it until it returns 0.
+--
+-- Writes events, deliveries, completions.
+CREATE FUNCTION relaybus.purge_expired() RETURNS bigint
+  AS 'MODULE_PATHNAME', 'relaybus_purge_expired' LANGUAGE C VOLATILE
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+
+--------------------------------------------------------------------------------
+-- Admin functions in SQL: not on the delivery path.
+--------------------------------------------------------------------------------
+
+-- requeue: moves one dead delivery back to pending with a fresh attempt budget, due now.
+-- Returns false when (event_id, handler) is not a dead delivery.
+--
+-- Writes deliveries.
+CREATE FUNCTION relaybus.requeue(event_id text, handler text) RETURNS boolean
+  LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+  IF event_id IS NULL OR handler IS NULL THEN
+    RAISE EXCEPTION 'event_id and handler must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+  END IF;
+  UPDATE relaybus.deliveries d
+     SET status = 'pending', attempts = 0, claims = d.claims + 1, available_at = now(),
+         updated_at = now()
+   WHERE d.event_id = requeue.event_id AND d.handler = requeue.handler AND d.status = 'dead';
+  RETURN FOUND;
+END
+$fn$;
+
+-- requeue_dead: requeue for every dead delivery of handler (NULL: of every handler).
+-- Returns how many.
+--
+-- Writes deliveries.
+CREATE FUNCTION relaybus.requeue_dead(handler text DEFAULT NULL) RETURNS bigint
+  LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+  n bigint;
+BEGIN
+  IF handler IS NOT NULL
+     AND NOT EXISTS (SELECT 1 FROM relaybus.subscriptions s WHERE s.handler = requeue_dead.handler)
+     AND NOT EXISTS (SELECT 1 FROM relaybus.deliveries d WHERE d.handler = requeue_dead.handler) THEN
+    RAISE EXCEPTION 'handler "%" is not subscribed and has no deliveries', handler
+      USING ERRCODE = 'undefined_object';
+  END IF;
+  UPDATE relaybus.deliveries d
+     SET status = 'pending', attempts = 0, claims = d.claims + 1, available_at = now(),
+         updated_at = now()
+   WHERE d.status = 'dead' AND (requeue_dead.handler IS NULL OR d.handler = requeue_dead.handler);
+  GET DIAGNOSTICS n = ROW_COUNT;
+  RETURN n;
+END
+$fn$;
+
+-- statistics: per handler (subscribed, with deliveries left, or with completion history):
+-- pending = waiting and not in any lane's in-flight list, processing = in flight, dead,
+-- completed = completion history (0.1.0's completed deliveries included; 0 when it is off),
+-- oldest_pending = creation time of the oldest waiting delivery.
+--
+-- Reads subscriptions, deliveries, lanes, completions.
+CREATE FUNCTION relaybus.statistics()
+  RETURNS TABLE(handler text, pending bigint, processing bigint, dead bigint, completed bigint,
+                oldest_pending timestamptz)
+  LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$
+  WITH in_flight AS (
+    SELECT l.handler, f.event_id
+      FROM relaybus.lanes l CROSS JOIN LATERAL unnest(l.in_flight) AS f(event_id)
+     WHERE l.lease_owner IS NOT NULL
+  ), d AS (
+    SELECT d.handler, d.status, d.created_at, i.event_id IS NOT NULL AS in_flight
+      FROM relaybus.deliveries d
+      LEFT JOIN in_flight i ON i.handler = d.handler AND i.event_id = d.event_id
+  ), counts AS (
+    SELECT d.handler,
+           count(*) FILTER (WHERE d.status = 'pending' AND NOT d.in_flight) AS pending,
+           count(*) FILTER (WHERE d.status = 'pending' AND d.in_flight) AS processing,
+           count(*) FILTER (WHERE d.status = 'dead') AS dead,
+           min(d.created_at) FILTER (WHERE d.status = 'pending' AND NOT d.in_flight) AS oldest
+      FROM d GROUP BY d.handler
+  ), history AS (
+    SELECT c.handler, count(*) AS completed FROM relaybus.completions c GROUP BY c.handler
+  ), names AS (
+    SELECT s.handler FROM relaybus.subscriptions s
+    UNION SELECT c.handler FROM counts c
+    UNION SELECT h.handler FROM history h
+  )
+  SELECT n.handler, coalesce(c.pending, 0), coalesce(c.processing, 0), coalesce(c.dead, 0),
+         coalesce(h.completed, 0), c.oldest
+    FROM names n
+    LEFT JOIN counts c ON c.handler = n.handler
+    LEFT JOIN history h ON h.handler = n.handler
+   ORDER BY n.handler
+$fn$;
+
+-- list_deliveries: admin listing, newest first, at most max_rows rows. status: NULL
+-- (pending, processing and dead), 'pending', 'processing', 'dead' or 'completed' (the
+-- completion history); handler filters by handler.
+--
+-- A scan: filter by status or handler on a large table. The body is
+-- relaybus_internal.list_deliveries_impl (see there why).
 CREATE FUNCTION relaybus.list_deliveries(status text DEFAULT NULL, handler text DEFAULT NULL,
                                          max_rows integer DEFAULT 100)
   RETURNS TABLE(event_id text, handler text, type text, key text, status text,
@@ -447,7 +521,7 @@ CREATE FUNCTION relaybus.list_deliveries(status text DEFAULT NULL, handler text 
                 lease_owner text, created_at timestamptz, updated_at timestamptz)
   LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
-  SELECT * FROM relaybus.list_deliveries_impl($1, $2, $3)
+  SELECT * FROM relaybus_internal.list_deliveries_impl($1, $2, $3)
 $fn$;
 
 --------------------------------------------------------------------------------
@@ -512,17 +586,142 @@ ALTER TABLE relaybus.deliveries ALTER COLUMN lane SET NOT NULL;
 
 -- With the primary key, the only four indexes on deliveries: none covers a column the
 -- happy path writes.
--- claim: due pending deliveries of one (handler, lane) in due order
+
+-- claim: due pending deliveries of one (handler, lane) in due order.
 CREATE INDEX deliveries_lane_due_idx ON relaybus.deliveries (handler, lane, available_at, event_id)
   WHERE status = 'pending';
--- claim: "no earlier pending delivery of this handler and key"
+-- claim: "no earlier pending delivery of this handler and key".
 CREATE INDEX deliveries_lane_key_idx ON relaybus.deliveries (handler, lane, key, sequence)
   WHERE key IS NOT NULL AND status = 'pending';
--- purge_expired: dead letters by age
+-- purge_expired: dead letters by age.
 CREATE INDEX deliveries_dead_idx ON relaybus.deliveries (updated_at, event_id)
   WHERE status = 'dead';
 
 -- Upgrade 0.1.0 -> 0.2.0, last: 256 lanes for every handler that is subscribed or still has deliveries.
-SELECT relaybus.create_lanes(h.handler)
+SELECT relaybus_internal.create_lanes(h.handler)
   FROM (SELECT handler FROM relaybus.subscriptions
         UNION SELECT DISTINCT handler FROM relaybus.deliveries) h;
+
+--------------------------------------------------------------------------------
+-- Descriptions (\df+, \dt+, \di+, \dn+): generated by scripts/build-sql from the first
+-- paragraph of the header comment above each CREATE in the parts of a fresh install.
+--------------------------------------------------------------------------------
+COMMENT ON TABLE relaybus.subscriptions IS
+  'Handlers and what they receive, one row per subscribe (the retry policy included). '
+  'sql_function marks an in-database handler, run by the background workers rather than by '
+  'external workers; sql_timeout bounds one call of it (NULL: relaybus.sql_handler_timeout).';
+COMMENT ON TABLE relaybus.events IS
+  'Published events, one per event id, until purge_expired deletes them. handlers lists '
+  'every handler the event ever had a delivery for, so a repeated publish (a broker '
+  'redelivery) never runs a completed handler again.';
+COMMENT ON INDEX relaybus.events_published_at_brin IS
+  'purge_expired: events by age.';
+COMMENT ON TABLE relaybus.deliveries IS
+  'One row per (event, handler) from publish until the handler''s completion commits: '
+  'pending (waiting or in flight) or dead. lane and sequence place it in its handler''s lane '
+  'and key order; attempts counts the attempts charged (failures, takeovers); claims is the '
+  'counter its lease tokens carry.';
+COMMENT ON TABLE relaybus.key_counters IS
+  'Per-key counters: the last sequence number publish gave a delivery of each ordering key.';
+COMMENT ON INDEX relaybus.deliveries_lane_due_idx IS
+  'claim: due pending deliveries of one (handler, lane) in due order.';
+COMMENT ON INDEX relaybus.deliveries_lane_key_idx IS
+  'claim: "no earlier pending delivery of this handler and key".';
+COMMENT ON INDEX relaybus.deliveries_dead_idx IS
+  'purge_expired: dead letters by age.';
+COMMENT ON TABLE relaybus.lanes IS
+  'Lane leases: 256 per handler, made by subscribe; a worker holds a lane to claim the '
+  'deliveries in it. epoch moves whenever the lane changes hands; lease_owner and '
+  'lease_expires_at are the worker and its lease; the incarnation holding it is holder (a '
+  'claim''s explicit holder) or, without one, holder_pid/holder_started (the backend that '
+  'acquired it); in_flight lists the event ids of the deliveries claimed and not yet ended.';
+COMMENT ON TABLE relaybus.completions IS
+  'Optional append-only completion history: one row per completion while '
+  'relaybus.completion_history is on (and 0.1.0''s completed deliveries, after an upgrade), '
+  'read by statistics() and list_deliveries(''completed''), deleted by purge_expired.';
+COMMENT ON INDEX relaybus.completions_completed_at_brin IS
+  'purge_expired: completion history by age.';
+COMMENT ON SCHEMA relaybus_internal IS
+  'Internal helpers of relaybus, called only by its own functions; not part of the SQL API '
+  'and usable by no role.';
+COMMENT ON FUNCTION relaybus_internal.create_lanes(handler text) IS
+  'creates the 256 lanes of handler that do not exist yet, each on a heap '
+  'page with at most two other lanes (see relaybus.lanes). Internal: run by subscribe and by '
+  'the upgrade from 0.1.0. Returns nothing.';
+COMMENT ON FUNCTION relaybus_internal.list_deliveries_impl(want_status text, want_handler text, row_limit integer) IS
+  'the body of relaybus.list_deliveries, called with the same '
+  'arguments. Internal: only list_deliveries calls it.';
+COMMENT ON FUNCTION relaybus.lane_of(key_or_event_id text) IS
+  'the lane (0..255) a delivery with that ordering key, or with '
+  'that event id when it has no key, lives in: FNV-1a of the UTF-8 bytes, modulo 256.';
+COMMENT ON FUNCTION relaybus.subscribe(handler text, event_types text[], max_attempts integer, backoff_base interval, backoff_max interval, sql_function regprocedure, sql_timeout interval) IS
+  'registers or updates handler for event_types (''*'' = every type) with its '
+  'retry policy and creates its 256 lanes; sql_function(jsonb) makes it an in-database '
+  'handler, run by the background workers as the function''s owner, each call bounded by '
+  'sql_timeout (1 ms..1 hour; NULL: relaybus.sql_handler_timeout). backoff_base and '
+  'backoff_max: 0..365 days, a month counting 30 days. Returns nothing.';
+COMMENT ON FUNCTION relaybus.unsubscribe(handler text) IS
+  'removes the handler''s subscription; its deliveries and lanes stay (a '
+  're-subscribe resumes them; purge_expired removes its pending deliveries once older than '
+  'relaybus.retention_dead). Returns nothing.';
+COMMENT ON FUNCTION relaybus.publish(type text, payload jsonb, key text, event_id text, handlers text[], available_at timestamptz, headers jsonb) IS
+  'in the caller''s transaction, inserts the event and one delivery per handler '
+  '(the subscribers of type, or handlers). Idempotent by event_id: a repeat adds deliveries '
+  'only for handlers the event never had. Returns the event id (a UUID when not given).';
+COMMENT ON FUNCTION relaybus.publish_batch(events jsonb) IS
+  'publish for each element of a JSON array of '
+  '{type, payload, key, id, handlers, available_at, headers}, in order. Returns the event '
+  'ids in input order.';
+COMMENT ON FUNCTION relaybus.claim(worker text, batch_size integer, lease interval, handlers text[], holder text) IS
+  'leases lanes to worker and returns up to batch_size due deliveries of handlers '
+  '(default: every handler without sql_function), respecting per-key order. holder binds '
+  'the lanes to (worker, holder), so any connection passing the pair holds them; NULL binds '
+  'them to this backend. lease: more than 0, at most 1 day (22023 otherwise).';
+COMMENT ON FUNCTION relaybus.extend_lease(worker text, lease interval, holder text) IS
+  'renews every lane worker holds under the caller''s incarnation ((worker, '
+  'holder), or with holder NULL this live backend''s lanes), for lease (more than 0, at most '
+  '1 day). Returns how many.';
+COMMENT ON FUNCTION relaybus.complete(lease_token text) IS
+  'deletes the delivery if its lane has not changed hands since the claim. '
+  'Returns false (nothing changed) when the lease was lost. Inside the handler''s own '
+  'transaction this is effectively-once.';
+COMMENT ON FUNCTION relaybus.complete_many(lease_tokens text[]) IS
+  'complete for a batch of lease tokens in one statement. Returns how many '
+  'were completed.';
+COMMENT ON FUNCTION relaybus.fail(lease_token text, error text, retry_at timestamptz) IS
+  'charges one attempt; returns ''retry'' (rescheduled after backoff, or at retry_at, '
+  'which must be finite), ''dead'' (attempts exhausted) or ''lost'' (lease lost, nothing changed).';
+COMMENT ON FUNCTION relaybus.bury(lease_token text, error text) IS
+  'dead-letters the delivery now, charging the attempt. Returns false (nothing '
+  'changed) when the lease was lost.';
+COMMENT ON FUNCTION relaybus.release(lease_token text) IS
+  'gives the delivery back without charging an attempt; it can be claimed again at '
+  'once. Returns false (nothing changed) when the lease was lost.';
+COMMENT ON FUNCTION relaybus.relinquish(worker text, holder text) IS
+  'hands back every lane of (worker, holder) that runs nothing; with holder '
+  'NULL, every lane of worker bound to a backend. Returns how many.';
+COMMENT ON FUNCTION relaybus.take_over_expired() IS
+  'takes over up to 1000 lanes whose lease expired, charging each '
+  'in-flight delivery one attempt and dead-lettering those out of attempts. Returns how many '
+  'lanes were taken over. The background worker calls it every relaybus.maintenance_interval.';
+COMMENT ON FUNCTION relaybus.purge_expired() IS
+  'deletes events without deliveries older than relaybus.retention_completed, '
+  'dead deliveries (and pending deliveries of unsubscribed handlers) older than '
+  'relaybus.retention_dead, and completion history (0.1.0''s completed deliveries included) '
+  'older than relaybus.retention_completed. Returns the rows deleted, at most 10,000 of each '
+  'kind: call it until it returns 0.';
+COMMENT ON FUNCTION relaybus.requeue(event_id text, handler text) IS
+  'moves one dead delivery back to pending with a fresh attempt budget, due now. '
+  'Returns false when (event_id, handler) is not a dead delivery.';
+COMMENT ON FUNCTION relaybus.requeue_dead(handler text) IS
+  'requeue for every dead delivery of handler (NULL: of every handler). '
+  'Returns how many.';
+COMMENT ON FUNCTION relaybus.statistics() IS
+  'per handler (subscribed, with deliveries left, or with completion history): '
+  'pending = waiting and not in any lane''s in-flight list, processing = in flight, dead, '
+  'completed = completion history (0.1.0''s completed deliveries included; 0 when it is off), '
+  'oldest_pending = creation time of the oldest waiting delivery.';
+COMMENT ON FUNCTION relaybus.list_deliveries(status text, handler text, max_rows integer) IS
+  'admin listing, newest first, at most max_rows rows. status: NULL '
+  '(pending, processing and dead), ''pending'', ''processing'', ''dead'' or ''completed'' (the '
+  'completion history); handler filters by handler.';

@@ -12,41 +12,28 @@
 -- jit is off with them: the penalty cost of a disabled plan (a table with no usable index,
 -- such as the handful of subscriptions) would otherwise cross jit_above_cost and compile
 -- every call.
+--
+-- The header above each function: its first paragraph (what it does, what it returns) is
+-- also its COMMENT, shown by \df+ (scripts/build-sql); the rest (tables, locks, why) is for
+-- the source only.
 --------------------------------------------------------------------------------
 
 -- lane_of(key_or_event_id): the lane (0..@LANE_MAX@) a delivery with that ordering key, or with
--- that event id when it has no key, lives in. Touches nothing.
+-- that event id when it has no key, lives in: FNV-1a of the UTF-8 bytes, modulo @LANE_COUNT@.
+--
+-- Touches nothing.
 CREATE FUNCTION relaybus.lane_of(key_or_event_id text) RETURNS smallint
   AS 'MODULE_PATHNAME', 'relaybus_lane_of' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
--- create_lanes: the @LANE_COUNT@ lanes of handler that do not exist yet, each on a heap page with
--- at most two other lanes (see the lanes table). Internal: run by subscribe and by the
--- upgrade from 0.1.0; no role is granted it. Writes lanes.
-CREATE FUNCTION relaybus.create_lanes(handler text) RETURNS void
-  LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp
-AS $fn$
-  -- An insert longer than the 10% of a page that fillfactor leaves for inserts goes only to
-  -- a page that is nearly empty (PostgreSQL then asks for the tuple's length, at least 8016
-  -- bytes, free): each lane is inserted that long (a placeholder in in_flight), then
-  -- emptied in place, and pruning reclaims the placeholder once this transaction is over.
-  -- So the lanes of one call get a page each; a later call can add one lane to a page
-  -- that holds one or two idle lanes, never to one that holds three.
-  -- The placeholder starts with a NULL, which no real in-flight list holds.
-  INSERT INTO relaybus.lanes (handler, lane, in_flight)
-  SELECT create_lanes.handler, n, ARRAY[NULL, repeat('-', 900)] FROM generate_series(0, @LANE_MAX@) n
-  ON CONFLICT DO NOTHING;
-  UPDATE relaybus.lanes l SET in_flight = '{}'
-   WHERE l.handler = create_lanes.handler AND l.in_flight[1] IS NULL
-     AND cardinality(l.in_flight) = 2;
-$fn$;
-
 -- subscribe: registers or updates handler for event_types ('*' = every type) with its
--- retry policy; sql_function(jsonb) makes it an in-database handler, run by the background
--- workers as the function's owner in a security-restricted operation, each call bounded by
+-- retry policy and creates its @LANE_COUNT@ lanes; sql_function(jsonb) makes it an in-database
+-- handler, run by the background workers as the function's owner, each call bounded by
 -- sql_timeout (@SQL_TIMEOUT_MIN@..@SQL_TIMEOUT_MAX@; NULL: relaybus.sql_handler_timeout). backoff_base and
--- backoff_max: 0..@BACKOFF_LIMIT@, a month counting 30 days; stored as the microseconds checked.
--- 42501 unless the calling role has the privileges of sql_function's owner.
--- Creates the handler's @LANE_COUNT@ lanes. Returns nothing. Writes subscriptions, lanes.
+-- backoff_max: 0..@BACKOFF_LIMIT@, a month counting 30 days. Returns nothing.
+--
+-- The workers call sql_function in a security-restricted operation; 42501 unless the
+-- calling role has the privileges of sql_function's owner. The intervals are stored as the
+-- microseconds checked. Writes subscriptions, lanes (relaybus_internal.create_lanes).
 -- Not SECURITY DEFINER: the C body takes its owner's rights itself (src/pg/definer_rights.hpp),
 -- because it must check sql_function's owner against the role that called it, which
 -- PostgreSQL no longer knows inside a SECURITY DEFINER function.
@@ -59,7 +46,9 @@ CREATE FUNCTION relaybus.subscribe(
 
 -- unsubscribe: removes the handler's subscription; its deliveries and lanes stay (a
 -- re-subscribe resumes them; purge_expired removes its pending deliveries once older than
--- relaybus.retention_dead). Returns nothing. Writes subscriptions.
+-- relaybus.retention_dead). Returns nothing.
+--
+-- Writes subscriptions.
 CREATE FUNCTION relaybus.unsubscribe(handler text) RETURNS void
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -77,7 +66,9 @@ $fn$;
 -- publish: in the caller's transaction, inserts the event and one delivery per handler
 -- (the subscribers of type, or handlers). Idempotent by event_id: a repeat adds deliveries
 -- only for handlers the event never had. Returns the event id (a UUID when not given).
--- Writes events, deliveries, key_counters (keyed events).
+--
+-- Writes events, deliveries, key_counters (keyed events: the key's row stays locked until
+-- commit, so a key's sequence follows commit order).
 CREATE FUNCTION relaybus.publish(
   type text, payload jsonb DEFAULT '{}', key text DEFAULT NULL, event_id text DEFAULT NULL,
   handlers text[] DEFAULT NULL, available_at timestamptz DEFAULT NULL,
@@ -89,7 +80,9 @@ CREATE FUNCTION relaybus.publish(
 
 -- publish_batch: publish for each element of a JSON array of
 -- {type, payload, key, id, handlers, available_at, headers}, in order. Returns the event
--- ids in input order. Writes events, deliveries, key_counters: one statement per table
+-- ids in input order.
+--
+-- Writes events, deliveries, key_counters: one statement per table
 -- when every id is new, else event by event as publish. Locks each key's key_counters row
 -- until commit (in key order when every id is new, else in input order).
 CREATE FUNCTION relaybus.publish_batch(events jsonb) RETURNS SETOF text
@@ -101,10 +94,11 @@ CREATE FUNCTION relaybus.publish_batch(events jsonb) RETURNS SETOF text
 -- claim: leases lanes to worker and returns up to batch_size due deliveries of handlers
 -- (default: every handler without sql_function), respecting per-key order. holder binds
 -- the lanes to (worker, holder), so any connection passing the pair holds them; NULL binds
--- them to this backend. Takes over lanes whose lease expired, and the worker's lanes of an
--- incarnation that is gone. lease: more than 0, at most @LEASE_MAX@ (22023 otherwise). Writes
--- lanes only (plus, on a takeover, the charged deliveries). Locks: FOR NO KEY UPDATE on
--- held lanes, FOR UPDATE SKIP LOCKED on free ones.
+-- them to this backend. lease: more than 0, at most @LEASE_MAX@ (22023 otherwise).
+--
+-- Takes over lanes whose lease expired, and the worker's lanes of an incarnation that is
+-- gone. Writes lanes only (plus, on a takeover, the charged deliveries). Locks: FOR NO KEY
+-- UPDATE on held lanes, FOR UPDATE SKIP LOCKED on free ones.
 CREATE FUNCTION relaybus.claim(
   worker text, batch_size integer DEFAULT 10, lease interval DEFAULT '30 seconds',
   handlers text[] DEFAULT NULL, holder text DEFAULT NULL)
@@ -117,7 +111,9 @@ CREATE FUNCTION relaybus.claim(
 
 -- extend_lease: renews every lane worker holds under the caller's incarnation ((worker,
 -- holder), or with holder NULL this live backend's lanes), for lease (more than 0, at most
--- @LEASE_MAX@). Returns how many. Writes lanes.
+-- @LEASE_MAX@). Returns how many.
+--
+-- Writes lanes.
 CREATE FUNCTION relaybus.extend_lease(worker text, lease interval DEFAULT '30 seconds',
                                       holder text DEFAULT NULL)
   RETURNS integer
@@ -128,15 +124,20 @@ CREATE FUNCTION relaybus.extend_lease(worker text, lease interval DEFAULT '30 se
 
 -- complete: deletes the delivery if its lane has not changed hands since the claim.
 -- Returns false (nothing changed) when the lease was lost. Inside the handler's own
--- transaction this is effectively-once: FOR KEY SHARE on the lane conflicts with a
--- takeover's FOR UPDATE. Writes deliveries (delete), completions (when history is on).
+-- transaction this is effectively-once.
+--
+-- FOR KEY SHARE on the lane conflicts with a takeover's FOR UPDATE. Writes deliveries
+-- (delete), completions (when history is on).
 CREATE FUNCTION relaybus.complete(lease_token text) RETURNS boolean
   AS 'MODULE_PATHNAME', 'relaybus_complete' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
   SET enable_seqscan = off SET enable_bitmapscan = off
   SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
--- complete_many: complete for a batch in one statement. Returns how many were completed.
+-- complete_many: complete for a batch of lease tokens in one statement. Returns how many
+-- were completed.
+--
+-- Locks and writes as complete.
 CREATE FUNCTION relaybus.complete_many(lease_tokens text[]) RETURNS integer
   AS 'MODULE_PATHNAME', 'relaybus_complete_many' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -145,6 +146,7 @@ CREATE FUNCTION relaybus.complete_many(lease_tokens text[]) RETURNS integer
 
 -- fail: charges one attempt; returns 'retry' (rescheduled after backoff, or at retry_at,
 -- which must be finite), 'dead' (attempts exhausted) or 'lost' (lease lost, nothing changed).
+--
 -- Writes deliveries, lanes (removes it from the in-flight list).
 CREATE FUNCTION relaybus.fail(lease_token text, error text DEFAULT NULL,
                               retry_at timestamptz DEFAULT NULL) RETURNS text
@@ -153,7 +155,9 @@ CREATE FUNCTION relaybus.fail(lease_token text, error text DEFAULT NULL,
   SET enable_seqscan = off SET enable_bitmapscan = off
   SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
--- bury: dead-letters the delivery now, charging the attempt. false = lease lost.
+-- bury: dead-letters the delivery now, charging the attempt. Returns false (nothing
+-- changed) when the lease was lost.
+--
 -- Writes deliveries, lanes.
 CREATE FUNCTION relaybus.bury(lease_token text, error text DEFAULT NULL) RETURNS boolean
   AS 'MODULE_PATHNAME', 'relaybus_bury' LANGUAGE C VOLATILE
@@ -161,7 +165,9 @@ CREATE FUNCTION relaybus.bury(lease_token text, error text DEFAULT NULL) RETURNS
   SET enable_seqscan = off SET enable_bitmapscan = off
   SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
--- release: gives the delivery back without charging an attempt. false = lease lost.
+-- release: gives the delivery back without charging an attempt; it can be claimed again at
+-- once. Returns false (nothing changed) when the lease was lost.
+--
 -- Writes deliveries (claims counter), lanes.
 CREATE FUNCTION relaybus.release(lease_token text) RETURNS boolean
   AS 'MODULE_PATHNAME', 'relaybus_release' LANGUAGE C VOLATILE
@@ -170,18 +176,22 @@ CREATE FUNCTION relaybus.release(lease_token text) RETURNS boolean
   SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
 -- relinquish: hands back every lane of (worker, holder) that runs nothing; with holder
--- NULL, every lane of worker bound to a backend. Returns how many. Writes lanes.
+-- NULL, every lane of worker bound to a backend. Returns how many.
+--
+-- Writes lanes.
 CREATE FUNCTION relaybus.relinquish(worker text, holder text DEFAULT NULL) RETURNS integer
   AS 'MODULE_PATHNAME', 'relaybus_relinquish' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
   SET enable_seqscan = off SET enable_bitmapscan = off
   SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
--- take_over_expired: takes over lanes whose lease expired (skipping lanes locked by a
--- completion in progress), charging each in-flight delivery one attempt and dead-lettering
--- those out of attempts. A lane whose takeover raises is skipped with a WARNING (each lane
--- then in a subtransaction of its own), so one cannot stop the others. Returns how many
--- lanes were taken over. Writes lanes, deliveries.
+-- take_over_expired: takes over up to 1000 lanes whose lease expired, charging each
+-- in-flight delivery one attempt and dead-lettering those out of attempts. Returns how many
+-- lanes were taken over. The background worker calls it every relaybus.maintenance_interval.
+--
+-- Skips lanes locked by a completion in progress. A lane whose takeover raises is skipped
+-- with a WARNING (each lane then in a subtransaction of its own), so one cannot stop the
+-- others. Writes lanes, deliveries.
 CREATE FUNCTION relaybus.take_over_expired() RETURNS integer
   AS 'MODULE_PATHNAME', 'relaybus_take_over_expired' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -191,9 +201,9 @@ CREATE FUNCTION relaybus.take_over_expired() RETURNS integer
 -- purge_expired: deletes events without deliveries older than relaybus.retention_completed,
 -- dead deliveries (and pending deliveries of unsubscribed handlers) older than
 -- relaybus.retention_dead, and completion history (0.1.0's completed deliveries included)
--- older than relaybus.retention_completed. Each kind in slices of 10,000: call it until it
--- returns 0.
--- Returns rows deleted.
+-- older than relaybus.retention_completed. Returns the rows deleted, at most 10,000 of each
+-- kind: call it until it returns 0.
+--
 -- Writes events, deliveries, completions.
 CREATE FUNCTION relaybus.purge_expired() RETURNS bigint
   AS 'MODULE_PATHNAME', 'relaybus_purge_expired' LANGUAGE C VOLATILE
@@ -204,7 +214,9 @@ CREATE FUNCTION relaybus.purge_expired() RETURNS bigint
 --------------------------------------------------------------------------------
 
 -- requeue: moves one dead delivery back to pending with a fresh attempt budget, due now.
--- Returns false when (event_id, handler) is not a dead delivery. Writes deliveries.
+-- Returns false when (event_id, handler) is not a dead delivery.
+--
+-- Writes deliveries.
 CREATE FUNCTION relaybus.requeue(event_id text, handler text) RETURNS boolean
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -221,7 +233,9 @@ END
 $fn$;
 
 -- requeue_dead: requeue for every dead delivery of handler (NULL: of every handler).
--- Returns how many. Writes deliveries.
+-- Returns how many.
+--
+-- Writes deliveries.
 CREATE FUNCTION relaybus.requeue_dead(handler text DEFAULT NULL) RETURNS bigint
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -246,8 +260,9 @@ $fn$;
 -- statistics: per handler (subscribed, with deliveries left, or with completion history):
 -- pending = waiting and not in any lane's in-flight list, processing = in flight, dead,
 -- completed = completion history (0.1.0's completed deliveries included; 0 when it is off),
--- oldest_pending = creation time of the oldest waiting delivery. Reads subscriptions,
--- deliveries, lanes, completions.
+-- oldest_pending = creation time of the oldest waiting delivery.
+--
+-- Reads subscriptions, deliveries, lanes, completions.
 CREATE FUNCTION relaybus.statistics()
   RETURNS TABLE(handler text, pending bigint, processing bigint, dead bigint, completed bigint,
                 oldest_pending timestamptz)
@@ -283,58 +298,12 @@ AS $fn$
    ORDER BY n.handler
 $fn$;
 
--- list_deliveries: admin listing, newest first. status: NULL (pending, processing and dead),
--- 'pending', 'processing', 'dead' or 'completed' (the completion history).
--- A scan: filter by status or handler on a large table. Reads deliveries, events, lanes,
--- completions. (PL/pgSQL rejects an argument named like an output column, so the body is
--- list_deliveries_impl, called with the same arguments.)
-CREATE FUNCTION relaybus.list_deliveries_impl(want_status text, want_handler text,
-                                              row_limit integer)
-  RETURNS TABLE(event_id text, handler text, type text, key text, status text,
-                attempts integer, available_at timestamptz, last_error text,
-                lease_owner text, created_at timestamptz, updated_at timestamptz)
-  LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp
-AS $fn$
-BEGIN
-  IF want_status IS NOT NULL
-     AND want_status NOT IN ('pending', 'processing', 'dead', 'completed') THEN
-    RAISE EXCEPTION 'unknown status "%"', want_status
-      USING ERRCODE = 'invalid_parameter_value',
-            HINT = 'Use pending, processing, dead, completed or NULL.';
-  END IF;
-  IF row_limit IS NULL OR row_limit < 0 THEN
-    RAISE EXCEPTION 'max_rows must be zero or more' USING ERRCODE = 'invalid_parameter_value';
-  END IF;
-  IF want_status = 'completed' THEN
-    RETURN QUERY
-      SELECT c.event_id, c.handler, e.type, e.key, 'completed'::text, c.attempts,
-             NULL::timestamptz, NULL::text, NULL::text, c.completed_at, c.completed_at
-        FROM relaybus.completions c LEFT JOIN relaybus.events e ON e.id = c.event_id
-       WHERE want_handler IS NULL OR c.handler = want_handler
-       ORDER BY 10 DESC, 1 LIMIT row_limit;
-    RETURN;
-  END IF;
-  RETURN QUERY
-    WITH in_flight AS (
-      SELECT l.handler, f.event_id, l.lease_owner
-        FROM relaybus.lanes l CROSS JOIN LATERAL unnest(l.in_flight) AS f(event_id)
-       WHERE l.lease_owner IS NOT NULL
-    ), listed AS (
-      SELECT d.event_id, d.handler, e.type, d.key,
-             CASE WHEN d.status = 'pending' AND i.event_id IS NOT NULL THEN 'processing'
-                  ELSE d.status END AS status,
-             d.attempts, d.available_at, d.last_error, i.lease_owner, d.created_at, d.updated_at
-        FROM relaybus.deliveries d
-        LEFT JOIN relaybus.events e ON e.id = d.event_id
-        LEFT JOIN in_flight i ON i.handler = d.handler AND i.event_id = d.event_id
-       WHERE want_handler IS NULL OR d.handler = want_handler
-    )
-    SELECT x.* FROM listed x
-     WHERE want_status IS NULL OR x.status = want_status
-     ORDER BY x.created_at DESC, x.event_id, x.handler LIMIT row_limit;
-END
-$fn$;
-
+-- list_deliveries: admin listing, newest first, at most max_rows rows. status: NULL
+-- (pending, processing and dead), 'pending', 'processing', 'dead' or 'completed' (the
+-- completion history); handler filters by handler.
+--
+-- A scan: filter by status or handler on a large table. The body is
+-- relaybus_internal.list_deliveries_impl (see there why).
 CREATE FUNCTION relaybus.list_deliveries(status text DEFAULT NULL, handler text DEFAULT NULL,
                                          max_rows integer DEFAULT 100)
   RETURNS TABLE(event_id text, handler text, type text, key text, status text,
@@ -342,7 +311,7 @@ CREATE FUNCTION relaybus.list_deliveries(status text DEFAULT NULL, handler text 
                 lease_owner text, created_at timestamptz, updated_at timestamptz)
   LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
-  SELECT * FROM relaybus.list_deliveries_impl($1, $2, $3)
+  SELECT * FROM relaybus_internal.list_deliveries_impl($1, $2, $3)
 $fn$;
 
 --------------------------------------------------------------------------------

@@ -2,9 +2,9 @@
 -- Tables
 --------------------------------------------------------------------------------
 
--- Handlers and what they receive. sql_function marks an in-database handler, run by the
--- background worker rather than by external workers; sql_timeout bounds one call of it
--- (NULL: relaybus.sql_handler_timeout).
+-- Handlers and what they receive, one row per subscribe (the retry policy included).
+-- sql_function marks an in-database handler, run by the background workers rather than by
+-- external workers; sql_timeout bounds one call of it (NULL: relaybus.sql_handler_timeout).
 CREATE TABLE relaybus.subscriptions (
   handler      text PRIMARY KEY CHECK (handler <> ''),
   event_types  text[] NOT NULL CHECK (cardinality(event_types) > 0),
@@ -17,8 +17,11 @@ CREATE TABLE relaybus.subscriptions (
   updated_at   timestamptz NOT NULL DEFAULT now()
 );
 
--- Events, insert-only. handlers lists every handler the event ever had a delivery for, so
--- a repeated publish (a broker redelivery) never runs a completed handler again.
+-- Published events, one per event id, until purge_expired deletes them. handlers lists
+-- every handler the event ever had a delivery for, so a repeated publish (a broker
+-- redelivery) never runs a completed handler again.
+--
+-- publish inserts (or, on a repeat, updates handlers); purge_expired deletes.
 CREATE TABLE relaybus.events (
   id           text PRIMARY KEY CHECK (id <> ''),
   type         text NOT NULL CHECK (type <> ''),
@@ -28,10 +31,16 @@ CREATE TABLE relaybus.events (
   handlers     text[] NOT NULL,
   published_at timestamptz NOT NULL DEFAULT now()
 );
--- Retention scans by age; a BRIN index costs next to nothing on an append-only table.
+-- purge_expired: events by age.
+--
+-- A BRIN index costs next to nothing on a table that is appended to in publish order.
 CREATE INDEX events_published_at_brin ON relaybus.events USING brin (published_at);
 
--- One row per (event, handler) from publish until the handler's completion commits.
+-- One row per (event, handler) from publish until the handler's completion commits:
+-- pending (waiting or in flight) or dead. lane and sequence place it in its handler's lane
+-- and key order; attempts counts the attempts charged (failures, takeovers); claims is the
+-- counter its lease tokens carry.
+--
 -- A claim never writes here; completion deletes; only failures, takeovers and requeues
 -- update. No index covers a column the happy path writes. No foreign key to events: it
 -- would take a row lock on the event for every delivery inserted, and only relaybus's own
@@ -54,8 +63,10 @@ CREATE TABLE relaybus.deliveries (
   CONSTRAINT deliveries_key_sequence_check CHECK ((key IS NULL) = (sequence IS NULL))
 ) WITH (autovacuum_vacuum_scale_factor = 0.02);
 
--- Per-key counters: a keyed publish increments its key's row and holds that row lock until
--- commit, so a later publisher of the same key waits, and sequence order is commit order.
+-- Per-key counters: the last sequence number publish gave a delivery of each ordering key.
+--
+-- A keyed publish increments its key's row and holds that row lock until commit, so a later
+-- publisher of the same key waits, and sequence order is commit order.
 CREATE TABLE relaybus.key_counters (
   key           text PRIMARY KEY,
   last_sequence bigint NOT NULL

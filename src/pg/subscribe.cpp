@@ -107,7 +107,7 @@ Datum subscribe_body(FunctionCallInfo fcinfo, Oid caller) {
       " sql_timeout = excluded.sql_timeout,"
       " updated_at = now()",
       {TEXTOID, TEXTARRAYOID, INT4OID, INTERVALOID, INTERVALOID, REGPROCEDUREOID, INTERVALOID});
-  static Statement lanes("SELECT relaybus.create_lanes($1)", {TEXTOID});
+  static Statement lanes("SELECT relaybus_internal.create_lanes($1)", {TEXTOID});
 
   SpiConnection spi;
   if (in_database) validate_sql_function(PG_GETARG_OID(5), caller);

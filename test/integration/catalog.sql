@@ -1,36 +1,48 @@
--- A canonical description of everything relaybus owns in schema relaybus, one line per
--- fact and sorted, so that two databases can be compared with diff. Column order is left
--- out on purpose (an upgrade appends columns); everything else counts.
+-- A canonical description of everything relaybus owns in its schemas, relaybus (the API
+-- and the tables) and relaybus_internal (helpers), one line per fact and sorted, so that two
+-- databases can be compared with diff. Column order is left out on purpose (an upgrade
+-- appends columns); everything else counts, descriptions (COMMENT ON) included.
+WITH ns AS (SELECT oid FROM pg_namespace WHERE nspname IN ('relaybus', 'relaybus_internal'))
 SELECT line FROM (
-  SELECT format('table %s options=%s', c.relname, c.reloptions) AS line
-    FROM pg_class c WHERE c.relnamespace = 'relaybus'::regnamespace AND c.relkind = 'r'
+  SELECT format('table %s options=%s', c.oid::regclass, c.reloptions) AS line
+    FROM pg_class c WHERE c.relnamespace IN (SELECT oid FROM ns) AND c.relkind = 'r'
   UNION ALL
-  SELECT format('column %s.%s %s notnull=%s default=%s', c.relname, a.attname,
+  SELECT format('column %s.%s %s notnull=%s default=%s', c.oid::regclass, a.attname,
                 format_type(a.atttypid, a.atttypmod), a.attnotnull,
                 pg_get_expr(d.adbin, d.adrelid))
     FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
     LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-   WHERE c.relnamespace = 'relaybus'::regnamespace AND c.relkind = 'r'
+   WHERE c.relnamespace IN (SELECT oid FROM ns) AND c.relkind = 'r'
      AND a.attnum > 0 AND NOT a.attisdropped
   UNION ALL
-  SELECT format('constraint %s.%s %s', c.relname, k.conname, pg_get_constraintdef(k.oid))
+  SELECT format('constraint %s.%s %s', c.oid::regclass, k.conname, pg_get_constraintdef(k.oid))
     FROM pg_constraint k JOIN pg_class c ON c.oid = k.conrelid
-   WHERE c.relnamespace = 'relaybus'::regnamespace
+   WHERE c.relnamespace IN (SELECT oid FROM ns)
   UNION ALL
   SELECT format('index %s options=%s', pg_get_indexdef(i.indexrelid), ic.reloptions)
     FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid JOIN pg_class ic ON ic.oid = i.indexrelid
-   WHERE c.relnamespace = 'relaybus'::regnamespace
+   WHERE c.relnamespace IN (SELECT oid FROM ns)
   UNION ALL
   SELECT format('function %s returns %s language %s volatility %s strict %s secdef %s config %s acl %s body %s %s',
                 p.oid::regprocedure, pg_get_function_result(p.oid), l.lanname, p.provolatile,
                 p.proisstrict, p.prosecdef, p.proconfig, p.proacl, md5(p.prosrc), p.probin)
     FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
-   WHERE p.pronamespace = 'relaybus'::regnamespace
+   WHERE p.pronamespace IN (SELECT oid FROM ns)
   UNION ALL
-  SELECT format('table-acl %s %s', c.relname, c.relacl)
-    FROM pg_class c WHERE c.relnamespace = 'relaybus'::regnamespace AND c.relkind IN ('r', 'S')
+  SELECT format('table-acl %s %s', c.oid::regclass, c.relacl)
+    FROM pg_class c WHERE c.relnamespace IN (SELECT oid FROM ns) AND c.relkind IN ('r', 'S')
   UNION ALL
-  SELECT format('schema-acl %s', n.nspacl) FROM pg_namespace n WHERE n.nspname = 'relaybus'
+  SELECT format('schema %s owner=%s acl=%s', n.nspname, n.nspowner::regrole, n.nspacl)
+    FROM pg_namespace n WHERE n.oid IN (SELECT oid FROM ns)
+  UNION ALL
+  -- what \d+, \df+ and \dn+ show: every description of an object in the two schemas (their
+  -- columns and constraints included), of the schemas and of the extension
+  SELECT format('comment %s: %s', pg_describe_object(d.classoid, d.objoid, d.objsubid),
+                d.description)
+    FROM pg_description d, pg_identify_object(d.classoid, d.objoid, d.objsubid) o
+   WHERE o.schema IN ('relaybus', 'relaybus_internal')
+      OR (o.type = 'schema' AND o.identity IN ('relaybus', 'relaybus_internal'))
+      OR (o.type = 'extension' AND o.identity = 'relaybus')
   UNION ALL
   SELECT format('dumped-with-data %s filter=%s', c.oid::regclass, x.condition)
     FROM pg_extension e, unnest(e.extconfig, e.extcondition) AS x(config, condition)

@@ -345,6 +345,8 @@ check(W, "DROP EXTENSION removes relaybus's tables and functions",
                "WHERE n.nspname = 'relaybus'") == 0
       and one(oth, "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
                    "WHERE n.nspname = 'relaybus'") == 0)
+check(W, "and the schema relaybus_internal with the internal helpers",
+      one(oth, "SELECT count(*) FROM pg_namespace WHERE nspname = 'relaybus_internal'") == 0)
 check(W, "it leaves the schema relaybus", one(oth, "SELECT count(*) FROM pg_namespace WHERE nspname = 'relaybus'") == 1)
 check(W, "it leaves the three roles",
       one(oth, "SELECT count(*) FROM pg_roles WHERE rolname IN ('relaybus_admin', 'relaybus_worker', "

@@ -1,9 +1,10 @@
--- Guarantee: least privilege. Nothing in schema relaybus is granted to PUBLIC; the three
--- roles get EXECUTE on exactly the functions of their job and no direct write privilege on
--- any table; every SECURITY DEFINER function pins its search_path (otherwise a caller could
--- shadow pg_catalog objects with its own and run code as the owner). The roles are then
--- exercised for real: a LOGIN member of relaybus_worker can claim and complete but cannot
--- touch a table directly, publish, subscribe or switch the superuser-only settings.
+-- Guarantee: least privilege. Nothing in schema relaybus (or relaybus_internal, the
+-- helpers') is granted to PUBLIC; the three roles get EXECUTE on exactly the functions of
+-- their job and no direct write privilege on any table; every SECURITY DEFINER function
+-- pins its search_path (otherwise a caller could shadow pg_catalog objects with its own and
+-- run code as the owner). 26_catalog_comments checks the helpers' schema itself. The roles
+-- are then exercised for real: a LOGIN member of relaybus_worker can claim and complete but
+-- cannot touch a table directly, publish, subscribe or switch the superuser-only settings.
 -- A forgotten REVOKE, a GRANT to the wrong role or a missing SET search_path fails here.
 SELECT rb_reset();
 SELECT plan(41);
@@ -17,9 +18,11 @@ CREATE ROLE rbtest_p15_nobody NOLOGIN;
 CREATE ROLE rbtest_p15_worker LOGIN IN ROLE relaybus_worker;
 CREATE ROLE rbtest_p15_publisher LOGIN IN ROLE relaybus_publisher;
 
+-- every function relaybus installs: the API (schema relaybus) and the internal helpers
 CREATE TEMP VIEW rb_functions AS
   SELECT p.oid, p.proname, p.oid::regprocedure::text AS signature, p.prosecdef, p.proconfig, p.proacl
-    FROM pg_proc p WHERE p.pronamespace = 'relaybus'::regnamespace;
+    FROM pg_proc p
+   WHERE p.pronamespace IN ('relaybus'::regnamespace, 'relaybus_internal'::regnamespace);
 CREATE TEMP VIEW rb_tables AS
   SELECT c.oid, c.relname, c.relacl FROM pg_class c
    WHERE c.relnamespace = 'relaybus'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'S');
@@ -29,7 +32,7 @@ CREATE FUNCTION pg_temp.executable(role name, yes boolean) RETURNS text[] LANGUA
    WHERE has_function_privilege(role, oid, 'EXECUTE') = yes
 $$;
 
-SELECT ok((SELECT count(*) FROM rb_functions) >= 19, 'the relaybus functions are there');
+SELECT ok((SELECT count(*) FROM rb_functions) >= 21, 'the relaybus functions are there (API and helpers)');
 
 --------------------------------------------------------------------------------
 -- PUBLIC
@@ -92,8 +95,8 @@ SELECT is(pg_temp.executable('relaybus_worker', true) &&
             ARRAY['publish', 'publish_batch', 'subscribe', 'unsubscribe', 'requeue', 'requeue_dead', 'purge_expired'],
           false, 'worker cannot execute publish, publish_batch, subscribe or the admin functions');
 
--- the SQL API of the architecture brief (internal helpers such as list_deliveries_impl,
--- which is not SECURITY DEFINER, are not part of it)
+-- the SQL API of the architecture brief (the internal helpers, in relaybus_internal, are
+-- not part of it)
 SELECT is(ARRAY(SELECT f FROM unnest(ARRAY['lane_of', 'subscribe', 'unsubscribe', 'publish', 'publish_batch',
                   'claim', 'extend_lease', 'complete', 'complete_many', 'fail', 'bury', 'release', 'relinquish',
                   'requeue', 'requeue_dead', 'take_over_expired', 'purge_expired', 'statistics',

@@ -71,8 +71,17 @@ std::vector<std::int64_t> intervals(const std::vector<std::string>& texts) {
 
 using Ints = std::vector<std::int64_t>;
 
+// `values` as expected when each is `value` and there is at least one: a bound stated in a
+// header comment appears twice in a generated script, in the header and in the COMMENT ON
+// made from it (scripts/sql-comments.awk), and both must hold core's value.
+template <typename T>
+std::vector<T> each(const std::vector<T>& values, const T& value) {
+  return std::vector<T>(values.empty() ? 1 : values.size(), value);
+}
+
 const char* const kParts02[] = {"sql/parts/schema-0.2.0.sql",
                                 "sql/parts/lanes-and-history-0.2.0.sql",
+                                "sql/parts/internal-0.2.0.sql",
                                 "sql/parts/api-0.2.0.sql",
                                 "sql/parts/upgrade-0.1.0-0.2.0-before.sql",
                                 "sql/parts/upgrade-0.1.0-0.2.0-after.sql",
@@ -92,14 +101,14 @@ TEST(SqlConstantsTest, The020PartsTakeTheConstantsFromTheBuild) {
       EXPECT_EQ(all(sql, p), std::vector<std::string>{}) << part << ": use the placeholder";
   }
   const std::string schema = read("sql/parts/schema-0.2.0.sql");
-  const std::string api = read("sql/parts/api-0.2.0.sql");
+  const std::string internal = read("sql/parts/internal-0.2.0.sql");
   EXPECT_EQ(all(schema + read("sql/parts/lanes-and-history-0.2.0.sql") +
                     read("sql/parts/upgrade-0.1.0-0.2.0-before.sql"),
                 R"(CHECK \(lane >= 0 AND lane < (@LANE_COUNT@)\))")
                 .size(),
             3u)
       << "lanes.lane, deliveries.lane (fresh and upgraded)";
-  EXPECT_EQ(all(api, R"(generate_series\(0, (@LANE_MAX@)\))").size(), 1u) << "create_lanes";
+  EXPECT_EQ(all(internal, R"(generate_series\(0, (@LANE_MAX@)\))").size(), 1u) << "create_lanes";
 }
 
 // The committed scripts, as scripts/build-sql wrote them: each must hold core's values
@@ -124,13 +133,16 @@ TEST(SqlConstantsTest, TheGeneratedScriptsHoldCoresValues) {
     EXPECT_EQ(intervals(all(sql, R"(backoff_max interval DEFAULT '([^']+)')")),
               Ints{defaults.backoff_max_us})
         << "subscribe";
-    EXPECT_EQ(all(sql, R"(in-flight event ids \(at most (\d+):)"),
-              std::vector<std::string>{std::to_string(kMaxInFlightPerLane)});
-    EXPECT_EQ(intervals(all(sql, R"(lease: more than 0, at most ([^(]+) \(22023)")),
-              Ints{kMaxLeaseUs});
-    EXPECT_EQ(intervals(all(sql, R"(sql_timeout \(([^.]+)\.\.)")), Ints{kMinSqlTimeoutUs});
-    EXPECT_EQ(intervals(all(sql, R"(sql_timeout \([^.]+\.\.([^;]+);)")), Ints{kMaxSqlTimeoutUs});
-    EXPECT_EQ(intervals(all(sql, R"(backoff_max: 0\.\.([^,]+),)")), Ints{kMaxBackoffUs});
+    const auto in_flight = all(sql, R"(in-flight event ids \(at most (\d+):)");
+    EXPECT_EQ(in_flight, each(in_flight, std::to_string(kMaxInFlightPerLane)));
+    const auto lease = intervals(all(sql, R"(lease: more than 0, at most ([^(]+) \(22023)"));
+    EXPECT_EQ(lease, each(lease, kMaxLeaseUs));
+    const auto timeout_min = intervals(all(sql, R"(sql_timeout \(([^.]+)\.\.)"));
+    EXPECT_EQ(timeout_min, each(timeout_min, kMinSqlTimeoutUs));
+    const auto timeout_max = intervals(all(sql, R"(sql_timeout \([^.]+\.\.([^;]+);)"));
+    EXPECT_EQ(timeout_max, each(timeout_max, kMaxSqlTimeoutUs));
+    const auto backoff = intervals(all(sql, R"(backoff_max: 0\.\.([^,]+),)"));
+    EXPECT_EQ(backoff, each(backoff, kMaxBackoffUs));
   }
   const std::string fresh = read("sql/relaybus--0.2.0.sql");
   EXPECT_EQ(all(fresh, R"(max_attempts integer NOT NULL DEFAULT (\d+))"),
