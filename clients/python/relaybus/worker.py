@@ -93,6 +93,9 @@ class Worker:
     """A relaybus worker for the handlers registered on it.
 
     ``conninfo`` is a libpq connection string or URI ("" uses the PG* environment).
+    ``concurrency`` handlers run at once, on as many threads; a claim asks for up to
+    ``batch_size`` deliveries (default: concurrency), and the worker holds at most the
+    larger of the two, so a batch bigger than the pool waits in line for threads.
     ``name`` is the worker's name in relaybus (it shows in relaybus.lanes and
     list_deliveries); several instances may share it, each gets its own ``holder``.
     ``lease`` (seconds) is how long claimed lanes are held without renewal; the worker
@@ -118,6 +121,11 @@ class Worker:
         self._concurrency = _positive_int(concurrency, "concurrency", 10000)
         self._batch_size = _positive_int(concurrency if batch_size is None else batch_size,
                                          "batch_size", 10000)
+        # Deliveries held at once. A batch larger than the thread pool waits in line for a
+        # thread (its lease renewed meanwhile): one claim and few complete_many statements
+        # serve many quick handlers, where claims of the free threads only would come back
+        # a few deliveries at a time.
+        self._capacity = max(self._concurrency, self._batch_size)
         self._lease = timedelta(seconds=_seconds(lease, "lease", 0, 86400))
         self._poll_interval = _seconds(poll_interval, "poll_interval", 0, 3600)
         self._listen = bool(listen)
@@ -324,7 +332,7 @@ class Worker:
 
     def _free_capacity(self) -> int:
         with self._lock:
-            return self._concurrency - self._in_flight
+            return self._capacity - self._in_flight
 
     def _settled(self, count: int) -> None:
         """``count`` attempts ended on the server: their capacity is free again, and their
@@ -356,7 +364,6 @@ class Worker:
         outcome = run_handler(job.spec, job.event, self._thread_conns)
         with self._lock:
             self._running -= 1
-            idle = self._running == 0
             abandoned = job.state == "abandoned"
             if not abandoned:
                 job.state = "done"
@@ -364,6 +371,8 @@ class Worker:
                 # Queued while holding the lock, so stop() cannot flush the settler
                 # between this job leaving the table and its ending being queued.
                 self._end_attempt(job, outcome)
+            # Nothing left to start or finish: no completion can join the queued ones.
+            idle = not self._jobs
             self._lock.notify_all()
         if abandoned:
             if self._stopped:
