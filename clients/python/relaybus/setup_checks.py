@@ -6,6 +6,7 @@ which maps the error of a relaybus call to the same exceptions after the fact, s
 ``publish`` costs no extra round trip.
 """
 
+import re
 from typing import Iterable, Optional
 
 import psycopg
@@ -63,14 +64,15 @@ def check_extension(conn: psycopg.Connection) -> str:
 
 
 def _check_privileges(conn: psycopg.Connection, functions: Iterable[str], role_name: str) -> None:
-    functions = list(functions)
-    user, schema_ok, missing = conn.execute(
-        "SELECT current_user, has_schema_privilege('relaybus', 'USAGE'), "
-        "       array(SELECT f FROM unnest(%s::text[]) AS f "
+    user, schema_ok = conn.execute(
+        "SELECT current_user, has_schema_privilege('relaybus', 'USAGE')").fetchone()
+    # Without USAGE on the schema even naming a function in has_function_privilege fails.
+    missing = ["schema relaybus"] if not schema_ok else conn.execute(
+        "SELECT array(SELECT f FROM unnest(%s::text[]) AS f "
         "             WHERE NOT has_function_privilege(f, 'EXECUTE'))",
-        (functions,)).fetchone()
-    if not schema_ok or missing:
-        what = "schema relaybus" if not schema_ok else ", ".join(f.split("(")[0] for f in missing)
+        (list(functions),)).fetchone()[0]
+    if missing:
+        what = ", ".join(f.split("(")[0] for f in missing)
         raise PermissionDenied(
             f"role {user!r} may not use {what}: it needs {role_name} ({_grant_hint(role_name, user)})")
 
@@ -96,9 +98,24 @@ def check_worker(conn: psycopg.Connection, name: str, holder: str, handlers: lis
             conn.execute("SELECT count(*) FROM relaybus.claim(%s, 1, %s, %s, %s)",
                          (name, lease, handlers, holder))
     except pg_errors.UndefinedObject as exc:  # 42704: a handler is not subscribed
+        message = exc.diag.message_primary or str(exc)
+        named = re.search(r'handler "(.*)" is not subscribed', message)
+        handler = named.group(1).replace("'", "''") if named else "<handler>"
         raise HandlerNotSubscribed(
-            f"{exc.diag.message_primary}; subscribe it first (as relaybus_admin): "
-            f"SELECT relaybus.subscribe('<handler>', ARRAY['<event type>'])") from exc
+            f"{message}; subscribe it first (as relaybus_admin): "
+            f"SELECT relaybus.subscribe('{handler}', ARRAY['<event type>'])") from exc
+
+
+def _current_user(conn) -> Optional[str]:
+    # Only on an autocommit connection outside a transaction: inside one, the failed call
+    # aborted it, and without autocommit asking would open one for the caller.
+    if not getattr(conn, "autocommit", False) or \
+            conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        return None
+    try:
+        return conn.execute("SELECT current_user").fetchone()[0]
+    except psycopg.Error:
+        return None
 
 
 def translate(exc: psycopg.Error, conn: psycopg.Connection, role_name: str) -> Optional[Exception]:
@@ -111,10 +128,11 @@ def translate(exc: psycopg.Error, conn: psycopg.Connection, role_name: str) -> O
         return _not_installed(conn.info.dbname, f" or is older than 0.2.0 ({message})")
     if (isinstance(exc, pg_errors.InsufficientPrivilege)
             and message.startswith("permission denied") and "relaybus" in message):
-        # The transaction may be aborted, so current_user cannot be asked for; name the
-        # session user, which is the role unless the caller used SET ROLE.
-        who = conn.info.user
-        return PermissionDenied(
-            f"{message}: the current role (session user {who!r}) needs {role_name} "
-            f"({_grant_hint(role_name, '<that role>')})")
+        who = _current_user(conn)
+        if who is None:
+            return PermissionDenied(
+                f"{message}: the current role needs {role_name} "
+                f"({_grant_hint(role_name, '<that role>')}; check_publisher(conn) names it)")
+        return PermissionDenied(f"{message}: role {who!r} needs {role_name} "
+                                f"({_grant_hint(role_name, who)})")
     return None

@@ -375,8 +375,13 @@ class Worker:
             idle = not self._jobs
             self._lock.notify_all()
         if abandoned:
-            if self._stopped:
-                self._thread_conns.close(job.thread)
+            # Its delivery was released at stop(); what it did is not reported to relaybus.
+            # A transactional one found its token spent and rolled back.
+            if outcome.kind == "lost":
+                self._stats.add(lost=1)
+            log.info("handler %s finished event %s after it was released (%s)",
+                     job.spec.name, job.event.id, outcome.kind)
+            self._thread_conns.close(job.thread)
             return
         if idle:
             self._settler.idle()

@@ -8,7 +8,9 @@ and every assertion filters by handler.
 
 import os
 import secrets
+import subprocess
 import sys
+import textwrap
 import time
 
 import psycopg
@@ -128,3 +130,21 @@ def publish_many(conninfo, event_type, count, key=None, payload=None):
             {"type": event_type, "payload": dict(payload or {}, n=i),
              **({"key": key(i) if callable(key) else key} if key is not None else {})}
             for i in range(count)])
+
+
+CLIENT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def spawn_worker(conninfo, name, handler, body, **options):
+    """A worker in a process of its own, running ``body`` (indented code with ``event``,
+    ``pathlib`` and ``time`` in scope) as the handler, until it is signalled or killed."""
+    script = textwrap.dedent(f"""
+        import pathlib, time, relaybus
+        worker = relaybus.Worker({conninfo!r}, name={name!r}, poll_interval=0.2, **{options!r})
+
+        @worker.handler({handler!r})
+        def handle(event):
+    """) + textwrap.indent(textwrap.dedent(body), "    ") + "\nworker.run_forever()\n"
+    return subprocess.Popen([sys.executable, "-c", script],
+                            env=dict(os.environ, PYTHONPATH=CLIENT_DIR),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
