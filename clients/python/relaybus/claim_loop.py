@@ -26,7 +26,9 @@ from .wakeups import NotificationWait, Waker
 
 log = logging.getLogger("relaybus")
 
-_CLAIM = "SELECT * FROM relaybus.claim(%s, %s, %s, %s::text[], %s)"
+# Columns by name, in the order Event.from_claim_row reads them.
+_CLAIM = ("SELECT lease_token, event_id, handler, type, key, payload, headers, attempts, "
+          "published_at FROM relaybus.claim(%s, %s, %s, %s::text[], %s)")
 _FIRST_PAUSE = 0.05  # seconds after the first error in a row
 
 

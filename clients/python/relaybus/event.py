@@ -26,7 +26,7 @@ class Event:
 
     @classmethod
     def from_claim_row(cls, row) -> "Event":
-        # The column order of relaybus.claim's result table.
+        # The columns the claim loop selects, in its order.
         token, event_id, handler, type_, key, payload, headers, attempts, published_at = row
         return cls(id=event_id, handler=handler, type=type_, key=key, payload=payload,
                    headers=headers, attempts=attempts, published_at=published_at,

@@ -11,7 +11,7 @@ from conftest import deliveries, publish_many, wait_until
 def test_a_slow_handler_keeps_its_lanes(conninfo, admin, subscribe, workers):
     handler, event_type = subscribe()
     publish_many(conninfo, event_type, 3, key=lambda i: f"slow-{i}")
-    lease, runtime = 0.6, 2.0  # each handler outlives three leases
+    lease, runtime = 1.0, 2.5  # each handler outlives two leases and a half
     started, runs = threading.Event(), []
     worker = workers(lease=lease, concurrency=3)
 
@@ -24,7 +24,7 @@ def test_a_slow_handler_keeps_its_lanes(conninfo, admin, subscribe, workers):
     worker.start()
     assert started.wait(5)
     # A rival worker keeps trying to take the lanes while the handlers run. Without
-    # renewal the leases lapse after 0.6 s and its claim takes the lanes over, charging
+    # renewal the leases lapse after 1 s and its claim takes the lanes over, charging
     # each in-flight delivery an attempt.
     taken = []
     with psycopg.connect(conninfo, autocommit=True) as rival:
