@@ -13,7 +13,8 @@ Logs go to logging.getLogger("relaybus"); the package prints nothing.
 
 import logging
 
-from .errors import Bury, ExtensionNotInstalled, HandlerNotSubscribed, PermissionDenied, RelaybusError
+from .errors import (Bury, ExtensionNotInstalled, HandlerNotSubscribed, PermissionDenied,
+                     RelaybusError)
 from .event import Event
 from .publishing import publish, publish_batch
 from .setup_checks import check_publisher

@@ -29,9 +29,9 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
-from typing import Callable, Dict, Iterable, Optional, Tuple, Type, Union
+from typing import Callable, Dict, Iterable, Optional, Type
 
-from . import connections
+from . import arguments, connections
 from .claim_loop import ClaimLoop
 from .event import Event
 from .handler_runner import HandlerSpec, ThreadConnections, run_handler
@@ -43,40 +43,7 @@ from .stats import StatsRecorder, WorkerStats
 
 log = logging.getLogger("relaybus")
 
-Seconds = Union[int, float, timedelta]
 _RESERVED_PREFIX = "relaybus-sql-"
-
-
-def _seconds(value: Seconds, what: str, minimum: float, maximum: float,
-             minimum_inclusive: bool = False) -> float:
-    if isinstance(value, timedelta):
-        value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{what} must be a number of seconds or a timedelta, not {type(value).__name__}")
-    too_small = value < minimum if minimum_inclusive else value <= minimum
-    if too_small or value > maximum or value != value:
-        bound = "at least" if minimum_inclusive else "more than"
-        raise ValueError(f"{what} must be {bound} {minimum:g} and at most {maximum:g} seconds, not {value!r}")
-    return float(value)
-
-
-def _positive_int(value, what: str, maximum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
-        raise ValueError(f"{what} must be an integer from 1 to {maximum}, not {value!r}")
-    return value
-
-
-def _name(value, what: str) -> str:
-    if not isinstance(value, str) or not value or len(value.encode()) > 1000:
-        raise ValueError(f"{what} must be a non-empty string of at most 1000 bytes, not {value!r}")
-    return value
-
-
-def _exception_classes(value, what: str) -> Tuple[Type[BaseException], ...]:
-    classes = tuple(value) if isinstance(value, (tuple, list, set, frozenset)) else (value,)
-    if not all(isinstance(c, type) and issubclass(c, BaseException) for c in classes):
-        raise TypeError(f"{what} must be exception classes, not {value!r}")
-    return classes
 
 
 class _Job:
@@ -106,34 +73,36 @@ class Worker:
     """
 
     def __init__(self, conninfo: str = "", *, name: str, holder: Optional[str] = None,
-                 concurrency: int = 4, batch_size: Optional[int] = None, lease: Seconds = 30.0,
-                 poll_interval: Seconds = 1.0, listen: bool = True,
-                 completion_delay: Seconds = 0.002, completion_batch: int = 1000,
-                 shutdown_grace: Seconds = 10.0, bury_on: Iterable[Type[BaseException]] = (),
+                 concurrency: int = 4, batch_size: Optional[int] = None,
+                 lease: arguments.Seconds = 30.0, poll_interval: arguments.Seconds = 1.0,
+                 listen: bool = True, completion_delay: arguments.Seconds = 0.002,
+                 completion_batch: int = 1000, shutdown_grace: arguments.Seconds = 10.0,
+                 bury_on: Iterable[Type[BaseException]] = (),
                  connect_kwargs: Optional[dict] = None):
         if not isinstance(conninfo, str):
             raise TypeError("conninfo must be a libpq connection string or URI")
-        self._name = _name(name, "name")
+        self._name = arguments.name(name, "name")
         if self._name.startswith(_RESERVED_PREFIX):
             raise ValueError(f"worker names starting with {_RESERVED_PREFIX!r} belong to "
                              "relaybus's in-database handler workers")
-        self._holder = new_holder() if holder is None else _name(holder, "holder")
-        self._concurrency = _positive_int(concurrency, "concurrency", 10000)
-        self._batch_size = _positive_int(concurrency if batch_size is None else batch_size,
-                                         "batch_size", 10000)
+        self._holder = new_holder() if holder is None else arguments.name(holder, "holder")
+        self._concurrency = arguments.positive_int(concurrency, "concurrency", 10000)
+        self._batch_size = arguments.positive_int(
+            concurrency if batch_size is None else batch_size, "batch_size", 10000)
         # Deliveries held at once. A batch larger than the thread pool waits in line for a
         # thread (its lease renewed meanwhile): one claim and few complete_many statements
         # serve many quick handlers, where claims of the free threads only would come back
         # a few deliveries at a time.
         self._capacity = max(self._concurrency, self._batch_size)
-        self._lease = timedelta(seconds=_seconds(lease, "lease", 0, 86400))
-        self._poll_interval = _seconds(poll_interval, "poll_interval", 0, 3600)
+        self._lease = timedelta(seconds=arguments.seconds(lease, "lease", 0, 86400))
+        self._poll_interval = arguments.seconds(poll_interval, "poll_interval", 0, 3600)
         self._listen = bool(listen)
-        self._completion_delay = _seconds(completion_delay, "completion_delay", 0, 10,
-                                          minimum_inclusive=True)
-        self._completion_batch = _positive_int(completion_batch, "completion_batch", 10000)
-        self._grace = _seconds(shutdown_grace, "shutdown_grace", 0, 86400, minimum_inclusive=True)
-        self._bury_on = _exception_classes(bury_on, "bury_on")
+        self._completion_delay = arguments.seconds(completion_delay, "completion_delay", 0, 10,
+                                                   minimum_inclusive=True)
+        self._completion_batch = arguments.positive_int(completion_batch, "completion_batch", 10000)
+        self._grace = arguments.seconds(shutdown_grace, "shutdown_grace", 0, 86400,
+                                        minimum_inclusive=True)
+        self._bury_on = arguments.exception_classes(bury_on, "bury_on")
         # Validates the conninfo now, not in a thread later.
         self._conninfo = connections.worker_conninfo(conninfo, self._name, connect_kwargs or {})
 
@@ -164,9 +133,9 @@ class Worker:
     def add_handler(self, name: str, fn: Callable, *, transactional: bool = False,
                     bury_on: Iterable[Type[BaseException]] = ()) -> None:
         """Registers ``fn`` for relaybus handler ``name`` (see handler())."""
-        _name(name, "handler name")
+        arguments.name(name, "handler name")
         spec = HandlerSpec(name, fn, bool(transactional),
-                           self._bury_on + _exception_classes(bury_on, "bury_on"))
+                           self._bury_on + arguments.exception_classes(bury_on, "bury_on"))
         spec.check_signature()
         with self._lifecycle:
             if self._started:
@@ -231,7 +200,7 @@ class Worker:
         log.info("worker %s (holder %s) started for %s", self._name, self._holder,
                  ", ".join(handlers))
 
-    def stop(self, grace: Optional[Seconds] = None) -> None:
+    def stop(self, grace: Optional[arguments.Seconds] = None) -> None:
         """Graceful shutdown; returns when done, and is idempotent.
 
         1. Stops claiming (a claim under way finishes; what it returns is queued).
@@ -248,8 +217,10 @@ class Worker:
         4. Sends the queued completions and failures, then relinquish(name, holder), so
            the lanes are free for other workers now rather than when the lease expires.
         """
-        grace = self._grace if grace is None else _seconds(grace, "grace", 0, 86400,
-                                                           minimum_inclusive=True)
+        if grace is None:
+            grace = self._grace
+        else:
+            grace = arguments.seconds(grace, "grace", 0, 86400, minimum_inclusive=True)
         with self._lifecycle:
             if not self._started or self._stopped:
                 return
