@@ -84,29 +84,6 @@ def test_one_worker_survives_losing_its_claim_connection_mid_run(conninfo, admin
     assert deliveries(admin, handler) == []
 
 
-def test_connections_of_one_worker_complete_each_others_claims(conninfo, admin, subscribe,
-                                                              workers):
-    # Claims on the claim connection, transactional completions on each handler thread's
-    # connection, renewals on a third: all one incarnation, no takeover among them.
-    handler, event_type = subscribe()
-    count = 60
-    publish_many(conninfo, event_type, count, key=lambda i: f"k{i % 6}")
-    runs, record = _recorder()
-    worker = workers(concurrency=6, lease=0.6)
-
-    @worker.handler(handler, transactional=True)
-    def handle(event, conn):
-        record("tx")(event)
-        conn.execute("SELECT 1")
-        time.sleep(0.03)  # 60 events on 6 keys: about 0.3 s per key, half a lease
-
-    worker.start()
-    wait_until(lambda: worker.stats.succeeded + worker.stats.lost >= count, timeout=20,
-               what="every event handled")
-    assert worker.stats.lost == 0 and {r[1] for r in runs} == {0} and len(runs) == count
-    assert deliveries(admin, handler) == []
-
-
 def test_a_crashed_instance_never_strands_its_deliveries(conninfo, admin, subscribe, workers,
                                                          tmp_path):
     # The successor reuses the name, as a restarted process would. Its own holder makes it

@@ -25,7 +25,8 @@ def test_a_slow_handler_keeps_its_lanes(conninfo, admin, subscribe, workers):
     assert started.wait(5)
     # A rival worker keeps trying to take the lanes while the handlers run. Without
     # renewal the leases lapse after 1 s and its claim takes the lanes over, charging
-    # each in-flight delivery an attempt.
+    # each in-flight delivery an attempt. The renewals go over the renewer's own
+    # connection, not the one that claimed: only the holder ties them to these lanes.
     taken = []
     with psycopg.connect(conninfo, autocommit=True) as rival:
         deadline = time.monotonic() + runtime
