@@ -81,6 +81,9 @@ class ClaimLoop:
                 except Exception as exc:  # noqa: BLE001 (the loop must outlive any one error)
                     errors += 1
                     log.error("claim for worker %s failed: %s", self._worker, exc)
+                    if self._conn is not None and self._conn.broken:
+                        close_quietly(self._conn)
+                        self._conn = None
                     self._pause(errors)
         finally:
             close_quietly(self._conn)

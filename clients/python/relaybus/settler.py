@@ -162,6 +162,9 @@ class Settler:
                 pause *= 2
             except psycopg.Error as exc:
                 log.error("%s failed: %s", what, exc)
+                if self._conn is not None and self._conn.broken:
+                    close_quietly(self._conn)  # reopened for the next statement
+                    self._conn = None
                 return None
         return None
 
