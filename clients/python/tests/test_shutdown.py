@@ -1,11 +1,12 @@
 """stop(): running handlers finish within the grace, the rest is released uncharged, the
-completions are flushed and the lanes handed back; run_forever() does it on SIGTERM."""
+completions are flushed and the lanes handed back; run_forever() does it on SIGTERM/SIGINT."""
 
 import signal
 import threading
 import time
 
 import psycopg
+import pytest
 
 from conftest import deliveries, held_lanes, publish_many, spawn_worker, unique, wait_until
 
@@ -89,7 +90,8 @@ def test_stop_is_idempotent_and_final(subscribe, workers):
         raise AssertionError("a stopped worker started again")
 
 
-def test_run_forever_stops_gracefully_on_sigterm(conninfo, admin, subscribe, tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_run_forever_stops_gracefully_on_a_signal(conninfo, admin, subscribe, tmp_path, signum):
     handler, event_type = subscribe()
     name = unique("w")
     marker = tmp_path / "running"
@@ -100,7 +102,7 @@ def test_run_forever_stops_gracefully_on_sigterm(conninfo, admin, subscribe, tmp
     try:
         event_id = publish_many(conninfo, event_type, 1)[0]
         wait_until(marker.exists, timeout=10, what="the handler to start")
-        process.send_signal(signal.SIGTERM)
+        process.send_signal(signum)
         out, err = process.communicate(timeout=10)
     finally:
         if process.poll() is None:
