@@ -1,0 +1,55 @@
+"""Handlers that run longer than the lease keep their lanes: the worker renews them."""
+
+import threading
+import time
+
+import psycopg
+
+from conftest import deliveries, publish_many, wait_until
+
+
+def test_a_slow_handler_keeps_its_lanes(conninfo, admin, subscribe, workers):
+    handler, event_type = subscribe()
+    publish_many(conninfo, event_type, 3, key=lambda i: f"slow-{i}")
+    lease, runtime = 1.0, 2.5  # each handler outlives two leases and a half
+    started, runs = threading.Event(), []
+    worker = workers(lease=lease, concurrency=3)
+
+    @worker.handler(handler)
+    def slow(event):
+        runs.append((event.id, event.attempts))
+        started.set()
+        time.sleep(runtime)
+
+    worker.start()
+    assert started.wait(5)
+    # A rival worker keeps trying to take the lanes while the handlers run. Without
+    # renewal the leases lapse after 1 s and its claim takes the lanes over, charging
+    # each in-flight delivery an attempt. The renewals go over the renewer's own
+    # connection, not the one that claimed: only the holder ties them to these lanes.
+    taken = []
+    with psycopg.connect(conninfo, autocommit=True) as rival:
+        deadline = time.monotonic() + runtime
+        while time.monotonic() < deadline:
+            taken += rival.execute("SELECT event_id FROM relaybus.claim('rival', 10, '10 seconds', "
+                                   "ARRAY[%s])", (handler,)).fetchall()
+            time.sleep(0.1)
+        wait_until(lambda: worker.stats.completed + worker.stats.lost == 3,
+                   what="the slow handlers' attempts to end")
+        rival.execute("SELECT relaybus.relinquish('rival')")
+
+    assert taken == []
+    assert sorted(attempts for _, attempts in runs) == [0, 0, 0]  # each ran once, uncharged
+    stats = worker.stats
+    assert stats.lost == 0 and stats.completed == 3
+    assert stats.renewals >= 3  # every lease / 3 while the handlers ran
+    assert deliveries(admin, handler) == []
+
+
+def test_an_idle_worker_renews_nothing(subscribe, workers):
+    handler, _ = subscribe()
+    worker = workers(lease=0.3)
+    worker.add_handler(handler, lambda event: None)
+    worker.start()
+    time.sleep(0.5)
+    assert worker.stats.renewals == 0
