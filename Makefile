@@ -105,15 +105,23 @@ bin/relaybus-bench: $(CLIENT_SRCS) $(CLIENT_TOOL_SRCS) $(CLIENT_BENCH_SRCS) $(CL
 	$(CXX) $(CLIENT_CXXFLAGS) $(CLIENT_TOOL_FLAGS) $(CLI_MONGO_FLAGS) -o $@ $(CLIENT_SRCS) \
 	  $(CLIENT_TOOL_SRCS) $(CLIENT_BENCH_SRCS) $(CLI_MONGO_LIBS) $(CLIENT_TOOL_LIBS) -lpq -pthread
 
-.PHONY: client client-tests
+.PHONY: client client-tests cli-install cli-uninstall
 client: bin/relaybus bin/relaybus-bench
 include mk/client-library.mk
+# `make install` installs the operator tool as a user command, under PREFIX (from
+# mk/client-library.mk, /usr/local by default; not pg_config's bindir, which holds the
+# server's programs). relaybus-bench stays in the tree: bench/ runs it from there.
+cli-install: bin/relaybus
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 755 bin/relaybus $(DESTDIR)$(PREFIX)/bin/relaybus
+cli-uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/relaybus
 # Part of `make` (and `make install`) where libpq's headers are installed; the extension
 # itself never needs them.
 ifneq ($(wildcard $(shell $(PG_CONFIG) --includedir 2>/dev/null)/libpq-fe.h),)
 all: client client-library
-install: client-install
-uninstall: client-uninstall
+install: client-install cli-install
+uninstall: client-uninstall cli-uninstall
 endif
 
 # Dispatcher unit tests against an in-memory store (no libpq, no server).
