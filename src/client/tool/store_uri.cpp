@@ -61,7 +61,7 @@ std::unique_ptr<store::Store> open_store(const std::string& db) {
   return store_factory(db)();
 }
 
-std::string setup_mongodb_store(const std::string& db) {
+std::string setup_mongodb_store([[maybe_unused]] const std::string& db) {
 #ifdef RELAYBUS_WITH_MONGO
   mongo::MongoStore(db, mongo_database(db)).setup();
   return "MongoDB: collections and indexes ready in database " + mongo_database(db);
