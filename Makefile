@@ -75,7 +75,16 @@ STORE_SRCS = $(sort $(wildcard src/store/*.cpp))
 CLIENT_SRCS = $(sort $(wildcard src/client/*.cpp)) $(CORE_SRCS) $(STORE_SRCS)
 # PgStore: the only sources of the runtime that need libpq.
 PG_STORE_SRCS = src/client/pg_store.cpp src/client/pg_operator.cpp
+# The two programs: bin/relaybus, the operator tool (src/client/cli), and bin/relaybus-bench,
+# the benchmark driver (src/client/bench). Both parse their command lines with
+# Boost.Program_options (libboost-program-options-dev) through src/client/tool, and print
+# RELAYBUS_VERSION (relaybus.control's default_version) for --version.
+CLIENT_TOOL_SRCS = $(sort $(wildcard src/client/tool/*.cpp))
 CLIENT_CLI_SRCS = $(sort $(wildcard src/client/cli/*.cpp))
+CLIENT_BENCH_SRCS = $(sort $(wildcard src/client/bench/*.cpp))
+CLIENT_TOOL_HDRS = $(wildcard src/client/tool/*.hpp src/client/bench/*.hpp)
+CLIENT_TOOL_FLAGS = -DRELAYBUS_VERSION='"$(RELAYBUS_VERSION)"'
+CLIENT_TOOL_LIBS = -lboost_program_options
 CLIENT_HDRS = $(wildcard src/client/*.hpp src/client/cli/*.hpp src/store/*.hpp src/core/*.hpp)
 # The tool speaks to the MongoDB store too (a mongodb:// --db) when libmongoc is installed
 # (scripts/install-deps installs it); WITH_MONGO=0 builds it for PostgreSQL only.
@@ -85,20 +94,34 @@ CLI_MONGO_FLAGS = -DRELAYBUS_WITH_MONGO $(shell pkg-config --cflags libmongoc-1.
 CLI_MONGO_LIBS = lib/librelaybus_mongo.a $(shell pkg-config --libs libmongoc-1.0 2>/dev/null)
 CLI_MONGO_DEPS = lib/librelaybus_mongo.a $(wildcard src/mongo/*.hpp)
 endif
-bin/relaybus: $(CLIENT_SRCS) $(CLIENT_CLI_SRCS) $(CLIENT_HDRS) $(CLI_MONGO_DEPS)
+bin/relaybus: $(CLIENT_SRCS) $(CLIENT_TOOL_SRCS) $(CLIENT_CLI_SRCS) $(CLIENT_HDRS) \
+              $(CLIENT_TOOL_HDRS) $(CLI_MONGO_DEPS) relaybus.control
 	@mkdir -p bin
-	$(CXX) $(CLIENT_CXXFLAGS) $(CLI_MONGO_FLAGS) -o $@ $(CLIENT_SRCS) $(CLIENT_CLI_SRCS) \
-	  $(CLI_MONGO_LIBS) -lpq -pthread
+	$(CXX) $(CLIENT_CXXFLAGS) $(CLIENT_TOOL_FLAGS) $(CLI_MONGO_FLAGS) -o $@ $(CLIENT_SRCS) \
+	  $(CLIENT_TOOL_SRCS) $(CLIENT_CLI_SRCS) $(CLI_MONGO_LIBS) $(CLIENT_TOOL_LIBS) -lpq -pthread
+bin/relaybus-bench: $(CLIENT_SRCS) $(CLIENT_TOOL_SRCS) $(CLIENT_BENCH_SRCS) $(CLIENT_HDRS) \
+                    $(CLIENT_TOOL_HDRS) $(CLI_MONGO_DEPS) relaybus.control
+	@mkdir -p bin
+	$(CXX) $(CLIENT_CXXFLAGS) $(CLIENT_TOOL_FLAGS) $(CLI_MONGO_FLAGS) -o $@ $(CLIENT_SRCS) \
+	  $(CLIENT_TOOL_SRCS) $(CLIENT_BENCH_SRCS) $(CLI_MONGO_LIBS) $(CLIENT_TOOL_LIBS) -lpq -pthread
 
-.PHONY: client client-tests
-client: bin/relaybus
+.PHONY: client client-tests cli-install cli-uninstall
+client: bin/relaybus bin/relaybus-bench
 include mk/client-library.mk
+# `make install` installs the operator tool as a user command, under PREFIX (from
+# mk/client-library.mk, /usr/local by default; not pg_config's bindir, which holds the
+# server's programs). relaybus-bench stays in the tree: bench/ runs it from there.
+cli-install: bin/relaybus
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 755 bin/relaybus $(DESTDIR)$(PREFIX)/bin/relaybus
+cli-uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/relaybus
 # Part of `make` (and `make install`) where libpq's headers are installed; the extension
 # itself never needs them.
 ifneq ($(wildcard $(shell $(PG_CONFIG) --includedir 2>/dev/null)/libpq-fe.h),)
 all: client client-library
-install: client-install
-uninstall: client-uninstall
+install: client-install cli-install
+uninstall: client-uninstall cli-uninstall
 endif
 
 # Dispatcher unit tests against an in-memory store (no libpq, no server).

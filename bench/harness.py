@@ -7,11 +7,12 @@
   bench/run --quick --mongo mongodb://localhost:27017/relaybus_bench?replicaSet=rs0
                            the same scenarios on the MongoDB store (bench/mongo_bench.py)
 
-Run it through bench/run, which installs the packages, the extension and the relaybus
-tool first. Starts a throwaway cluster (scripts/cluster, port 54360 unless --port), creates db_010
+Run it through bench/run, which installs the packages and the extension and builds the
+relaybus programs first. Starts a throwaway cluster (scripts/cluster, port 54360 unless --port), creates db_010
 (relaybus 0.1.0) and db_020 (relaybus 0.2.0), and runs every configuration A B A B. Each
 run starts from an emptied database with reset statistics. Publishers and dispatchers are
-separate processes of bin/relaybus; this script only prepares, measures and checks.
+separate processes of bin/relaybus-bench, the benchmark driver (the MongoDB store's setup
+goes through the operator tool, bin/relaybus); this script only prepares, measures, checks.
 Writes bench/results/<timestamp>/: results.json (every run), results.md (medians and
 0.2.0/0.1.0 ratios) and one SVG chart per scenario.
 """
@@ -28,7 +29,8 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CLI = os.path.join(ROOT, "bin", "relaybus")
+CLI = os.path.join(ROOT, "bin", "relaybus")  # the operator tool: setup, subscribe
+BENCH = os.path.join(ROOT, "bin", "relaybus-bench")  # the benchmark driver: drain, publish, mixed
 HARNESS = "/*relaybus-bench-harness*/"  # keeps our own queries out of the statement counts
 VERSIONS = [("0.1.0", "db_010"), ("0.2.0", "db_020")]
 HANDLER = "bench"
@@ -233,7 +235,7 @@ def check_handled(expected, handled, ordered=True):
 
 
 def drain_seconds(summary, handled):
-    """A drain's duration: from the window's start to the last delivery handled. The tool
+    """A drain's duration: from the window's start to the last delivery handled. relaybus-bench
     notices the end only at its next check (every 100 ms), which is up to a third of a
     20,000-delivery drain on the fastest systems; the records say when it really ended."""
     if "start_us" in summary and handled:
@@ -266,11 +268,17 @@ def shared_metrics(stats, deliveries, wal_bytes):
 
 
 def cli(args, log):
+    """Runs an operator command of bin/relaybus, its output to `log`."""
     return cli_command([CLI] + args, log)
 
 
+def bench(args, log):
+    """Runs a scenario of bin/relaybus-bench, its output to `log`."""
+    return cli_command([BENCH] + args, log)
+
+
 def cli_command(argv, log):
-    """Runs a benchmark process (the relaybus tool, a peer's runner), its output to `log`."""
+    """Runs a benchmark process (a relaybus program, a peer's runner), its output to `log`."""
     with open(log, "a") as f:
         r = subprocess.run(argv, stdout=f, stderr=subprocess.PIPE, text=True)
         f.write(r.stderr)
@@ -287,21 +295,21 @@ def dispatcher_args(p):
 
 
 def relaybus_bench_args(scenario, p, db, prefix):
-    """The relaybus tool's command line for one scenario run on `db` (either store)."""
+    """relaybus-bench's command line for one scenario run on `db` (either store)."""
     if scenario == "drain":
-        return ["bench", "drain", "--db", db, "--out", prefix, "--handler", HANDLER,
+        return ["drain", "--db", db, "--out", prefix, "--handler", HANDLER,
                 "--duration-s", "600"] + dispatcher_args(p)
     if scenario == "publish":
-        return ["bench", "publish", "--db", db, "--out", prefix, "--publishers", str(p["publishers"]),
+        return ["publish", "--db", db, "--out", prefix, "--publishers", str(p["publishers"]),
                 "--batch", str(p["batch"]), "--events", str(p["events"])]
-    return ["bench", "mixed", "--db", db, "--out", prefix, "--rate", str(p["rate"]),
+    return ["mixed", "--db", db, "--out", prefix, "--rate", str(p["rate"]),
             "--duration-s", str(p["duration_s"]), "--publishers", "2",
             # keys like entity ids: many, each with few events in flight at a time
             "--keys", str(max(100, p["rate"] * p["duration_s"] // 4))] + dispatcher_args(p)
 
 
 class PgTarget:
-    """One database of the throwaway cluster, as run_one needs a store: the --db the tool
+    """One database of the throwaway cluster, as run_one needs a store: the --db relaybus-bench
     gets, and what the harness reads and resets around a run."""
 
     def __init__(self, cluster, db):
@@ -319,7 +327,7 @@ class PgTarget:
         pass  # reset() zeroed the statistics already
 
     def run(self, scenario, p, prefix, log):
-        return cli(relaybus_bench_args(scenario, p, self.db, prefix), log)
+        return bench(relaybus_bench_args(scenario, p, self.db, prefix), log)
 
     def event_ids(self):
         return {r[0] for r in self.cluster.sql(self.name, f"SELECT {HARNESS} id FROM relaybus.events")}
@@ -409,7 +417,7 @@ def run_one(target, scenario, p, outdir, tag):
         problems += probs
         counts.update(store_counts)
     if code != 0:
-        problems.append(f"relaybus bench exited with {code}")
+        problems.append(f"relaybus-bench exited with {code}")
     if summary.get("processes_failed"):
         problems.append(f"{summary['processes_failed']} processes failed")
     metrics.update(store_metrics)
@@ -699,7 +707,7 @@ def main():
     args = ap.parse_args()
     rounds = args.rounds or (1 if args.mode == "validity" else 2)
 
-    if not os.access(CLI, os.X_OK):
+    if not (os.access(CLI, os.X_OK) and os.access(BENCH, os.X_OK)):
         subprocess.run(["make", "-s", "-C", ROOT, "client"], check=True)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     outdir = args.out or os.path.join(ROOT, "bench", "results", stamp)

@@ -1,12 +1,13 @@
 """The benchmark on the MongoDB store: `bench/run --quick --mongo URI` (or --full, --validity).
 
-The same scenarios as on PostgreSQL (harness.plans), run by the same relaybus tool with a
-mongodb:// --db, and every run validated the same way (harness.check_handled: nothing lost,
+The same scenarios as on PostgreSQL (harness.plans), run by the same relaybus-bench with a
+mongodb:// --db (the store set up and the handler subscribed by the operator tool,
+bin/relaybus), and every run validated the same way (harness.check_handled: nothing lost,
 no duplicates, per-key order kept; then nothing left pending and no dead letters). The
 figures are MongoDB's: oplog entries and bytes per delivery (local.oplog.rs over the
-measurement window, summed by the tool; $bsonSize needs MongoDB 4.4), and the server's
+measurement window, summed by relaybus-bench; $bsonSize needs MongoDB 4.4), and the server's
 update and command counters (serverStatus opcounters) per delivery; the commands include
-the tool's own polling of the work left (one count every 100 ms of a drain, 250 ms of a
+relaybus-bench's own polling of the work left (one count every 100 ms of a drain, 250 ms of a
 mixed run).
 
 Only relaybus 0.2.0 runs here: this repository has no 0.1.0 MongoDB store to compare with.
@@ -62,7 +63,7 @@ class MongoTarget:
                 raise RuntimeError(f"relaybus {args[0]} failed; see {log}")
         if not preload:
             return set()
-        if self.h.cli(["bench", "publish", "--db", self.db, "--out", prefix + ".preload", "--batch", "100",
+        if self.h.bench(["publish", "--db", self.db, "--out", prefix + ".preload", "--batch", "100",
                        "--events", str(preload), "--keys", str(max(1, preload // 4)), "--type", TYPE], log) != 0:
             raise RuntimeError(f"preload failed; see {log}")
         return {r[1] for r in self.h.read_tsv(prefix + ".preload.publisher-*.tsv") if r[0] == "E"}
@@ -73,7 +74,7 @@ class MongoTarget:
         self.before = opcounters(self.client)
 
     def run(self, scenario, p, prefix, log):
-        return self.h.cli(self.h.relaybus_bench_args(scenario, p, self.db, prefix), log)
+        return self.h.bench(self.h.relaybus_bench_args(scenario, p, self.db, prefix), log)
 
     def event_ids(self):
         return {d["_id"] for d in self.mdb.events.find({}, {"_id": 1})}

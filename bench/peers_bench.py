@@ -5,7 +5,7 @@ has the runner protocol).
 
 Each configuration names the systems that run it and the reference the ratios are taken
 against: "relaybus 0.2.0 loop" (one consumer session, claim + complete_many) for the
-one-consumer drain, "relaybus 0.2.0" (the C++ dispatcher, or relaybus bench publish) for
+one-consumer drain, "relaybus 0.2.0" (the C++ dispatcher, or relaybus-bench publish) for
 the rest. A ratio is reference rate / system rate: above 1, relaybus is faster.
 """
 import json

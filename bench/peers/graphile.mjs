@@ -1,8 +1,8 @@
 #!/usr/bin/env node
 // graphile-worker as a peer in relaybus's benchmark (bench/peers/README.md): the runner
 // protocol (info, reset, preload, drain, publish, mixed) through graphile-worker's own
-// Node.js API, writing the same record files as `relaybus bench`
-// (src/client/cli/bench_processes.cpp) so that the harness validates every run the same way.
+// Node.js API, writing the same record files as `relaybus-bench`
+// (src/client/bench/bench_processes.cpp) so that the harness validates every run the same way.
 //
 // Publishing: makeWorkerUtils().addJob (add_job, one job per transaction) for --batch 1,
 // addJobs (add_jobs, one statement for the whole batch) above. Consuming: run() with the

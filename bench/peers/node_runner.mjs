@@ -181,7 +181,7 @@ export function progress(text) {
   process.stderr.write(text + "\n");
 }
 
-// The publisher loop of `relaybus bench publish|mixed` (run_publisher_process): ids
+// The publisher loop of `relaybus-bench publish|mixed` (run_publisher_process): ids
 // p<index>-<seq>, every other event keyed p<index>-k<(seq/2) mod keys> with n its per-key
 // counter, else n = seq; an open loop at `rate` (the next call is due at seq / rate, a late
 // call goes at once, nothing is skipped); E and C lines once each call returned.

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // pg-boss as a peer in relaybus's benchmark (bench/peers/README.md): the runner protocol
 // (info, reset, preload, drain, publish, mixed) through pg-boss's own Node.js API, writing
-// the same record files as `relaybus bench` (src/client/cli/bench_processes.cpp) so that
+// the same record files as `relaybus-bench` (src/client/bench/bench_processes.cpp) so that
 // the harness validates every run the same way.
 //
 // Publishing: send() (one job per call and transaction) for --batch 1, insert() (one

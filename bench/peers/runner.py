@@ -5,8 +5,8 @@ system's own calls; runner.main(System()) does the rest. Optional calls: begin(c
 before a run's processes start and end(conn) after they stopped (a peer's own background
 process, such as PgQ's ticker, lives between the two), preloaded(conn) after the preload.
 
-The events, ids, keys, payloads and the open-loop pacing are those of `relaybus bench`
-(src/client/cli/bench_processes.cpp), so every system is offered the same work.
+The events, ids, keys, payloads and the open-loop pacing are those of `relaybus-bench`
+(src/client/bench/bench_processes.cpp), so every system is offered the same work.
 """
 import argparse
 import json
@@ -40,7 +40,7 @@ def preload_events(count):
 
 
 def publisher_events(index, keys):
-    """The endless event stream of publisher `index`, as relaybus bench publish makes it."""
+    """The endless event stream of publisher `index`, as relaybus-bench publish makes it."""
     counters = [0] * max(1, keys)
     seq = 0
     while True:

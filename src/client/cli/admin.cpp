@@ -1,32 +1,23 @@
-// Operator commands, on any store (--db: a libpq connection string or a mongodb:// URI):
-// relaybus setup, subscribe, unsubscribe, stats, dead list, dead requeue, maintain.
+// The operator commands, on any store (--db: a libpq connection string or URI, a mongodb://
+// URI, or nothing for libpq's PG* environment): relaybus setup, subscribe, unsubscribe,
+// stats, dead list, dead requeue, maintain.
 #include <chrono>
 #include <csignal>
 #include <cstdio>
-#include <ctime>
+#include <limits>
 #include <sstream>
 #include <thread>
 
-#include "args.hpp"
+#include "client/tool/store_uri.hpp"
 #include "commands.hpp"
-#include "connection.hpp"
-#include "store_uri.hpp"
+#include "guided_error.hpp"
+#include "listings.hpp"
+#include "operator_store.hpp"
+#include "pg_readiness.hpp"
 
 namespace relaybus::cli {
 
 namespace {
-
-std::optional<std::string> utc(const std::optional<std::int64_t>& us) {
-  if (!us) return std::nullopt;
-  const std::time_t seconds = static_cast<std::time_t>(*us / 1000000);
-  std::tm tm{};
-  gmtime_r(&seconds, &tm);
-  char text[48];
-  const std::size_t n = std::strftime(text, sizeof text, "%Y-%m-%d %H:%M:%S", &tm);
-  std::snprintf(text + n, sizeof text - n, ".%03d+00",
-                static_cast<int>((*us % 1000000 + 1000000) % 1000000 / 1000));
-  return std::string(text);
-}
 
 std::vector<std::string> split(const std::string& list) {
   std::vector<std::string> out;
@@ -36,74 +27,112 @@ std::vector<std::string> split(const std::string& list) {
   return out;
 }
 
+std::string db_of(const tool::Parsed& args) {
+  return args.get<std::string>("db");
+}
+
+Format format_of(const tool::Parsed& args) {
+  return args.get<bool>("json") ? Format::kJson : Format::kHuman;
+}
+
+// An option in milliseconds as the store's microseconds. Only the conversion is checked
+// here; the store checks the bounds of the policy (core::validate).
+std::int64_t microseconds(const tool::Parsed& args, const std::string& option) {
+  const auto ms = args.get<std::int64_t>(option);
+  if (ms > std::numeric_limits<std::int64_t>::max() / 1000)
+    throw tool::UsageError("--" + option + " is out of range");
+  return ms * 1000;
+}
+
 volatile std::sig_atomic_t g_stop = 0;
 
 }  // namespace
 
-int setup_command(const Args& args) {
-  std::printf("%s\n", setup_store(args.required("db")).c_str());
+int setup_command(const tool::Parsed& args) {
+  const std::string db = db_of(args);
+  if (tool::is_mongodb_uri(db)) {
+    std::printf("%s\n", tool::setup_mongodb_store(db).c_str());
+    return 0;
+  }
+  const PgReadiness ready = check_pg_ready(db, "relaybus setup", false);
+  std::printf(
+      "PostgreSQL: relaybus %s is installed in database \"%s\"; nothing to set up here "
+      "(CREATE EXTENSION relaybus and ALTER EXTENSION relaybus UPDATE do it)\n",
+      ready.version.c_str(), ready.database.c_str());
+  if (ready.version != RELAYBUS_VERSION)
+    std::printf("this tool is relaybus %s: ALTER EXTENSION relaybus UPDATE updates the database\n",
+                RELAYBUS_VERSION);
   return 0;
 }
 
-int subscribe_command(const Args& args) {
-  auto db = open_store(args.required("db"));
+int subscribe_command(const tool::Parsed& args) {
   store::Subscription s;
-  s.handler = args.required("handler");
-  s.event_types = split(args.required("types"));
-  s.retry.max_attempts = static_cast<int>(args.integer("max-attempts", s.retry.max_attempts));
+  s.handler = args.get<std::string>("handler");
+  s.event_types = split(args.get<std::string>("types"));
+  if (s.event_types.empty())
+    throw tool::UsageError("--types needs at least one event type (T1,T2,...; * for every type)");
+  s.retry.max_attempts = args.get<int>("max-attempts");
+  s.retry.backoff_base_us = microseconds(args, "backoff-base-ms");
+  s.retry.backoff_max_us = microseconds(args, "backoff-max-ms");
+  auto db = open_operator_store(db_of(args), "relaybus subscribe");
   db->subscribe(s);
   std::printf("subscribed %s\n", s.handler.c_str());
   return 0;
 }
 
-int unsubscribe_command(const Args& args) {
-  auto db = open_store(args.required("db"));
-  const std::string handler = args.required("handler");
+int unsubscribe_command(const tool::Parsed& args) {
+  const std::string handler = args.get<std::string>("handler");
+  auto db = open_operator_store(db_of(args), "relaybus unsubscribe");
   db->unsubscribe(handler);
   std::printf("unsubscribed %s\n", handler.c_str());
   return 0;
 }
 
-int stats_command(const Args& args) {
-  auto db = open_store(args.required("db"));
-  Rows rows;
-  rows.columns = {"handler", "pending", "processing", "dead", "completed", "oldest_pending"};
-  for (const auto& s : db->statistics())
-    rows.values.push_back({s.handler, std::to_string(s.pending), std::to_string(s.processing),
-                           std::to_string(s.dead), std::to_string(s.completed),
-                           utc(s.oldest_pending_us)});
-  print_table(rows);
+int stats_command(const tool::Parsed& args) {
+  auto db = open_operator_store(db_of(args), "relaybus stats");
+  print_statistics(db->statistics(), format_of(args));
   return 0;
 }
 
-int dead_command(const Args& args) {
-  const auto& words = args.positional();
-  const std::string action = words.size() > 1 ? words[1] : "";
-  if (action != "list" && action != "requeue")
-    throw UsageError("usage: relaybus dead list|requeue --db CONN [--handler H] [--limit N]");
-  auto db = open_store(args.required("db"));
-  std::optional<std::string> handler;
-  if (args.has("handler")) handler = args.str("handler", "");
-  if (action == "requeue") {
-    std::printf("requeued %lld\n", static_cast<long long>(db->requeue_dead(handler)));
-    return 0;
-  }
+int dead_list_command(const tool::Parsed& args) {
   store::DeliveryFilter filter;
   filter.status = "dead";
-  filter.handler = handler;
-  filter.max_rows = static_cast<int>(args.integer("limit", 100));
-  Rows rows;
-  rows.columns = {"event_id", "handler", "type", "key", "attempts", "created_at", "last_error"};
-  for (const auto& d : db->list_deliveries(filter))
-    rows.values.push_back({d.event_id, d.handler, d.type, d.key, std::to_string(d.attempts),
-                           utc(d.created_at_us), d.last_error});
-  print_table(rows);
+  filter.handler = args.optional<std::string>("handler");
+  filter.max_rows = args.get<int>("limit");
+  // The store checks the filter (store::validate) before it sends anything.
+  auto db = open_operator_store(db_of(args), "relaybus dead list");
+  print_deliveries(db->list_deliveries(filter), format_of(args));
   return 0;
 }
 
-int maintain_command(const Args& args) {
-  auto db = open_store(args.required("db"));
-  const double every = args.number("every-s", 0);
+int dead_requeue_command(const tool::Parsed& args) {
+  const auto& words = args.arguments();
+  if (words.size() == 1)
+    throw tool::UsageError("requeueing one delivery takes EVENT_ID and HANDLER; got only '" +
+                           words[0] + "'");
+  if (words.size() == 2 && args.has("handler"))
+    throw tool::UsageError("--handler selects every dead letter of a handler; with EVENT_ID "
+                           "HANDLER leave it out");
+  auto db = open_operator_store(db_of(args), "relaybus dead requeue");
+  if (words.size() == 2) {
+    const std::string& event_id = words[0];
+    const std::string& handler = words[1];
+    if (!db->requeue(event_id, handler))
+      throw GuidedError("event \"" + event_id + "\" has no dead delivery to handler \"" +
+                            handler + "\": nothing requeued",
+                        "relaybus dead list --handler " + handler +
+                            " lists that handler's dead letters (a delivery that is pending, "
+                            "in flight or completed is not one)");
+    print_requeued(1, format_of(args));
+    return 0;
+  }
+  print_requeued(db->requeue_dead(args.optional<std::string>("handler")), format_of(args));
+  return 0;
+}
+
+int maintain_command(const tool::Parsed& args) {
+  const double every = args.get<double>("every-s");
+  auto db = open_operator_store(db_of(args), "relaybus maintain");
   std::signal(SIGTERM, [](int) { g_stop = 1; });
   std::signal(SIGINT, [](int) { g_stop = 1; });
   do {

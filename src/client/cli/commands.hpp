@@ -1,18 +1,17 @@
-// The tool's subcommands; each returns the process exit code.
+// The operator tool's commands; each returns the process exit code. Their options are
+// declared in main.cpp.
 #pragma once
 
-#include "args.hpp"
+#include "client/tool/command_line.hpp"
 
 namespace relaybus::cli {
 
-int setup_command(const Args& args);
-int subscribe_command(const Args& args);
-int unsubscribe_command(const Args& args);
-int stats_command(const Args& args);
-int maintain_command(const Args& args);
-int dead_command(const Args& args);
-int bench_drain_command(const Args& args);
-int bench_publish_command(const Args& args);
-int bench_mixed_command(const Args& args);
+int setup_command(const tool::Parsed& args);
+int subscribe_command(const tool::Parsed& args);
+int unsubscribe_command(const tool::Parsed& args);
+int stats_command(const tool::Parsed& args);
+int dead_list_command(const tool::Parsed& args);
+int dead_requeue_command(const tool::Parsed& args);
+int maintain_command(const tool::Parsed& args);
 
 }  // namespace relaybus::cli

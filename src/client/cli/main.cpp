@@ -1,68 +1,180 @@
-// relaybus: the operator and benchmark command-line tool.
-#include <cstdio>
+// relaybus: the operator tool. Its command line: the commands, their options with their
+// defaults (declared once, here), and how errors are reported: a usage error exits 2
+// (src/client/tool/command_line.hpp), any other error 1, with what to do where the tool
+// knows it (GuidedError).
 #include <iostream>
-#include <string>
 
-#include "client/seam.hpp"
+#include "client/tool/command_line.hpp"
+#include "client/tool/store_uri.hpp"
 #include "commands.hpp"
-#include "store_uri.hpp"
+#include "core/retry_policy.hpp"
+#include "guided_error.hpp"
+#include "store/store.hpp"
+
+#ifndef RELAYBUS_VERSION
+#error "RELAYBUS_VERSION (relaybus.control's default_version) comes from the Makefile"
+#endif
 
 namespace {
 
-const char* kUsage = R"(usage:
-  relaybus setup --db CONN
-  relaybus subscribe --db CONN --handler H --types T1,T2 [--max-attempts N]
-  relaybus unsubscribe --db CONN --handler H
-  relaybus stats --db CONN
-  relaybus dead list --db CONN [--handler H] [--limit N]
-  relaybus dead requeue --db CONN [--handler H]
-  relaybus maintain --db CONN [--every-s S]
-  relaybus bench drain --db CONN --out PREFIX [--handler bench] [--dispatchers P]
-        [--concurrency C] [--batch B] [--poll-ms MS] [--lease-ms MS] [--window-us US]
-        [--listen true|false] [--duration-s S]
-  relaybus bench publish --db CONN --out PREFIX [--publishers P] [--batch B] [--events N]
-        [--keys K] [--type T]
-  relaybus bench mixed --db CONN --out PREFIX [--rate R] [--duration-s S] [--publishers P]
-        [--dispatchers D] [--concurrency C] [--batch B] [--poll-ms MS] [--drain-timeout-s S]
-CONN is a libpq connection string or URI, or a mongodb:// URI for the MongoDB store
-(its path names the database, "relaybus" when it has none; a replica set is needed).
-maintain takes over expired lanes and purges what the retention expired, once or every
-S seconds until stopped: the PostgreSQL extension's background worker does this itself.
-)";
+namespace po = boost::program_options;
+using relaybus::tool::at_least;
+using relaybus::tool::Command;
+using relaybus::tool::Parsed;
+
+void connection_option(po::options_description& o) {
+  o.add_options()(
+      "db", po::value<std::string>()->default_value("", "")->value_name("CONN"),
+      "a libpq connection string or URI (\"host=/tmp dbname=app\", postgresql://...), or a "
+      "mongodb:// URI; default: libpq's PG* variables (PGHOST, PGPORT, PGDATABASE, PGUSER...)");
+}
+
+void json_option(po::options_description& o) {
+  o.add_options()("json", po::bool_switch(),
+                  "print one JSON document instead of a table (fields: docs/cli.md)");
+}
+
+void handler_option(po::options_description& o, const char* what) {
+  o.add_options()("handler", po::value<std::string>()->required()->value_name("H"), what);
+}
+
+// Errors of a command's store: what to do (GuidedError) or the store's message and code.
+std::function<int(const Parsed&)> reported(int (*body)(const Parsed&)) {
+  return [body](const Parsed& args) {
+    try {
+      return body(args);
+    } catch (const relaybus::cli::GuidedError& e) {
+      std::cerr << "relaybus: " << e.what() << "\n";
+      if (!e.hint().empty()) std::cerr << "hint: " << e.hint() << "\n";
+      std::cerr << std::flush;
+      return relaybus::tool::kRuntimeError;
+    } catch (const relaybus::store::StoreError& e) {
+      std::cerr << "relaybus: " << relaybus::tool::store_error_text(e, args.get<std::string>("db"))
+                << std::endl;
+      return relaybus::tool::kRuntimeError;
+    }
+  };
+}
+
+Command command(std::string name, std::string summary, int (*body)(const Parsed&),
+                std::function<void(po::options_description&)> options = {}) {
+  Command c;
+  c.name = std::move(name);
+  c.summary = std::move(summary);
+  c.options = std::move(options);
+  c.run = reported(body);
+  return c;
+}
+
+relaybus::tool::Program program() {
+  namespace cli = relaybus::cli;
+  namespace core = relaybus::core;
+  relaybus::tool::Program p;
+  p.name = "relaybus";
+  p.version = RELAYBUS_VERSION;
+  p.summary = "operate a relaybus store: handlers, counts, dead letters, maintenance";
+  p.common_options = connection_option;
+  p.epilog =
+      "Every command takes --db CONN; without it libpq's PG* environment variables choose\n"
+      "the PostgreSQL database. A mongodb:// URI names the MongoDB store instead (its path is\n"
+      "the database, \"relaybus\" when it has none; a replica set is needed). On PostgreSQL\n"
+      "every command but setup needs relaybus_admin.\n"
+      "Exit codes: 0 done, 1 the command failed (the message says why, and what to do),\n"
+      "2 a bad command line. Reference: docs/cli.md.\n";
+  p.moved = [](const std::string& word) -> std::string {
+    if (word == "bench")
+      return "the benchmark driver is a program of its own now, relaybus-bench";
+    return "";
+  };
+
+  Command setup = command(
+      "setup", "check that relaybus is installed (PostgreSQL), or create its collections (MongoDB)",
+      cli::setup_command);
+  setup.details =
+      "On PostgreSQL it checks that relaybus is installed in the database and prints its\n"
+      "version: CREATE EXTENSION relaybus creates everything. On MongoDB it creates the\n"
+      "collections and indexes, and converts a 0.1.0 layout; running it again is harmless.\n";
+
+  Command subscribe = command(
+      "subscribe", "subscribe a handler to event types, or update its subscription",
+      cli::subscribe_command, [](po::options_description& o) {
+        handler_option(o, "the handler's name (required)");
+        o.add_options()                                                             //
+            ("types", po::value<std::string>()->required()->value_name("T1,T2"),  //
+             "the event types it receives, comma-separated; * for every type (required)")
+            ("max-attempts", po::value<int>()->default_value(core::kDefaultMaxAttempts)->value_name("N"),
+             "attempts before a delivery is dead-lettered")
+            ("backoff-base-ms",
+             at_least<std::int64_t>("backoff-base-ms", 0)
+                 ->default_value(core::kDefaultBackoffBaseUs / 1000)
+                 ->value_name("MS"),
+             "the wait after the first failed attempt; it doubles with each further one")
+            ("backoff-max-ms",
+             at_least<std::int64_t>("backoff-max-ms", 0)
+                 ->default_value(core::kDefaultBackoffMaxUs / 1000)
+                 ->value_name("MS"),
+             "the longest wait between attempts");
+      });
+
+  Command unsubscribe = command(
+      "unsubscribe", "remove a handler's subscription (its deliveries stay)",
+      cli::unsubscribe_command,
+      [](po::options_description& o) { handler_option(o, "the handler to unsubscribe (required)"); });
+
+  Command stats = command("stats", "per handler: pending, processing, dead, completed",
+                          cli::stats_command, json_option);
+  stats.details =
+      "pending: waiting deliveries (due or not); processing: in a held lane's in-flight list;\n"
+      "dead: dead letters; completed: completion history (0 while it is off);\n"
+      "oldest_pending: when the oldest pending delivery was published (UTC).\n";
+
+  Command dead_list = command(
+      "dead list", "list dead letters, newest first", cli::dead_list_command,
+      [](po::options_description& o) {
+        o.add_options()                                                               //
+            ("handler", po::value<std::string>()->value_name("H"), "only this handler's")  //
+            ("limit", po::value<int>()->default_value(100)->value_name("N"),
+             "at most N dead letters (0 or more)");
+        json_option(o);
+      });
+
+  Command dead_requeue = command(
+      "dead requeue", "move dead letters back to pending, with a fresh attempt budget",
+      cli::dead_requeue_command, [](po::options_description& o) {
+        o.add_options()("handler", po::value<std::string>()->value_name("H"),
+                        "without EVENT_ID HANDLER: only this handler's dead letters");
+        json_option(o);
+      });
+  dead_requeue.arguments = "[EVENT_ID HANDLER]";
+  dead_requeue.max_arguments = 2;
+  dead_requeue.details =
+      "With EVENT_ID HANDLER it requeues that one delivery, and fails (exit 1) when it is\n"
+      "not a dead letter. Without them it requeues every dead letter, of --handler only\n"
+      "when given, and prints how many. A requeued keyed delivery keeps its place in its\n"
+      "key's order.\n";
+
+  Command maintain = command(
+      "maintain", "take over expired lanes and purge what retention expired",
+      cli::maintain_command, [](po::options_description& o) {
+        o.add_options()("every-s",
+                        at_least<double>("every-s", 0)->default_value(0, "0")->value_name("S"),
+                        "repeat every S seconds until SIGTERM or SIGINT (0: once)");
+      });
+  maintain.details =
+      "The PostgreSQL extension's background worker does this by itself when relaybus is\n"
+      "preloaded; run it for a database without the preload, or for the MongoDB store.\n";
+
+  p.commands = {setup, subscribe, unsubscribe, stats, dead_list, dead_requeue, maintain};
+  return p;
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  using namespace relaybus::cli;
-  std::string db;  // for the label of a store's own error code
   try {
-    Args args(argc, argv, 1);
-    db = args.str("db", "");
-    const auto& words = args.positional();
-    const std::string command = words.empty() ? "" : words[0];
-    const std::string sub = words.size() > 1 ? words[1] : "";
-    if (command == "setup") return setup_command(args);
-    if (command == "subscribe") return subscribe_command(args);
-    if (command == "unsubscribe") return unsubscribe_command(args);
-    if (command == "stats") return stats_command(args);
-    if (command == "maintain") return maintain_command(args);
-    if (command == "dead") return dead_command(args);
-    if (command == "bench" && sub == "drain") return bench_drain_command(args);
-    if (command == "bench" && sub == "publish") return bench_publish_command(args);
-    if (command == "bench" && sub == "mixed") return bench_mixed_command(args);
-    std::fputs(kUsage, command == "help" || args.has("help") ? stdout : stderr);
-    return command == "help" || args.has("help") ? 0 : 2;
-  } catch (const UsageError& e) {
-    std::cerr << "relaybus: " << e.what() << "\n" << kUsage;
-    return 2;
-  } catch (const relaybus::client::StoreError& e) {
-    std::cerr << "relaybus: " << e.what();
-    if (!e.native_code().empty())
-      std::cerr << " (" << (is_mongodb_uri(db) ? "code " : "SQLSTATE ") << e.native_code() << ")";
-    std::cerr << std::endl;
-    return 1;
+    return relaybus::tool::run_program(program(), argc, argv);
   } catch (const std::exception& e) {
     std::cerr << "relaybus: " << e.what() << std::endl;
-    return 1;
+    return relaybus::tool::kRuntimeError;
   }
 }

@@ -2,6 +2,7 @@
 MongoDB store, the URI's path naming the database (bin/relaybus, built by `make client`)."""
 
 import datetime
+import json
 import os
 import subprocess
 
@@ -59,6 +60,53 @@ class CliTest(mockrs.WireTest):
         update.ok(n=2, nModified=2)
         code, out, err = self.finish(p)
         self.assertEqual((code, out), (0, "requeued 2\n"), err)
+
+    def test_dead_requeue_event_handler_requeues_that_delivery_only(self):
+        rs = self.rs
+        p = self.run_cli("dead", "requeue", "e1", "mailer", "--json")
+        find = rs.expect("find")
+        self.assertEqual(find.doc["$db"], "shop")
+        self.assertEqual(find.doc["filter"], {"_id": {"e": "e1", "h": "mailer"}})
+        self.answer(find, [{"_id": {"e": "e1", "h": "mailer"}, "status": "dead", "attempts": 3,
+                            "claims": 2}], "deliveries")
+        update = rs.expect("update")
+        (statement,) = update.doc["updates"]
+        # One document, by its id, and only while it is still the dead letter that was read.
+        self.assertEqual(statement["q"],
+                         {"_id": {"e": "e1", "h": "mailer"}, "status": "dead", "claims": 2})
+        self.assertFalse(statement.get("multi", False))
+        update.ok(n=1, nModified=1)
+        rs.expect("commitTransaction").ok()
+        code, out, err = self.finish(p)
+        self.assertEqual(code, 0, err)
+        self.assertEqual(json.loads(out), {"requeued": 1})
+        rs.nothing_more()
+
+    def test_dead_requeue_of_a_delivery_that_is_not_dead_fails(self):
+        rs = self.rs
+        p = self.run_cli("dead", "requeue", "e1", "mailer")
+        self.answer(rs.expect("find"), [{"_id": {"e": "e1", "h": "mailer"}, "status": "pending",
+                                         "attempts": 1, "claims": 1}], "deliveries")
+        rs.expect("commitTransaction").ok()
+        code, out, err = self.finish(p)
+        self.assertEqual((code, out), (1, ""), err)
+        self.assertIn('event "e1" has no dead delivery to handler "mailer"', err)
+        rs.nothing_more()
+
+    def test_stats_json_is_one_document(self):
+        rs = self.rs
+        p = self.run_cli("stats", "--json")
+        self.answer(rs.expect("find"), [{"_id": "mailer"}], "subscriptions")
+        self.answer(rs.expect("find"), [], "lanes")
+        oldest = datetime.datetime(2026, 12, 1, 12, 0, 0, 123000)
+        self.answer(rs.expect("aggregate"),
+                    [{"_id": "mailer", "pending": 3, "dead": 1, "oldest": oldest}], "deliveries")
+        self.answer(rs.expect("aggregate"), [], "completions")
+        code, out, err = self.finish(p)
+        self.assertEqual(code, 0, err)
+        self.assertEqual(json.loads(out), {"handlers": [
+            {"handler": "mailer", "pending": 3, "processing": 0, "dead": 1, "completed": 0,
+             "oldest_pending": "2026-12-01T12:00:00.123000Z"}]})
 
     def test_a_bad_listing_filter_is_refused_before_anything_is_sent(self):
         p = self.run_cli("dead", "list", "--limit", "-1")

@@ -15,9 +15,15 @@
 #include <thread>
 
 #include "connection.hpp"
-#include "store_uri.hpp"
+#include "client/tool/json_text.hpp"
+#include "client/tool/store_uri.hpp"
 
-namespace relaybus::cli {
+namespace relaybus::bench {
+
+using tool::is_mongodb_uri;
+using tool::json_string;
+using tool::open_store;
+using tool::store_factory;
 
 namespace {
 
@@ -32,23 +38,6 @@ void install_term_handler() {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
-}
-
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out;
 }
 
 struct Handled {
@@ -75,7 +64,7 @@ pid_t spawn_process(int (*body)(void*), void* context) {
     try {
       code = body(context);
     } catch (const std::exception& e) {
-      std::cerr << "relaybus bench child: " << e.what() << std::endl;
+      std::cerr << "relaybus-bench child: " << e.what() << std::endl;
     }
     std::fflush(nullptr);
     _exit(code);
@@ -216,7 +205,7 @@ int run_publisher_process(const PublisherProcess& p) {
       for (std::size_t i = 0; i < evs.size(); ++i) {
         const auto& e = evs[i];
         if (i) json += ',';
-        json += "{\"type\":\"" + json_escape(p.type) + "\",\"id\":\"" + e.id +
+        json += "{\"type\":" + json_string(p.type) + ",\"id\":\"" + e.id +
                 "\",\"payload\":{\"n\":" + std::to_string(e.n) +
                 ",\"p\":" + std::to_string(p.index) + "}";
         if (!e.key.empty()) json += ",\"key\":\"" + e.key + "\"";
@@ -253,7 +242,7 @@ JsonObject& JsonObject::add(const std::string& k, long long value) {
 }
 JsonObject& JsonObject::add(const std::string& k, const std::string& value) {
   key(k);
-  body_ += "\"" + json_escape(value) + "\"";
+  body_ += json_string(value);
   return *this;
 }
 JsonObject& JsonObject::add(const std::string& k, bool value) {
@@ -263,11 +252,11 @@ JsonObject& JsonObject::add(const std::string& k, bool value) {
 }
 void JsonObject::key(const std::string& k) {
   if (!body_.empty()) body_ += ',';
-  body_ += "\"" + json_escape(k) + "\":";
+  body_ += json_string(k) + ":";
 }
 void JsonObject::write(const std::string& path) const {
   std::ofstream out(path);
   out << str() << '\n';
 }
 
-}  // namespace relaybus::cli
+}  // namespace relaybus::bench

@@ -1,14 +1,12 @@
 #include "connection.hpp"
 
-#include <algorithm>
-#include <cstdio>
 #include <memory>
 
 #include <libpq-fe.h>
 
 #include "client/pg_store.hpp"
 
-namespace relaybus::cli {
+namespace relaybus::bench {
 
 using client::error_of;
 
@@ -57,23 +55,4 @@ std::string Connection::scalar(const std::string& sql,
   return *rows.values[0][0];
 }
 
-void print_table(const Rows& rows) {
-  std::vector<std::size_t> width;
-  for (const auto& c : rows.columns) width.push_back(c.size());
-  for (const auto& row : rows.values)
-    for (std::size_t c = 0; c < row.size(); ++c)
-      width[c] = std::max(width[c], row[c] ? row[c]->size() : 0);
-  auto line = [&](auto cell) {
-    for (std::size_t c = 0; c < width.size(); ++c) {
-      std::string text = cell(c);
-      std::printf("%s%-*s", c ? " | " : "", static_cast<int>(width[c]), text.c_str());
-    }
-    std::printf("\n");
-  };
-  line([&](std::size_t c) { return rows.columns[c]; });
-  line([&](std::size_t c) { return std::string(width[c], '-'); });
-  for (const auto& row : rows.values) line([&](std::size_t c) { return row[c].value_or(""); });
-  std::printf("(%zu rows)\n", rows.values.size());
-}
-
-}  // namespace relaybus::cli
+}  // namespace relaybus::bench

@@ -1,6 +1,7 @@
-// relaybus bench drain|publish|mixed: the processes of one benchmark run, the measurement
+// relaybus-bench drain|publish|mixed: the processes of one benchmark run, the measurement
 // window (wall time, and the store's log: PostgreSQL's WAL or MongoDB's oplog), and progress
-// on stderr; --db is either store (store_uri.hpp). Validation and the database
+// on stderr; --db is either store (client/tool/store_uri.hpp). The options and their defaults
+// are declared in bench_main.cpp. Validation and the database
 // statistics are the harness's (bench/run): it reads the files these commands write.
 #include <atomic>
 #include <chrono>
@@ -8,25 +9,25 @@
 #include <iostream>
 #include <thread>
 
-#include "bench_processes.hpp"
-#include "commands.hpp"
+#include "bench_commands.hpp"
 #include "bench_meter.hpp"
+#include "bench_processes.hpp"
 
-namespace relaybus::cli {
+namespace relaybus::bench {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-client::DispatcherConfig dispatcher_config(const Args& args) {
+client::DispatcherConfig dispatcher_config(const tool::Parsed& args) {
   client::DispatcherConfig c;
-  c.worker_prefix = args.str("worker-prefix", "bench");
-  c.concurrency = static_cast<int>(args.integer("concurrency", 10));
-  c.batch_size = static_cast<int>(args.integer("batch", 10));
-  c.poll_interval = std::chrono::milliseconds(args.integer("poll-ms", 1000));
-  c.lease = std::chrono::milliseconds(args.integer("lease-ms", 30000));
-  c.completion_window = std::chrono::microseconds(args.integer("window-us", 2000));
-  c.listen = args.str("listen", "true") != "false";
+  c.worker_prefix = args.get<std::string>("worker-prefix");
+  c.concurrency = args.get<int>("concurrency");
+  c.batch_size = args.get<int>("batch");
+  c.poll_interval = std::chrono::milliseconds(args.get<int>("poll-ms"));
+  c.lease = std::chrono::milliseconds(args.get<int>("lease-ms"));
+  c.completion_window = std::chrono::microseconds(args.get<int>("window-us"));
+  c.listen = args.get<bool>("listen");
   return c;
 }
 
@@ -53,16 +54,16 @@ struct Window {
   }
 };
 
-std::vector<pid_t> spawn_dispatchers(const Args& args, const std::string& conninfo,
+std::vector<pid_t> spawn_dispatchers(const tool::Parsed& args, const std::string& conninfo,
                                      const std::string& out,
                                      std::vector<DispatcherProcess>& specs) {
-  const int n = static_cast<int>(args.integer("dispatchers", 1));
+  const int n = args.get<int>("dispatchers");
   specs.resize(static_cast<std::size_t>(n));
   std::vector<pid_t> pids;
   for (int i = 0; i < n; ++i) {
     auto& s = specs[static_cast<std::size_t>(i)];
     s.conninfo = conninfo;
-    s.handler = args.str("handler", "bench");
+    s.handler = args.get<std::string>("handler");
     s.config = dispatcher_config(args);
     s.out_path = out + ".dispatcher-" + std::to_string(i) + ".tsv";
     pids.push_back(spawn_process(
@@ -73,10 +74,10 @@ std::vector<pid_t> spawn_dispatchers(const Args& args, const std::string& connin
 
 }  // namespace
 
-int bench_drain_command(const Args& args) {
-  const std::string conninfo = args.required("db");
-  const std::string out = args.required("out");
-  const double limit = args.number("duration-s", 600);
+int drain_command(const tool::Parsed& args) {
+  const std::string conninfo = args.get<std::string>("db");
+  const std::string out = args.get<std::string>("out");
+  const double limit = args.get<double>("duration-s");
   auto meter = bench_meter(conninfo);
   const long long total = meter->unfinished();
   Window window(*meter);
@@ -117,11 +118,11 @@ int bench_drain_command(const Args& args) {
   return failed == 0 ? 0 : 1;
 }
 
-int bench_publish_command(const Args& args) {
-  const std::string conninfo = args.required("db");
-  const std::string out = args.required("out");
-  const int publishers = static_cast<int>(args.integer("publishers", 1));
-  const long long events = args.integer("events", 10000);
+int publish_command(const tool::Parsed& args) {
+  const std::string conninfo = args.get<std::string>("db");
+  const std::string out = args.get<std::string>("out");
+  const int publishers = args.get<int>("publishers");
+  const long long events = args.get<long long>("events");
   auto meter = bench_meter(conninfo);
   Window window(*meter);
   std::vector<PublisherProcess> specs(static_cast<std::size_t>(publishers));
@@ -131,9 +132,9 @@ int bench_publish_command(const Args& args) {
     s.conninfo = conninfo;
     s.index = i;
     s.events = events / publishers + (i < events % publishers ? 1 : 0);
-    s.batch = static_cast<int>(args.integer("batch", 1));
-    s.keys = static_cast<int>(args.integer("keys", 100));
-    s.type = args.str("type", "bench.event");
+    s.batch = args.get<int>("batch");
+    s.keys = args.get<int>("keys");
+    s.type = args.get<std::string>("type");
     s.out_path = out + ".publisher-" + std::to_string(i) + ".tsv";
     pids.push_back(spawn_process(
         [](void* p) { return run_publisher_process(*static_cast<PublisherProcess*>(p)); }, &s));
@@ -165,13 +166,13 @@ int bench_publish_command(const Args& args) {
   return failed == 0 ? 0 : 1;
 }
 
-int bench_mixed_command(const Args& args) {
-  const std::string conninfo = args.required("db");
-  const std::string out = args.required("out");
-  const double rate = args.number("rate", 1000);
-  const double duration = args.number("duration-s", 20);
-  const double drain_limit = args.number("drain-timeout-s", 120);
-  const int publishers = static_cast<int>(args.integer("publishers", 2));
+int mixed_command(const tool::Parsed& args) {
+  const std::string conninfo = args.get<std::string>("db");
+  const std::string out = args.get<std::string>("out");
+  const double rate = args.get<double>("rate");
+  const double duration = args.get<double>("duration-s");
+  const double drain_limit = args.get<double>("drain-timeout-s");
+  const int publishers = args.get<int>("publishers");
   auto meter = bench_meter(conninfo);
   Window window(*meter);
   std::vector<DispatcherProcess> dispatcher_specs;
@@ -185,7 +186,7 @@ int bench_mixed_command(const Args& args) {
     s.rate = rate / publishers;
     s.duration_s = duration;
     s.batch = 1;
-    s.keys = static_cast<int>(args.integer("keys", 100));
+    s.keys = args.get<int>("keys");
     s.out_path = out + ".publisher-" + std::to_string(i) + ".tsv";
     pids.push_back(spawn_process(
         [](void* p) { return run_publisher_process(*static_cast<PublisherProcess*>(p)); }, &s));
@@ -234,4 +235,4 @@ int bench_mixed_command(const Args& args) {
   return failed == 0 ? 0 : 1;
 }
 
-}  // namespace relaybus::cli
+}  // namespace relaybus::bench

@@ -5,7 +5,7 @@
 #include "bench_meter.hpp"
 #include "store/store.hpp"
 
-namespace relaybus::cli {
+namespace relaybus::bench {
 
 namespace {
 
@@ -105,5 +105,5 @@ std::unique_ptr<BenchMeter> mongo_meter(const std::string& uri) {
   return std::make_unique<MongoMeter>(uri);
 }
 
-}  // namespace relaybus::cli
+}  // namespace relaybus::bench
 #endif

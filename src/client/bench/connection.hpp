@@ -1,5 +1,5 @@
-// A plain libpq connection for the tool's own queries (administration and benchmark
-// bookkeeping); the dispatcher uses PgStore instead.
+// A plain libpq connection for the benchmark's own queries (its publishers, its meter); the
+// dispatcher and the operator commands use PgStore instead.
 #pragma once
 
 #include <optional>
@@ -8,7 +8,7 @@
 
 struct pg_conn;
 
-namespace relaybus::cli {
+namespace relaybus::bench {
 
 struct Rows {
   std::vector<std::string> columns;
@@ -32,7 +32,4 @@ class Connection {
   pg_conn* conn_;
 };
 
-// Prints rows as an aligned text table.
-void print_table(const Rows& rows);
-
-}  // namespace relaybus::cli
+}  // namespace relaybus::bench

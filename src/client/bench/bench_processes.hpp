@@ -12,7 +12,7 @@
 
 #include "client/dispatcher.hpp"
 
-namespace relaybus::cli {
+namespace relaybus::bench {
 
 std::int64_t now_us();
 
@@ -70,4 +70,4 @@ class JsonObject {
 // leave them out.
 constexpr const char* kHarness = "/*relaybus-bench-harness*/";
 
-}  // namespace relaybus::cli
+}  // namespace relaybus::bench

@@ -7,7 +7,7 @@
 #include "mongo/mongo_store.hpp"
 #endif
 
-namespace relaybus::cli {
+namespace relaybus::tool {
 
 bool is_mongodb_uri(const std::string& db) {
   return db.rfind("mongodb://", 0) == 0 || db.rfind("mongodb+srv://", 0) == 0;
@@ -37,6 +37,14 @@ std::string mongo_database(const std::string& uri) {
 
 }  // namespace
 
+std::string store_error_text(const store::StoreError& error, const std::string& db) {
+  std::string text = error.what();
+  if (!error.native_code().empty())
+    text += std::string(" (") + (is_mongodb_uri(db) ? "code " : "SQLSTATE ") +
+            error.native_code() + ")";
+  return text;
+}
+
 store::StoreFactory store_factory(const std::string& db) {
   if (!is_mongodb_uri(db))
     return [db] { return std::unique_ptr<store::Store>(new client::PgStore(db)); };
@@ -53,10 +61,7 @@ std::unique_ptr<store::Store> open_store(const std::string& db) {
   return store_factory(db)();
 }
 
-std::string setup_store(const std::string& db) {
-  if (!is_mongodb_uri(db))
-    return "PostgreSQL: nothing to set up here; CREATE EXTENSION relaybus (or ALTER EXTENSION "
-           "relaybus UPDATE) does it";
+std::string setup_mongodb_store([[maybe_unused]] const std::string& db) {
 #ifdef RELAYBUS_WITH_MONGO
   mongo::MongoStore(db, mongo_database(db)).setup();
   return "MongoDB: collections and indexes ready in database " + mongo_database(db);
@@ -65,4 +70,4 @@ std::string setup_store(const std::string& db) {
 #endif
 }
 
-}  // namespace relaybus::cli
+}  // namespace relaybus::tool

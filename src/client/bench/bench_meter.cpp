@@ -3,9 +3,12 @@
 #include "bench_processes.hpp"
 #include "connection.hpp"
 #include "store/store.hpp"
-#include "store_uri.hpp"
+#include "client/tool/store_uri.hpp"
 
-namespace relaybus::cli {
+namespace relaybus::bench {
+
+using tool::is_mongodb_uri;
+using tool::open_store;
 
 namespace {
 
@@ -46,4 +49,4 @@ std::unique_ptr<BenchMeter> bench_meter(const std::string& db) {
 #endif
 }
 
-}  // namespace relaybus::cli
+}  // namespace relaybus::bench

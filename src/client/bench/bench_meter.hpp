@@ -5,7 +5,7 @@
 #include <memory>
 #include <string>
 
-namespace relaybus::cli {
+namespace relaybus::bench {
 
 struct LogUse {
   long long bytes = 0;
@@ -35,4 +35,4 @@ std::unique_ptr<BenchMeter> bench_meter(const std::string& db);
 std::unique_ptr<BenchMeter> mongo_meter(const std::string& uri);
 #endif
 
-}  // namespace relaybus::cli
+}  // namespace relaybus::bench

@@ -1,0 +1,88 @@
+#include "pg_readiness.hpp"
+
+#include <memory>
+
+#include <libpq-fe.h>
+
+#include "client/pg_store.hpp"
+#include "guided_error.hpp"
+#include "pg_connection_source.hpp"
+
+namespace relaybus::cli {
+
+namespace {
+
+using Connection = std::unique_ptr<PGconn, void (*)(PGconn*)>;
+
+std::string trimmed(std::string text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  return text;
+}
+
+std::string or_unknown(const char* text) {
+  return text && *text ? text : "?";
+}
+
+// "database "app" as user "ops" on /tmp:5432": what libpq resolved (and tried).
+std::string where(PGconn* conn) {
+  return "database \"" + or_unknown(PQdb(conn)) + "\" as user \"" + or_unknown(PQuser(conn)) +
+         "\" on " + or_unknown(PQhost(conn)) + ":" + or_unknown(PQport(conn));
+}
+
+std::string identifier(PGconn* conn, const std::string& name) {
+  char* quoted = PQescapeIdentifier(conn, name.c_str(), name.size());
+  if (!quoted) return "\"" + name + "\"";
+  std::string out = quoted;
+  PQfreemem(quoted);
+  return out;
+}
+
+// The extension is looked up in the connected database only: each database has its own.
+constexpr const char* kReadiness =
+    "SELECT current_database(), current_user,"
+    " (SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'relaybus'),"
+    " coalesce((SELECT pg_catalog.pg_has_role(current_user, r.oid, 'USAGE')"
+    "           FROM pg_catalog.pg_roles r WHERE r.rolname = 'relaybus_admin'), false),"
+    " coalesce((SELECT pg_catalog.pg_has_role(current_user, r.oid, 'MEMBER')"
+    "           FROM pg_catalog.pg_roles r WHERE r.rolname = 'relaybus_admin'), false)";
+
+}  // namespace
+
+PgReadiness check_pg_ready(const std::string& conninfo, const std::string& command,
+                           bool needs_admin) {
+  Connection conn(PQconnectdb(conninfo.c_str()), PQfinish);
+  if (!conn) throw GuidedError("cannot connect to PostgreSQL: out of memory", "");
+  if (PQstatus(conn.get()) != CONNECTION_OK) {
+    // An unparsable --db resolves nothing: then there is no "where" to tell.
+    const std::string tried = PQdb(conn.get()) ? " (" + where(conn.get()) + ")" : "";
+    throw GuidedError("cannot connect to PostgreSQL" + tried + ": " +
+                          trimmed(PQerrorMessage(conn.get())),
+                      "the connection settings came from " + connection_source(conninfo));
+  }
+  std::unique_ptr<PGresult, void (*)(PGresult*)> r(PQexec(conn.get(), kReadiness), PQclear);
+  if (PQresultStatus(r.get()) != PGRES_TUPLES_OK) throw client::error_of(conn.get(), r.get());
+  PgReadiness ready;
+  ready.database = PQgetvalue(r.get(), 0, 0);
+  ready.user = PQgetvalue(r.get(), 0, 1);
+  if (PQgetisnull(r.get(), 0, 2))
+    throw GuidedError("relaybus is not installed in " + where(conn.get()),
+                      "connect to database \"" + ready.database +
+                          "\" as a superuser and run CREATE EXTENSION relaybus; (or point --db "
+                          "or PGDATABASE at the database that has it)");
+  ready.version = PQgetvalue(r.get(), 0, 2);
+  if (needs_admin && PQgetvalue(r.get(), 0, 3)[0] != 't') {
+    const std::string role = identifier(conn.get(), ready.user);
+    const std::string problem = "role \"" + ready.user + "\" lacks relaybus_admin, which " +
+                                command + " needs (" + where(conn.get()) + ")";
+    // A NOINHERIT member has the role but not its privileges: GRANT would change nothing.
+    if (PQgetvalue(r.get(), 0, 4)[0] == 't')
+      throw GuidedError(problem + ": it is a member but does not inherit its privileges",
+                        "as a superuser run ALTER ROLE " + role +
+                            " INHERIT; (or connect as a role that inherits relaybus_admin)");
+    throw GuidedError(problem, "as a superuser run GRANT relaybus_admin TO " + role +
+                                   "; (or connect as a role that has it)");
+  }
+  return ready;
+}
+
+}  // namespace relaybus::cli

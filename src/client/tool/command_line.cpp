@@ -1,0 +1,190 @@
+#include "command_line.hpp"
+
+#include <algorithm>
+#include <iostream>
+#include <sstream>
+
+namespace relaybus::tool {
+
+namespace {
+
+// No guessing: an abbreviation of an option is an unknown option (see the header).
+constexpr int kStyle =
+    po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
+constexpr unsigned kHelpWidth = 100;
+
+bool is_help(const std::string& word) {
+  return word == "--help" || word == "-h";
+}
+
+std::string synopsis(const Command& c) {
+  return c.arguments.empty() ? c.name : c.name + " " + c.arguments;
+}
+
+// Commands whose name starts with `group` followed by a space ("dead" -> dead list, ...).
+std::vector<const Command*> members(const Program& p, const std::string& group) {
+  std::vector<const Command*> out;
+  for (const auto& c : p.commands)
+    if (c.name.rfind(group + " ", 0) == 0) out.push_back(&c);
+  return out;
+}
+
+const Command* find(const Program& p, const std::string& name) {
+  for (const auto& c : p.commands)
+    if (c.name == name) return &c;
+  return nullptr;
+}
+
+void list_commands(std::ostream& out, const std::vector<const Command*>& commands) {
+  std::size_t width = 0;
+  for (const auto* c : commands) width = std::max(width, synopsis(*c).size());
+  for (const auto* c : commands) {
+    const std::string s = synopsis(*c);
+    out << "  " << s << std::string(width - s.size() + 3, ' ') << c->summary << "\n";
+  }
+}
+
+void program_help(const Program& p, std::ostream& out) {
+  out << p.name << " " << p.version << ": " << p.summary << "\n\n"
+      << "usage: " << p.name << " COMMAND [ARGUMENTS] [OPTIONS]\n"
+      << "       " << p.name << " COMMAND --help    the command's arguments and options\n"
+      << "       " << p.name << " --version\n\ncommands:\n";
+  std::vector<const Command*> all;
+  for (const auto& c : p.commands) all.push_back(&c);
+  list_commands(out, all);
+  if (!p.epilog.empty()) out << "\n" << p.epilog;
+}
+
+void group_help(const Program& p, const std::string& group, std::ostream& out) {
+  out << "usage: " << p.name << " " << group << " SUBCOMMAND [ARGUMENTS] [OPTIONS]\n\n"
+      << "subcommands (" << p.name << " " << group << " SUBCOMMAND --help for each):\n";
+  list_commands(out, members(p, group));
+}
+
+po::options_description visible_options(const Program& p, const Command& c) {
+  po::options_description visible("options", kHelpWidth, kHelpWidth / 2);
+  if (p.common_options) p.common_options(visible);
+  if (c.options) c.options(visible);
+  visible.add_options()("help,h", "show this help and exit");
+  return visible;
+}
+
+void command_help(const Program& p, const Command& c, std::ostream& out) {
+  out << "usage: " << p.name << " " << synopsis(c) << " [OPTIONS]\n\n"
+      << c.summary << "\n\n"
+      << visible_options(p, c);
+  if (!c.details.empty()) out << "\n" << c.details;
+}
+
+// The one line a usage error prints: what is wrong, and where the right usage is.
+int usage_error(const Program& p, const std::string& where, const std::string& message) {
+  const std::string help = where.empty() ? p.name + " --help" : p.name + " " + where + " --help";
+  std::cerr << p.name << (where.empty() ? "" : " " + where) << ": " << message << " (see "
+            << help << ")" << std::endl;
+  return kUsageError;
+}
+
+int run_command(const Program& p, const Command& c, const std::vector<std::string>& rest) {
+  po::options_description all = visible_options(p, c);
+  po::options_description hidden;
+  hidden.add_options()("argument", po::value<std::vector<std::string>>());
+  all.add(hidden);
+  po::positional_options_description positional;
+  positional.add("argument", -1);
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(rest).options(all).positional(positional).style(kStyle).run(),
+              vm);
+    if (vm.count("help")) {
+      command_help(p, c, std::cout);
+      return 0;
+    }
+    po::notify(vm);
+  } catch (const po::unknown_option& e) {
+    return usage_error(p, c.name, "unknown option " + e.get_option_name());
+  } catch (const po::error& e) {
+    return usage_error(p, c.name, e.what());
+  }
+  std::vector<std::string> arguments;
+  if (vm.count("argument")) arguments = vm["argument"].as<std::vector<std::string>>();
+  if (arguments.size() > c.max_arguments)
+    return usage_error(p, c.name, "unexpected argument '" + arguments[c.max_arguments] + "'");
+  try {
+    return c.run(Parsed(std::move(vm), std::move(arguments)));
+  } catch (const UsageError& e) {
+    return usage_error(p, c.name, e.what());
+  }
+}
+
+std::string member_names(const Program& p, const std::string& group) {
+  std::string names;
+  for (const auto* c : members(p, group))
+    names += (names.empty() ? "" : ", ") + c->name.substr(group.size() + 1);
+  return names;
+}
+
+// `help`, `help stats`, `help dead requeue`: the same as --help at that place.
+int help(const Program& p, const std::vector<std::string>& words) {
+  std::string name;
+  for (const auto& w : words) name += (name.empty() ? "" : " ") + w;
+  if (name.empty()) {
+    program_help(p, std::cout);
+    return 0;
+  }
+  if (const Command* c = find(p, name)) {
+    command_help(p, *c, std::cout);
+    return 0;
+  }
+  if (!members(p, name).empty()) {
+    group_help(p, name, std::cout);
+    return 0;
+  }
+  return usage_error(p, "", "unknown command '" + name + "'");
+}
+
+}  // namespace
+
+int run_program(const Program& p, int argc, const char* const* argv) {
+  const std::vector<std::string> words(argv + 1, argv + argc);
+  if (words.empty()) {
+    program_help(p, std::cerr);
+    return kUsageError;
+  }
+  const std::string& first = words[0];
+  if (is_help(first)) {
+    program_help(p, std::cout);
+    return 0;
+  }
+  if (first == "--version") {
+    if (words.size() > 1) return usage_error(p, "", "--version takes nothing after it");
+    std::cout << p.name << " " << p.version << std::endl;
+    return 0;
+  }
+  if (first == "help") return help(p, {words.begin() + 1, words.end()});
+  if (first.rfind("-", 0) == 0)
+    return usage_error(p, "", "unknown option " + first + " (options go after the command)");
+
+  // The longest run of leading words that names a command: "dead requeue" before "dead".
+  if (words.size() >= 2 && words[1].rfind("-", 0) != 0) {
+    if (const Command* c = find(p, first + " " + words[1]))
+      return run_command(p, *c, {words.begin() + 2, words.end()});
+  }
+  if (const Command* c = find(p, first)) return run_command(p, *c, {words.begin() + 1, words.end()});
+  if (!members(p, first).empty()) {
+    if (words.size() >= 2 && is_help(words[1])) {
+      group_help(p, first, std::cout);
+      return 0;
+    }
+    if (words.size() >= 2 && words[1].rfind("-", 0) != 0)
+      return usage_error(p, first,
+                         "unknown subcommand '" + words[1] + "' (there are: " +
+                             member_names(p, first) + ")");
+    return usage_error(p, first, "a subcommand is needed: " + member_names(p, first));
+  }
+  std::string message = "unknown command '" + first + "'";
+  const std::string note = p.moved ? p.moved(first) : "";
+  if (!note.empty()) message += ": " + note;
+  return usage_error(p, "", message);
+}
+
+}  // namespace relaybus::tool

@@ -1,0 +1,14 @@
+// JSON string literals for the programs' output (the operator tool's --json, the benchmark's
+// summary files).
+#pragma once
+
+#include <string>
+
+namespace relaybus::tool {
+
+// `text` as a JSON string, quotes included. Control characters, quotes and backslashes are
+// escaped; a byte that is not part of valid UTF-8 (a SQL_ASCII database can hold any) becomes
+// U+FFFD, so the output is always a JSON document a strict parser accepts.
+std::string json_string(const std::string& text);
+
+}  // namespace relaybus::tool

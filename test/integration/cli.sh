@@ -1,0 +1,219 @@
+#!/usr/bin/env bash
+# The operator tool, bin/relaybus, on the suite's cluster (PGHOST/PGPORT/PGUSER), in
+# databases of its own: --version and the help of every command; an unknown option and an
+# unknown command (exit 2, one line naming them, a pointer to --help, no connection made);
+# libpq's PG* variables as the connection when there is no --db; stats and dead list as
+# JSON with the values of a known state; `dead requeue EVENT_ID HANDLER` requeueing that
+# delivery and no other; and the errors that say what to do: no extension in the database,
+# a role without relaybus_admin, a server that is not there.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+make -s client
+cli=bin/relaybus
+db=relaybus_it_cli
+noext=relaybus_it_cli_noext
+role=relaybus_it_cli_publisher
+export PGDATABASE=$db
+. test/integration/lib/checks.bash
+out=$(mktemp -d /tmp/relaybus-it-cli-XXXXXX)
+
+admin() { PGOPTIONS="-c client_min_messages=warning" psql -qXAt -v ON_ERROR_STOP=1 -d postgres -c "$1" >/dev/null; }
+cleanup() {
+  admin "DROP DATABASE IF EXISTS $db" || true
+  admin "DROP DATABASE IF EXISTS $noext" || true
+  admin "DROP ROLE IF EXISTS $role" || true
+  rm -rf "$out"
+}
+trap cleanup EXIT
+admin "DROP DATABASE IF EXISTS $db"
+admin "DROP DATABASE IF EXISTS $noext"
+admin "DROP ROLE IF EXISTS $role"
+admin "CREATE DATABASE $db"
+admin "CREATE DATABASE $noext"
+q "CREATE EXTENSION relaybus" >/dev/null
+admin "CREATE ROLE $role LOGIN IN ROLE relaybus_publisher"
+
+# run NAME ARGS...: runs the tool; its exit code in $code, its output in $out/NAME.{out,err}.
+run() {
+  local name=$1
+  shift
+  code=0
+  "$@" >"$out/$name.out" 2>"$out/$name.err" || code=$?
+}
+# expect DESCRIPTION CODE NAME [TEXT...]: exit code CODE, and stderr (or for code 0 stdout)
+# holds every TEXT.
+expect() {
+  local what=$1 want=$2 name=$3 file
+  shift 3
+  file=$out/$name.err
+  [ "$want" = 0 ] && file=$out/$name.out
+  if [ "$code" != "$want" ]; then
+    not_ok "$what (exit $code, expected $want: $(head -c 400 "$out/$name.err"))"
+    return
+  fi
+  for text in "$@"; do
+    if ! grep -qF -- "$text" "$file"; then
+      not_ok "$what (no \"$text\" in: $(head -c 400 "$file"))"
+      return
+    fi
+  done
+  ok "$what"
+}
+# json NAME PYTHON: ok when the Python expression, with `doc` the JSON on NAME's stdout, holds.
+json() {
+  /usr/bin/python3 -c "import json, sys; doc = json.load(open(sys.argv[1])); sys.exit(0 if ($2) else 1)" \
+    "$out/$1.out"
+}
+
+# --- version and help
+version=$(sed -n "s/^default_version = '\(.*\)'/\1/p" relaybus.control)
+run version $cli --version
+expect "--version prints relaybus.control's default_version" 0 version "relaybus $version"
+[ "$(cat "$out/version.out")" = "relaybus $version" ] && ok "--version prints that line only" \
+  || not_ok "--version prints that line only (got: $(cat "$out/version.out"))"
+
+run help $cli --help
+expect "--help lists every command" 0 help "usage: relaybus COMMAND" setup subscribe unsubscribe \
+  stats "dead list" "dead requeue [EVENT_ID HANDLER]" maintain
+for command in setup subscribe unsubscribe stats "dead list" "dead requeue" maintain; do
+  # shellcheck disable=SC2086 # the words of the command are separate arguments
+  run help-cmd $cli $command --help
+  expect "relaybus $command --help shows its usage and options" 0 help-cmd \
+    "usage: relaybus $command" "--db CONN" "--help"
+done
+run help-dead $cli dead --help
+expect "relaybus dead --help lists its subcommands" 0 help-dead "dead list" "dead requeue"
+run help-json $cli stats --help
+expect "stats --help documents --json" 0 help-json "--json"
+
+# --- usage errors: exit 2, one line, nothing connects (PGHOST points nowhere)
+run unknown-option env PGHOST=/nonexistent $cli stats --frobnicate
+expect "an unknown option exits 2 naming it, with a pointer to --help" 2 unknown-option \
+  "unknown option --frobnicate" "relaybus stats --help"
+[ "$(wc -l <"$out/unknown-option.err")" = 1 ] && ok "the unknown option's message is one line" \
+  || not_ok "the unknown option's message is one line ($(wc -l <"$out/unknown-option.err") lines)"
+run abbreviated env PGHOST=/nonexistent $cli dead list --hand mailer
+expect "an abbreviated option is an unknown option" 2 abbreviated "unknown option --hand"
+run unknown-command env PGHOST=/nonexistent $cli frobnicate --db x
+expect "an unknown command exits 2 naming it, with a pointer to --help" 2 unknown-command \
+  "unknown command 'frobnicate'" "relaybus --help"
+[ "$(wc -l <"$out/unknown-command.err")" = 1 ] && ok "the unknown command's message is one line" \
+  || not_ok "the unknown command's message is one line"
+run unknown-sub env PGHOST=/nonexistent $cli dead frobnicate
+expect "an unknown subcommand exits 2 naming it" 2 unknown-sub "unknown subcommand 'frobnicate'"
+run bench env PGHOST=/nonexistent $cli bench drain
+expect "the old bench command points at relaybus-bench" 2 bench "unknown command 'bench'" \
+  "relaybus-bench"
+run missing env PGHOST=/nonexistent $cli subscribe --types t
+expect "a missing required option exits 2 naming it" 2 missing "'--handler' is required"
+run bad-value env PGHOST=/nonexistent $cli dead list --limit many
+expect "a value of the wrong type exits 2 naming the option" 2 bad-value "--limit"
+run one-word env PGHOST=/nonexistent $cli dead requeue e1
+expect "dead requeue with EVENT_ID alone exits 2" 2 one-word "EVENT_ID and HANDLER"
+run stray env PGHOST=/nonexistent $cli stats extra
+expect "a stray argument exits 2 naming it" 2 stray "unexpected argument 'extra'"
+
+# --- the PG* variables are the connection when there is no --db (PGDATABASE=$db here)
+run subscribe $cli subscribe --handler mailer --types order.placed,order.paid --max-attempts 5
+expect "subscribe without --db works on PGDATABASE's database" 0 subscribe "subscribed mailer"
+check "the subscription landed in $db, with its max attempts" \
+  "SELECT max_attempts = 5 AND event_types = ARRAY['order.placed', 'order.paid']
+     FROM relaybus.subscriptions WHERE handler = 'mailer'"
+run subscribe-audit $cli subscribe --handler audit --types '*'
+expect "a second handler for every type" 0 subscribe-audit "subscribed audit"
+run setup $cli setup
+expect "setup without --db reports the version installed in PGDATABASE's database" 0 setup \
+  "relaybus $version is installed in database \"$db\""
+
+# A known state: e1 (keyed) and e2 dead for mailer, e3 pending for mailer; all three pending
+# for audit.
+q "SELECT relaybus.publish('order.placed', '{\"n\": 1}', key => 'k1', event_id => 'e1')" >/dev/null
+q "SELECT relaybus.publish('order.paid', '{\"n\": 2}', event_id => 'e2')" >/dev/null
+check "a worker buries the two deliveries of mailer it claims" \
+  "SELECT count(*) FILTER (WHERE relaybus.bury(lease_token, 'boom: ' || event_id)) = 2
+     FROM relaybus.claim('cli-test', 10, '30 seconds', ARRAY['mailer'])"
+q "SELECT relaybus.publish('order.placed', '{\"n\": 3}', event_id => 'e3')" >/dev/null
+
+run stats $cli stats --json
+if [ "$code" = 0 ] && json stats '
+    sorted(doc) == ["handlers"]
+    and {h["handler"]: (h["pending"], h["processing"], h["dead"], h["completed"])
+         for h in doc["handlers"]} == {"mailer": (1, 0, 2, 0), "audit": (3, 0, 0, 0)}
+    and all(sorted(h) == ["completed", "dead", "handler", "oldest_pending", "pending", "processing"]
+            for h in doc["handlers"])
+    and all(isinstance(h["oldest_pending"], str) and h["oldest_pending"].endswith("Z")
+            for h in doc["handlers"])'; then
+  ok "stats --json is one document with each handler's counts"
+else
+  not_ok "stats --json is one document with each handler's counts: $(cat "$out/stats.out" "$out/stats.err")"
+fi
+run stats-human $cli stats
+expect "stats prints a table by default" 0 stats-human "handler | pending | processing" "(2 rows)"
+
+run dead $cli dead list --json --handler mailer
+if [ "$code" = 0 ] && json dead '
+    sorted(doc) == ["deliveries"]
+    and [(d["event_id"], d["handler"], d["type"], d["key"], d["status"], d["attempts"], d["last_error"])
+         for d in doc["deliveries"]]
+        == [("e2", "mailer", "order.paid", None, "dead", 1, "boom: e2"),
+            ("e1", "mailer", "order.placed", "k1", "dead", 1, "boom: e1")]
+    and all(d["created_at"].endswith("Z") for d in doc["deliveries"])'; then
+  ok "dead list --json lists mailer's two dead letters, newest first, with their fields"
+else
+  not_ok "dead list --json lists mailer's two dead letters: $(cat "$out/dead.out" "$out/dead.err")"
+fi
+run dead-empty $cli dead list --json --handler audit
+if [ "$code" = 0 ] && json dead-empty 'doc == {"deliveries": []}'; then
+  ok "dead list --json of a handler without dead letters is an empty list"
+else
+  not_ok "dead list --json of a handler without dead letters: $(cat "$out/dead-empty.out")"
+fi
+
+# --- dead requeue EVENT_ID HANDLER: that delivery, and no other
+run requeue $cli dead requeue e1 mailer
+expect "dead requeue e1 mailer requeues one delivery" 0 requeue "requeued 1"
+check "e1 for mailer is pending again with a fresh budget" \
+  "SELECT status = 'pending' AND attempts = 0 FROM relaybus.deliveries
+    WHERE event_id = 'e1' AND handler = 'mailer'"
+check "e2 for mailer is still dead, and audit's deliveries are untouched" \
+  "SELECT (SELECT status = 'dead' AND attempts = 1 FROM relaybus.deliveries
+            WHERE event_id = 'e2' AND handler = 'mailer')
+      AND (SELECT count(*) = 3 AND bool_and(status = 'pending' AND attempts = 0)
+             FROM relaybus.deliveries WHERE handler = 'audit')"
+run requeue-again $cli dead requeue e1 mailer
+expect "requeueing a delivery that is not dead exits 1 and says so" 1 requeue-again \
+  'event "e1" has no dead delivery to handler "mailer"' "relaybus dead list --handler mailer"
+check "... and changes nothing" \
+  "SELECT status = 'pending' AND attempts = 0 FROM relaybus.deliveries
+    WHERE event_id = 'e1' AND handler = 'mailer'"
+run requeue-all $cli dead requeue --handler mailer --json
+if [ "$code" = 0 ] && json requeue-all 'doc == {"requeued": 1}'; then
+  ok "dead requeue --handler mailer --json requeues the one dead letter left"
+else
+  not_ok "dead requeue --handler mailer --json: $(cat "$out/requeue-all.out" "$out/requeue-all.err")"
+fi
+
+# --- errors that say what to do
+run noext $cli stats --db "dbname=$noext"
+expect "a database without the extension: exit 1, CREATE EXTENSION in that database" 1 noext \
+  "relaybus is not installed in database \"$noext\"" "CREATE EXTENSION relaybus"
+run noadmin $cli stats --db "dbname=$db user=$role"
+expect "a role without relaybus_admin: exit 1, the GRANT to run" 1 noadmin \
+  "role \"$role\" lacks relaybus_admin" "GRANT relaybus_admin TO \"$role\""
+run noadmin-setup $cli setup --db "dbname=$db user=$role"
+expect "setup needs no relaybus_admin" 0 noadmin-setup "is installed in database \"$db\""
+admin "GRANT relaybus_admin TO $role"
+run granted $cli stats --db "dbname=$db user=$role"
+expect "after that GRANT the same command works" 0 granted "mailer"
+run noserver env PGPORT=1 $cli stats
+expect "no server: exit 1, libpq's message and the variables used" 1 noserver \
+  "cannot connect to PostgreSQL" "PGPORT=1" "PGDATABASE=$db"
+run noserver-db $cli stats --db "port=1 password=hunter2"
+expect "no server with --db: the --db used, its password hidden" 1 noserver-db \
+  "cannot connect to PostgreSQL" '--db "password=*** port=1"'
+if grep -q hunter2 "$out/noserver-db.err"; then not_ok "the password is never printed"; else
+  ok "the password is never printed"; fi
+
+echo "cli: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
