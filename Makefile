@@ -94,20 +94,22 @@ CLI_MONGO_FLAGS = -DRELAYBUS_WITH_MONGO $(shell pkg-config --cflags libmongoc-1.
 CLI_MONGO_LIBS = lib/librelaybus_mongo.a $(shell pkg-config --libs libmongoc-1.0 2>/dev/null)
 CLI_MONGO_DEPS = lib/librelaybus_mongo.a $(wildcard src/mongo/*.hpp)
 endif
-bin/relaybus: $(CLIENT_SRCS) $(CLIENT_TOOL_SRCS) $(CLIENT_CLI_SRCS) $(CLIENT_HDRS) \
+# The runtime's objects (mk/client-library.mk, one compile per file, shared with the library)
+# are linked into both programs, so `make -j2` compiles the runtime once, in parallel.
+include mk/client-library.mk
+bin/relaybus: $(RUNTIME_OBJS) $(CLIENT_TOOL_SRCS) $(CLIENT_CLI_SRCS) $(CLIENT_HDRS) \
               $(CLIENT_TOOL_HDRS) $(CLI_MONGO_DEPS) relaybus.control
 	@mkdir -p bin
-	$(CXX) $(CLIENT_CXXFLAGS) $(CLIENT_TOOL_FLAGS) $(CLI_MONGO_FLAGS) -o $@ $(CLIENT_SRCS) \
+	$(CXX) $(CLIENT_CXXFLAGS) $(CLIENT_TOOL_FLAGS) $(CLI_MONGO_FLAGS) -o $@ $(RUNTIME_OBJS) \
 	  $(CLIENT_TOOL_SRCS) $(CLIENT_CLI_SRCS) $(CLI_MONGO_LIBS) $(CLIENT_TOOL_LIBS) -lpq -pthread
-bin/relaybus-bench: $(CLIENT_SRCS) $(CLIENT_TOOL_SRCS) $(CLIENT_BENCH_SRCS) $(CLIENT_HDRS) \
+bin/relaybus-bench: $(RUNTIME_OBJS) $(CLIENT_TOOL_SRCS) $(CLIENT_BENCH_SRCS) $(CLIENT_HDRS) \
                     $(CLIENT_TOOL_HDRS) $(CLI_MONGO_DEPS) relaybus.control
 	@mkdir -p bin
-	$(CXX) $(CLIENT_CXXFLAGS) $(CLIENT_TOOL_FLAGS) $(CLI_MONGO_FLAGS) -o $@ $(CLIENT_SRCS) \
+	$(CXX) $(CLIENT_CXXFLAGS) $(CLIENT_TOOL_FLAGS) $(CLI_MONGO_FLAGS) -o $@ $(RUNTIME_OBJS) \
 	  $(CLIENT_TOOL_SRCS) $(CLIENT_BENCH_SRCS) $(CLI_MONGO_LIBS) $(CLIENT_TOOL_LIBS) -lpq -pthread
 
 .PHONY: client client-tests cli-install cli-uninstall
 client: bin/relaybus bin/relaybus-bench
-include mk/client-library.mk
 # `make install` installs the operator tool as a user command, under PREFIX (from
 # mk/client-library.mk, /usr/local by default; not pg_config's bindir, which holds the
 # server's programs). relaybus-bench stays in the tree: bench/ runs it from there.
