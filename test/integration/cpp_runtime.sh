@@ -83,9 +83,12 @@ BEGIN PERFORM pg_sleep(3); RAISE EXCEPTION 'ledger is closed'; END $$;
 SELECT relaybus.subscribe('ledger', ARRAY['order.placed'], backoff_base => '1 hour');
 SQL
 "$tmp/example/order_mailer" >"$tmp/run2.out" 2>"$tmp/run2.err" & pid=$!
-wait_for "the worker holds the ledger's lanes while its handlers run" \
+# The signal comes once the mailer is done (its deliveries may take more than one claim)
+# and while both ledger handlers run.
+wait_for "the mailer is done and the worker holds the ledger's lanes while its handlers run" \
   "SELECT count(*) = 2 FROM relaybus.lanes WHERE handler = 'ledger'
-     AND lease_owner LIKE 'order-mailer%' AND cardinality(in_flight) = 1" 10
+     AND lease_owner LIKE 'order-mailer%' AND cardinality(in_flight) = 1
+     AND NOT EXISTS (SELECT 1 FROM relaybus.deliveries WHERE handler = 'mailer')" 10
 kill -TERM $pid
 rc=0
 timeout 30 tail --pid=$pid -f /dev/null || rc=$?
