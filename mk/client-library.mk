@@ -50,7 +50,11 @@ client-install: $(RUNTIME_LIB)
 	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then ldconfig; fi
 
 client-uninstall:
-	rm -f $(DESTDIR)$(PREFIX)/lib/librelaybus_client.so* $(DESTDIR)$(PREFIX)/lib/pkgconfig/relaybus-client.pc
+# Only this version's files: another version's library may still serve programs linked to
+# it. The development link goes only if it points at this version.
+	rm -f $(DESTDIR)$(PREFIX)/lib/$(notdir $(RUNTIME_LIB)) $(DESTDIR)$(PREFIX)/lib/$(RUNTIME_SONAME)
+	@if [ "$$(readlink $(DESTDIR)$(PREFIX)/lib/librelaybus_client.so 2>/dev/null)" = $(RUNTIME_SONAME) ]; then \
+	  rm -f $(DESTDIR)$(PREFIX)/lib/librelaybus_client.so $(DESTDIR)$(PREFIX)/lib/pkgconfig/relaybus-client.pc; fi
 	rm -rf $(DESTDIR)$(PREFIX)/include/relaybus/client
 # core/ and store/ are shared with the MongoDB store's headers (mongo-install).
 	@if [ ! -e $(DESTDIR)$(PREFIX)/lib/pkgconfig/relaybus-mongo.pc ]; then \

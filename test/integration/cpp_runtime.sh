@@ -104,6 +104,17 @@ check "SIGTERM: the worker's lanes are relinquished" \
 check "the ledger's failures keep their error text" \
   "SELECT bool_and(last_error LIKE '%ledger is closed%') FROM relaybus.deliveries WHERE handler = 'ledger'"
 
+# Uninstalling removes this version only: programs linked to another version's soname
+# keep loading theirs.
+touch "$tmp/prefix/lib/librelaybus_client.so.0.1.0"
+ln -s librelaybus_client.so.0.1.0 "$tmp/prefix/lib/librelaybus_client.so.0.1"
+make -s client-uninstall PREFIX="$tmp/prefix" >/dev/null
+left=$(cd "$tmp/prefix/lib" && ls librelaybus_client* 2>/dev/null | tr '\n' ' ')
+[ "$left" = "librelaybus_client.so.0.1 librelaybus_client.so.0.1.0 " ] \
+  && ok "client-uninstall removes this version and leaves another" || not_ok "after client-uninstall: $left"
+[ ! -e "$tmp/prefix/include/relaybus/client" ] && ok "... and the runtime's headers" \
+  || not_ok "client-uninstall left the headers"
+
 psql -qX -d postgres -c "DROP DATABASE $PGDATABASE" >/dev/null
 echo "# cpp_runtime: $passed passed, $failed failed"
 [ $failed -eq 0 ]
