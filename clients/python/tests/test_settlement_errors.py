@@ -78,3 +78,23 @@ def test_an_exception_whose_str_raises_still_fails_the_attempt(
     assert any("is dead" in r.getMessage() and r.exc_info for r in caplog.records)
 
 
+def test_an_error_outside_the_handler_is_logged_and_fails_the_attempt(
+        conninfo, admin, subscribe, workers, monkeypatch, caplog):
+    handler, event_type = subscribe(max_attempts=1)
+    (event_id,) = _publish_on_key(conninfo, event_type, 1)
+
+    def broken(spec, event, connections):
+        raise RuntimeError("bug in the runner")
+    monkeypatch.setattr(relaybus.worker, "run_handler", broken)
+    worker = workers(shutdown_grace=5)
+    worker.add_handler(handler, lambda event: None)
+    worker.start()
+    wait_until(lambda: deliveries(admin, handler) and worker.in_flight == 0, what="the failure")
+    began = time.monotonic()
+    worker.stop()
+    assert time.monotonic() - began < 2
+    assert deliveries(admin, handler) == [(event_id, "dead", 1, "RuntimeError: bug in the runner")]
+    logged = [r for r in caplog.records if "raised outside the handler" in r.getMessage()]
+    assert len(logged) == 1 and logged[0].exc_info is not None
+
+
