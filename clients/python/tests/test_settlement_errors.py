@@ -98,3 +98,110 @@ def test_an_error_outside_the_handler_is_logged_and_fails_the_attempt(
     assert len(logged) == 1 and logged[0].exc_info is not None
 
 
+def test_a_refused_error_text_is_dropped_then_the_failure_released(
+        conninfo, admin, subscribe, workers, monkeypatch, caplog):
+    handler, event_type = subscribe(max_attempts=5, backoff_base="0")
+    (event_id,) = _publish_on_key(conninfo, event_type, 1)
+    # As if error_text let a NUL through: fail(token, text) is refused (not a connection
+    # error), so the settler sends fail(token, NULL).
+    monkeypatch.setattr(relaybus.handler_runner, "error_text", lambda exc: str(exc))
+    worker = workers()
+    calls = []
+
+    @worker.handler(handler)
+    def handle(event):
+        calls.append(event.attempts)
+        if len(calls) == 1:
+            raise ValueError("nul \x00 here")
+        return None
+
+    worker.start()
+    wait_until(lambda: len(calls) == 2 and worker.in_flight == 0, what="the retry")
+    assert calls == [0, 1]  # failed (charged, without its text), then retried
+    assert deliveries(admin, handler) == []
+    assert any("refused with its error text" in r.getMessage() for r in caplog.records)
+    worker.stop()
+
+    # Now every fail of this handler is refused on the server: the attempt is released.
+    admin.execute(f"ALTER TABLE relaybus.deliveries ADD CONSTRAINT {handler}_no_fail "
+                  f"CHECK (handler <> '{handler}' OR attempts = 0) NOT VALID")
+    try:
+        (event_id,) = _publish_on_key(conninfo, event_type, 1)
+        worker = workers()
+        worker.add_handler(handler, lambda event: 1 / 0)
+        with caplog.at_level(logging.INFO, logger="relaybus"):
+            worker.start()
+            wait_until(lambda: worker.stats.released >= 1, what="the release")
+            worker.stop()
+        assert worker.in_flight == 0
+        assert deliveries(admin, handler) == [(event_id, "pending", 0, None)]
+        assert any("released instead" in r.getMessage() and "division by zero" in r.getMessage()
+                   for r in caplog.records)
+    finally:
+        admin.execute(f"ALTER TABLE relaybus.deliveries DROP CONSTRAINT {handler}_no_fail")
+
+
+class _Unreachable:
+    """Makes every new connection of the worker fail while ``down`` is true."""
+
+    def __init__(self, monkeypatch):
+        self.down = False
+        real = relaybus.connections.connect
+
+        def connect(conninfo):
+            if self.down:
+                raise psycopg.OperationalError("connection refused (test)")
+            return real(conninfo)
+        monkeypatch.setattr(relaybus.connections, "connect", connect)
+
+
+def test_a_failure_is_sent_once_the_database_is_back_however_long_it_takes(
+        conninfo, admin, subscribe, workers, monkeypatch):
+    handler, event_type = subscribe(max_attempts=5, backoff_base="0")
+    first, second = _publish_on_key(conninfo, event_type, 2)
+    network = _Unreachable(monkeypatch)
+    ran = []
+    worker = workers()
+
+    @worker.handler(handler)
+    def handle(event):
+        ran.append(event.id)
+        if len(ran) == 1:
+            network.down = True  # the settler opens its connection for this failure
+            raise ConnectionError("smtp down")
+
+    worker.start()
+    wait_until(lambda: ran, what="the first attempt")
+    time.sleep(2.5)  # longer than the old four tries (0.2 + 0.4 + 0.8 s)
+    assert worker.in_flight == 1  # not settled: on the server it is still in flight
+    assert _status(admin, handler)[first] == ("pending", 0, None)
+    network.down = False
+    wait_until(lambda: second in ran and worker.in_flight == 0, timeout=10,
+               what="the failure sent and the key's next event run")
+    assert ran == [first, first, second]
+
+
+def test_at_stop_an_unsendable_ending_is_given_up_and_logged(
+        conninfo, admin, subscribe, workers, monkeypatch, caplog):
+    handler, event_type = subscribe(max_attempts=5, backoff_base="0")
+    (event_id,) = _publish_on_key(conninfo, event_type, 1)
+    network = _Unreachable(monkeypatch)
+    worker = workers()
+
+    @worker.handler(handler)
+    def handle(event):
+        network.down = True
+        raise ConnectionError("smtp down")
+
+    worker.start()
+    wait_until(lambda: worker.stats.claimed == 1, what="the claim")
+    time.sleep(0.5)
+    began = time.monotonic()
+    worker.stop()
+    assert time.monotonic() - began < 4
+    assert worker.in_flight == 1
+    assert any("giving up on the fail of event" in r.getMessage() and "lease" in r.getMessage()
+               for r in caplog.records if r.levelno == logging.ERROR)
+    assert _status(admin, handler)[event_id] == ("pending", 0, None)  # left to the lease
+
+
