@@ -205,3 +205,28 @@ def test_at_stop_an_unsendable_ending_is_given_up_and_logged(
     assert _status(admin, handler)[event_id] == ("pending", 0, None)  # left to the lease
 
 
+def test_a_connection_whose_listen_fails_is_closed(conninfo, subscribe, workers, monkeypatch):
+    handler, _ = subscribe()
+    opened = []
+    real_connect = relaybus.connections.connect
+
+    def connect(conninfo):
+        conn = real_connect(conninfo)
+        opened.append(conn)
+        return conn
+    monkeypatch.setattr(relaybus.connections, "connect", connect)
+    real_listen = NotificationWait.listen
+    listens = []
+
+    def listen(self, conn):
+        listens.append(conn)
+        if len(listens) == 1:
+            raise psycopg.OperationalError("LISTEN failed (test)")
+        return real_listen(self, conn)
+    monkeypatch.setattr(NotificationWait, "listen", listen)
+    worker = workers(name=unique("w"))
+    worker.add_handler(handler, lambda event: None)
+    worker.start()
+    wait_until(lambda: len(listens) == 2, what="the claim loop to reconnect")
+    assert listens[0].closed  # not left open behind the new one
+    assert not listens[1].closed
