@@ -96,8 +96,12 @@ class ClaimLoop:
     def _round(self) -> None:
         if self._conn is None:
             conn = self._connect()
-            if self._listen:
-                self._wait.listen(conn)
+            try:
+                if self._listen:
+                    self._wait.listen(conn)
+            except BaseException:
+                close_quietly(conn)  # not kept as self._conn, so nobody else would close it
+                raise
             self._conn = conn
         free = self._free_capacity()
         if free <= 0:

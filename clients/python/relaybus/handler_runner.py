@@ -62,12 +62,37 @@ class _LeaseLost(Exception):
 
 
 def error_text(exc: BaseException) -> str:
+    """The exception as last_error: never raises, and always text PostgreSQL can store."""
     if isinstance(exc, Bury):
-        text = str(exc) or "buried by the handler"
+        text = _message(exc) or "buried by the handler"
     else:
-        message = str(exc)
+        message = _message(exc)
         text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    text = storable_text(text)
     return text if len(text) <= _MAX_ERROR_TEXT else text[:_MAX_ERROR_TEXT - 3] + "..."
+
+
+def _message(exc: BaseException) -> str:
+    """str(exc); a __str__ that raises (an API error reading a field the response lacks)
+    must not turn a failed attempt into a stranded one, so then repr(), then nothing."""
+    try:
+        return str(exc)
+    except Exception as str_error:  # noqa: BLE001
+        try:
+            return f"{exc!r} (its str() raised {type(str_error).__name__})"
+        except Exception:  # noqa: BLE001
+            return f"(its str() raised {type(str_error).__name__}, and so did its repr())"
+
+
+def storable_text(text: str) -> str:
+    """PostgreSQL refuses NUL in text (22021), and UTF-8 has no lone surrogates (what
+    bytes decoded with surrogateescape leave): both are spelled as escapes instead."""
+    text = text.replace("\x00", "\\x00")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 class ThreadConnections:

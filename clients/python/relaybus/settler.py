@@ -8,10 +8,17 @@ delay to every claim cycle, since the claim loop refills when capacity is settle
 Failures, burials and releases are rare and each needs its own result, so each is one
 statement, on the same thread and connection.
 
-Connection errors are retried on a new connection: ``complete_many`` skips tokens already
-completed, ``fail``/``bury``/``release`` of a spent token report 'lost', so resending after
-an unknown outcome changes nothing twice. After the last retry the attempt is given up
-(logged): its lane's lease expires and the delivery runs again (at-least-once).
+Nothing is given up while the worker runs: an attempt counts as ended (its capacity
+freed, ``on_settled``) only once the server has ended it, because until then the delivery
+stays in its lane's in-flight list, blocking its key, and the lease renewer keeps that lane.
+Errors are retried on a new connection, with a pause that doubles up to ``_MAX_PAUSE``:
+``complete_many`` skips tokens already completed, ``fail``/``bury``/``release`` of a spent
+token report 'lost', so resending after an unknown outcome changes nothing twice. One
+error is not retried as is: a ``fail`` or ``bury`` the server (or psycopg) refuses for a
+reason other than the connection (most likely its error text) is sent again without
+the text, and if that is refused too the delivery is released instead. Once stop() began,
+a statement gets ``_STOP_RETRIES`` tries; then it is given up (logged): its lane's lease
+expires, the takeover charges the attempt and the delivery runs again (at-least-once).
 """
 
 import logging
@@ -29,8 +36,13 @@ from .stats import StatsRecorder
 
 log = logging.getLogger("relaybus")
 
-_RETRIES = 4
-_RETRY_PAUSE = 0.2  # seconds, doubled after each connection error
+_STOP_RETRIES = 4  # tries of a statement once stopping (3 pauses, 1.4 s)
+_FIRST_PAUSE = 0.2  # seconds, doubled after each error in a row
+_MAX_PAUSE = 5.0
+
+# What _execute returns besides the statement's result.
+_REFUSED = "refused"   # a non-connection error, with refusable=True
+_GAVE_UP = "gave up"   # stopping, and the statement could not be sent
 
 
 @dataclass
@@ -55,6 +67,8 @@ class Settler:
         self._endings: Deque[_Ending] = deque()
         self._flush_now = False
         self._stopping = False
+        self._stop_event = threading.Event()  # cuts retry pauses short
+        self._errors = 0  # statements in a row that failed; 0 after a success
         self._conn: Optional[psycopg.Connection] = None
         self._thread = threading.Thread(target=self._run, name="relaybus-settler", daemon=True)
 
@@ -99,9 +113,14 @@ class Settler:
         with self._cond:
             self._stopping = True
             self._cond.notify()
+        self._stop_event.set()
         self._thread.join()
         if last is not None:
-            self._with_connection(last, "the shutdown's relinquish")
+            status, error = self._execute(last, "the shutdown's relinquish", refusable=True)
+            if status is not None:
+                log.error("the shutdown's relinquish %s: %s (the lanes are free once their "
+                          "leases expire)", "failed" if status == _REFUSED else "was given up",
+                          error)
         close_quietly(self._conn)
         self._conn = None
 
@@ -113,10 +132,17 @@ class Settler:
                 completions, endings = self._next_batch()
                 if completions is None:
                     return
-            if completions:
-                self._complete_many(completions)
+            try:
+                if completions:
+                    self._complete_many(completions)
+            except Exception:  # noqa: BLE001 (the thread must outlive a bug in one ending)
+                log.exception("settling %d completions failed", len(completions))
             for ending in endings:
-                self._send(ending)
+                try:
+                    self._send(ending)
+                except Exception:  # noqa: BLE001
+                    log.exception("settling the %s of event %s failed", ending.kind,
+                                  ending.event.id)
 
     def _next_batch(self):
         """Waits for work; returns (completions, endings) to send now, or (None, None) once
@@ -143,75 +169,106 @@ class Settler:
         self._endings.clear()
         return completions, endings
 
-    def _with_connection(self, statement: Callable[[psycopg.Connection], object], what: str):
-        pause = _RETRY_PAUSE
-        for attempt in range(1, _RETRIES + 1):
+    def _execute(self, statement: Callable[[psycopg.Connection], object], what: str,
+                 refusable: bool = False):
+        """Runs ``statement`` on the settlement connection until it succeeds and returns
+        (None, its result); or returns (_REFUSED, error) for a non-connection error when
+        ``refusable``; or (_GAVE_UP, error) once stopping and out of tries."""
+        pause = _FIRST_PAUSE
+        tries_while_stopping = 0
+        while True:
             try:
                 if self._conn is None or self._conn.closed:
                     self._conn = self._connect()
-                return statement(self._conn)
-            except psycopg.OperationalError as exc:
+                result = statement(self._conn)
+                self._errors = 0
+                return None, result
+            except Exception as exc:  # noqa: BLE001 (psycopg's, or an unencodable argument)
+                connection_error = isinstance(exc, psycopg.OperationalError)
+                if not connection_error and refusable:
+                    if self._conn is not None and self._conn.broken:
+                        close_quietly(self._conn)  # reopened for the next statement
+                        self._conn = None
+                    return _REFUSED, exc
+                # A new connection for the next try: it may reach a new primary, say.
                 close_quietly(self._conn)
                 self._conn = None
-                if attempt == _RETRIES:
-                    log.error("giving up on %s after %d connection errors: %s "
-                              "(the lease will expire and the delivery run again)", what, attempt, exc)
-                    return None
-                log.warning("connection error during %s, retrying: %s", what, exc)
-                time.sleep(pause)
-                pause *= 2
-            except psycopg.Error as exc:
-                log.error("%s failed: %s", what, exc)
-                if self._conn is not None and self._conn.broken:
-                    close_quietly(self._conn)  # reopened for the next statement
-                    self._conn = None
-                return None
-        return None
+                self._errors += 1
+                if self._stop_event.is_set():
+                    tries_while_stopping += 1
+                    # Once the errors in a row reach the limit, the rest is given up at
+                    # once: stop() takes ~1.4 s in all, not that per queued ending.
+                    if tries_while_stopping >= _STOP_RETRIES or self._errors >= _STOP_RETRIES:
+                        return _GAVE_UP, exc
+                    pause = min(pause, _FIRST_PAUSE * 2 ** (tries_while_stopping - 1))
+                log.warning("%s during %s, retrying in %gs: %s",
+                            "connection error" if connection_error else "error", what, pause, exc)
+                self._stop_event.wait(pause)
+                pause = min(pause * 2, _MAX_PAUSE)
 
     def _complete_many(self, tokens: List[str]) -> None:
         def statement(conn):
             return conn.execute("SELECT relaybus.complete_many(%s::text[])", (tokens,)).fetchone()[0]
-        done = self._with_connection(statement, f"complete_many of {len(tokens)} deliveries")
-        self._stats.add(completion_statements=1, completed=done or 0,
-                        lost=(len(tokens) - done) if done is not None else 0)
-        if done is not None and done < len(tokens):
+        status, done = self._execute(statement, f"complete_many of {len(tokens)} deliveries")
+        self._stats.add(completion_statements=1)
+        if status == _GAVE_UP:
+            log.error("giving up on completing %d deliveries at shutdown: %s (their lanes' "
+                      "leases will expire, and the takeover charges each an attempt and runs "
+                      "it again)", len(tokens), done)
+            return  # not settled: on the server they are still in flight
+        self._stats.add(completed=done, lost=len(tokens) - done)
+        if done < len(tokens):
             log.warning("%d of %d completions found their lease lost (the lanes were "
                         "taken over); those deliveries run again", len(tokens) - done, len(tokens))
         self._on_settled(len(tokens))
 
     def _send(self, ending: _Ending) -> None:
         event = ending.event
-        if ending.kind == "fail":
-            outcome = self._with_connection(
-                lambda conn: conn.execute("SELECT relaybus.fail(%s, %s)",
-                                          (event.lease_token, ending.error)).fetchone()[0],
-                f"fail of event {event.id}")
-            self._stats.add(failed=1, retried=outcome == "retry", dead=outcome == "dead",
-                            lost=outcome == "lost")
-            if outcome == "dead":
+        token = event.lease_token
+        kind, error = ending.kind, ending.error
+        what = f"{kind} of event {event.id}"
+        if kind in ("fail", "bury"):
+            sql = f"SELECT relaybus.{kind}(%s, %s)"
+            status, result = self._execute(
+                lambda conn: conn.execute(sql, (token, error)).fetchone()[0], what, refusable=True)
+            if status == _REFUSED:
+                log.warning("%s was refused with its error text (%s); sending it without",
+                            what, result)
+                status, result = self._execute(
+                    lambda conn: conn.execute(sql, (token, None)).fetchone()[0], what,
+                    refusable=True)
+            if status == _REFUSED:
+                log.error("handler %s failed on event %s: %s; relaybus refused the %s (%s), "
+                          "so the delivery is released instead (no attempt charged)",
+                          event.handler, event.id, error, kind, result, exc_info=ending.exc)
+                kind, what = "release", f"release of event {event.id}"
+        if kind == "release":
+            status, result = self._execute(
+                lambda conn: conn.execute("SELECT relaybus.release(%s)", (token,)).fetchone()[0],
+                what)
+        if status == _GAVE_UP:
+            log.error("giving up on the %s at shutdown: %s (the lane's lease will expire, and "
+                      "the takeover charges the attempt and runs the delivery again)", what, result)
+            return  # not settled: on the server it is still in flight
+        if kind == "fail":
+            self._stats.add(failed=1, retried=result == "retry", dead=result == "dead",
+                            lost=result == "lost")
+            if result == "dead":
                 log.error("event %s is dead for handler %s after %d attempts: %s",
-                          event.id, event.handler, event.attempts + 1, ending.error,
+                          event.id, event.handler, event.attempts + 1, error,
                           exc_info=ending.exc)
-            elif outcome == "retry":
+            elif result == "retry":
                 log.warning("handler %s failed on event %s (attempt %d), will retry: %s",
-                            event.handler, event.id, event.attempts + 1, ending.error,
+                            event.handler, event.id, event.attempts + 1, error,
                             exc_info=ending.exc)
-            elif outcome == "lost":
+            elif result == "lost":
                 log.warning("handler %s failed on event %s but the lease was already "
-                            "lost: %s", event.handler, event.id, ending.error)
-        elif ending.kind == "bury":
-            buried = self._with_connection(
-                lambda conn: conn.execute("SELECT relaybus.bury(%s, %s)",
-                                          (event.lease_token, ending.error)).fetchone()[0],
-                f"bury of event {event.id}")
-            self._stats.add(buried=buried is True, lost=buried is False)
-            if buried:
+                            "lost: %s", event.handler, event.id, error)
+        elif kind == "bury":
+            self._stats.add(buried=result is True, lost=result is False)
+            if result:
                 log.error("event %s is dead for handler %s (buried): %s",
-                          event.id, event.handler, ending.error, exc_info=ending.exc)
+                          event.id, event.handler, error, exc_info=ending.exc)
         else:
-            released = self._with_connection(
-                lambda conn: conn.execute("SELECT relaybus.release(%s)",
-                                          (event.lease_token,)).fetchone()[0],
-                f"release of event {event.id}")
-            self._stats.add(released=released is True, lost=released is False)
+            self._stats.add(released=result is True, lost=result is False)
         self._on_settled(1)

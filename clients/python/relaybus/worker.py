@@ -34,7 +34,7 @@ from typing import Callable, Dict, Iterable, Optional, Type
 from . import arguments, connections
 from .claim_loop import ClaimLoop
 from .event import Event
-from .handler_runner import HandlerSpec, ThreadConnections, run_handler
+from .handler_runner import HandlerSpec, Outcome, ThreadConnections, error_text, run_handler
 from .holder import new_holder
 from .lease_renewer import LeaseRenewer
 from .settler import Settler
@@ -326,13 +326,26 @@ class Worker:
             self._executor.submit(self._run_job, job)
 
     def _run_job(self, job: _Job) -> None:
+        # The pool keeps what escapes in a future nobody reads: log it at least.
+        try:
+            self._run_job_unguarded(job)
+        except BaseException:  # noqa: BLE001
+            log.exception("worker %s: internal error after running event %s",
+                          self._name, job.event.id)
+
+    def _run_job_unguarded(self, job: _Job) -> None:
         with self._lock:
             if job.state != "queued":
                 return  # released by stop() before it started
             job.state = "running"
             job.thread = threading.get_ident()
             self._running += 1
-        outcome = run_handler(job.spec, job.event, self._thread_conns)
+        try:
+            outcome = run_handler(job.spec, job.event, self._thread_conns)
+        except BaseException as exc:  # noqa: BLE001 (else the delivery stays in flight)
+            log.error("running handler %s on event %s raised outside the handler; failing "
+                      "the attempt", job.spec.name, job.event.id, exc_info=True)
+            outcome = Outcome("fail", _fallback_error_text(exc), exc)
         with self._lock:
             self._running -= 1
             abandoned = job.state == "abandoned"
@@ -375,3 +388,10 @@ class Worker:
             self._settler.bury(event, outcome.error, outcome.exc)
         else:
             self._settler.fail(event, outcome.error, outcome.exc)
+
+
+def _fallback_error_text(exc: BaseException) -> str:
+    try:
+        return error_text(exc)
+    except BaseException:  # noqa: BLE001
+        return "an exception whose text could not be read"
