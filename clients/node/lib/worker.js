@@ -203,7 +203,7 @@ export class Worker extends EventEmitter {
       stats: this.#stats,
       log: this.#log,
       settled: (n) => this.#settled(n),
-      report: (err, operation) => this.#report(err, operation),
+      report: (err, operation, how) => this.#report(err, operation, how),
       emit: (name, ...args) => this.#emitSafely(name, ...args),
       isPermanent: o.isPermanent,
       retryDelay: o.pollInterval,
@@ -392,13 +392,15 @@ export class Worker extends EventEmitter {
   // 'error' without a listener would throw and end the process over a transient outage.
   // Logged instead, a statement that keeps failing the same way (a claim every poll
   // interval while the database is down) is logged as an error once, then at debug level
-  // until it succeeds again.
-  #report(err, operation) {
+  // until it succeeds again. A `permanent` error (one not retried) is only emitted here:
+  // the caller logs it at error level, with what it does instead.
+  #report(err, operation, { permanent = false } = {}) {
     const explained = explainDatabaseError(err, { role: ROLE, user: this.#user, database: this.#database });
     if (this.listenerCount('error') > 0) {
       this.#emitSafely('error', explained, { operation });
       return;
     }
+    if (permanent) return;
     const text = `${operation} failed: ${explained?.message ?? explained}`;
     if (this.#failing.get(operation) === text) {
       this.#log.debug(`${text} (again)`);
