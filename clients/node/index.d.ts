@@ -103,7 +103,10 @@ export interface WorkerOptions {
   name: string;
   /** Connection string for the pool the worker makes (else the PG* environment variables). */
   connectionString?: string;
-  /** More pg.Pool settings for that pool (max, idleTimeoutMillis, host, ...). */
+  /**
+   * More pg.Pool settings for that pool and the LISTEN connection (max, idleTimeoutMillis,
+   * host, ...). Defaults: max concurrency + 3, connectionTimeoutMillis 10000, keepAlive true.
+   */
   poolConfig?: Record<string, unknown>;
   /** An existing pg.Pool to run on instead; stop() does not end it. */
   pool?: PoolLike;
@@ -119,7 +122,7 @@ export interface WorkerOptions {
   completionBatchSize?: number;
   /** Longest a completion waits for others to join its batch, in ms. Default 2. */
   completionDelay?: number;
-  /** How long stop() lets running handlers finish, in ms. Default 10000. */
+  /** How long stop() lets running handlers (and a claim in progress) finish, in ms. Default 10000. */
   shutdownTimeout?: number;
   /** LISTEN relaybus for wake-ups on a connection of its own. Default true. */
   listen?: boolean;

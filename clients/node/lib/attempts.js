@@ -5,10 +5,14 @@
 //
 // Every attempt ends exactly once in the database, and settled(n) is called exactly once
 // for it, when it has: that is the Worker's in-flight count. A statement that ends
-// attempts is retried until it succeeds (the delivery stays in flight and its lane
-// renewed meanwhile); once the shutdown is closing, it gets one last try.
+// attempts is retried while it fails for a reason that can pass (a broken connection, a
+// restarting server; the delivery stays in flight and its lane renewed meanwhile); once
+// the shutdown is closing, it gets one last try. One the server refuses for good is not
+// retried: a fail or bury is sent again without the error text, and when even that is
+// refused the delivery is released, so that it never stays in flight (its key blocked,
+// a slot of the concurrency used) for the worker's lifetime.
 
-import { BuryError, errorText } from './errors.js';
+import { BuryError, errorText, isTransient } from './errors.js';
 import { BURY, CANCEL_BACKENDS, COMPLETE, FAIL, RELEASE_MANY } from './sql.js';
 import { sleep } from './wakeup.js';
 
@@ -131,7 +135,12 @@ export class Attempts {
         this.#report(err, what);
       }
     } else {
-      n = await this.#retrying(what, send);
+      try {
+        n = await this.#retrying(what, send);
+      } catch (err) {
+        this.#report(err, what, { permanent: true });
+        this.#log.error(`${what} refused (${errorText(err)}); they run again once their lease expires`);
+      }
     }
     if (n !== undefined) this.#stats.released += n;
   }
@@ -236,19 +245,15 @@ export class Attempts {
   async #failed(attempt, err) {
     attempt.phase = 'settling';
     const { event } = attempt;
-    const token = event.leaseToken;
     const text = errorText(err);
     const bury = this.#permanent(err);
     let outcome;
     try {
-      outcome = await this.#retrying(bury ? 'bury' : 'fail', async () => {
-        if (bury) return (await this.#pool.query(BURY, [token, text])).rows[0].ok ? 'dead' : 'lost';
-        return (await this.#pool.query(FAIL, [token, text])).rows[0].outcome;
-      });
+      outcome = await this.#end(event, bury, text);
     } finally {
       this.#settled(1);
     }
-    if (outcome === undefined) return; // gave up at shutdown; reported already
+    if (outcome === undefined || outcome === 'released') return; // gave up at shutdown, or refused; logged already
     this.#stats.failed += 1;
     if (outcome === 'dead') this.#stats.dead += 1;
     if (outcome === 'lost') this.#stats.lost += 1;
@@ -260,12 +265,44 @@ export class Attempts {
     }
   }
 
+  // Sends fail (or bury) with the error text; when the server refuses that for good, again
+  // without the text; when it refuses that too, releases the delivery. Resolves to fail's
+  // outcome ('retry', 'dead', 'lost'), 'released', or undefined (gave up at shutdown).
+  async #end(event, bury, text) {
+    const token = event.leaseToken;
+    const name = bury ? 'bury' : 'fail';
+    const what = `${name} of delivery ${event.id} of ${event.handler}`;
+    const send = (error) => this.#retrying(what, async () => {
+      if (bury) return (await this.#pool.query(BURY, [token, error])).rows[0].ok ? 'dead' : 'lost';
+      return (await this.#pool.query(FAIL, [token, error])).rows[0].outcome;
+    });
+    try {
+      return await send(text);
+    } catch (err) {
+      this.#report(err, what, { permanent: true });
+      this.#log.error(`${what} refused (${errorText(err)}); sending it again without the error text, which was: ${text}`);
+    }
+    try {
+      return await send(null);
+    } catch (err) {
+      this.#report(err, what, { permanent: true });
+      this.#log.error(`${what} refused again without the error text (${errorText(err)}); the delivery is released`);
+    }
+    await this.release([token]);
+    return 'released';
+  }
+
+  // Runs fn until it succeeds, and resolves to its result: after an error that may pass
+  // (see isTransient) it waits retryDelay and tries again; once the shutdown is closing it
+  // makes one last try and resolves to undefined when that fails. Rejects with any other
+  // error, at once: sending the same statement again would fail the same way.
   async #retrying(what, fn) {
     for (;;) {
       const last = this.#closing();
       try {
         return await fn();
       } catch (err) {
+        if (!isTransient(err)) throw err;
         this.#report(err, what);
         if (last) return undefined;
         await sleep(this.#retryDelay, this.#lifetime);

@@ -92,6 +92,8 @@ export function explainDatabaseError(err, { role, user, database }) {
 // The text stored as last_error for a handler's error: the message, with the error's name
 // when it is more specific than Error, and the SQLSTATE of a database error (the format
 // relaybus's in-database handlers use). Bounded, so a huge message cannot bloat the row.
+// PostgreSQL refuses NUL in text (SQLSTATE 22021), so each is written as the six
+// characters \u0000: a message with binary in it is still stored, and says where.
 const MAX_ERROR_TEXT = 8000;
 
 export function errorText(err) {
@@ -113,5 +115,21 @@ export function errorText(err) {
       text = `non-Error thrown: ${String(err)}`;
     }
   }
+  text = text.replaceAll('\u0000', '\\u0000');
   return text.length > MAX_ERROR_TEXT ? `${text.slice(0, MAX_ERROR_TEXT)}...` : text;
+}
+
+// Whether a statement that failed with `err` may work when sent again: the connection broke
+// or could not be made (no SQLSTATE: a socket error, pg's "Connection terminated", a
+// connect timeout; class 08), the server is shutting down or restarting (57P01-57P03),
+// out of resources (class 53), the statement was cancelled or timed out (57014, 55P03), or
+// lost a serialization or deadlock race (40001, 40P01). Any other server error (a value
+// PostgreSQL refuses, a missing privilege) fails the same way every time.
+const TRANSIENT_SQLSTATES = new Set(['57P01', '57P02', '57P03', '57P05', '57014', '55P03', '40001', '40P01']);
+
+export function isTransient(err) {
+  const code = err?.code;
+  const isServerError = typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) && typeof err.severity === 'string';
+  if (!isServerError) return true;
+  return code.startsWith('08') || code.startsWith('53') || TRANSIENT_SQLSTATES.has(code);
 }

@@ -29,6 +29,7 @@ export class WakeupListener {
   #reconnectTimer = null;
   #stopped = false;
   #connecting = null;
+  #pending = null; // the client being connected
   #connects = 0;
 
   constructor({ newClient, onNotify, onConnected, onLost, checkInterval, checkTimeout, reconnectMin, reconnectMax }) {
@@ -67,7 +68,16 @@ export class WakeupListener {
     this.#stopped = true;
     clearTimeout(this.#checkTimer);
     clearTimeout(this.#reconnectTimer);
-    await this.#connecting;
+    // A connection still being made is not waited for: the server may never answer.
+    // (pg may not notice the destroyed socket before its own connect timeout; #connect
+    // closes the client if it ever connects, as the listener is stopped.)
+    const pending = this.#pending;
+    if (pending && !pending.relaybusDone) {
+      pending.relaybusDone = true;
+      destroy(pending);
+    } else {
+      await this.#connecting;
+    }
     const client = this.#client;
     this.#client = null;
     if (client) {
@@ -83,6 +93,7 @@ export class WakeupListener {
   async #connect() {
     if (this.#stopped) return;
     const client = this.#newClient();
+    this.#pending = client;
     client.on('error', (err) => this.#lost(client, err));
     client.on('end', () => this.#lost(client, new Error('the LISTEN connection ended')));
     client.on('notification', (msg) => {
@@ -94,6 +105,8 @@ export class WakeupListener {
     } catch (err) {
       this.#lost(client, err);
       return;
+    } finally {
+      if (this.#pending === client) this.#pending = null;
     }
     if (this.#stopped || client.relaybusDone) {
       if (!client.relaybusDone) {

@@ -34,6 +34,26 @@ import { workerOptions } from './worker-options.js';
 
 const ROLE = 'relaybus_worker';
 
+// pg waits for a connection without limit by default: against a server that accepts TCP
+// connections and never answers, a claim (and start() and stop() with it) would never
+// return. poolConfig overrides both, for the pool the worker makes and the LISTEN client.
+const CONNECTION_TIMEOUT = 10000;
+// How long stop() waits for each step after the handlers (the last statements, relinquish,
+// the pool's end) when the database does not answer: then the leases expire instead.
+const CLOSE_STEP_TIMEOUT = 1000;
+const END_POOL_TIMEOUT = 1000;
+
+// Resolves true when `promise` settled within `ms`, false otherwise (it keeps running).
+function settlesWithin(promise, ms) {
+  let timer;
+  return Promise.race([
+    Promise.resolve(promise).then(() => true, () => true),
+    new Promise((resolve) => {
+      timer = setTimeout(() => resolve(false), ms);
+    }),
+  ]).finally(() => clearTimeout(timer));
+}
+
 export class Worker extends EventEmitter {
   #o;
   #log;
@@ -155,6 +175,8 @@ export class Worker extends EventEmitter {
         ...(o.connectionString !== undefined ? { connectionString: o.connectionString } : {}),
         fallback_application_name: `relaybus-worker:${o.name}`.slice(0, 63),
         max: o.concurrency + 3,
+        connectionTimeoutMillis: CONNECTION_TIMEOUT,
+        keepAlive: true,
         ...o.poolConfig,
       });
       this.#ownsPool = true;
@@ -203,7 +225,7 @@ export class Worker extends EventEmitter {
       stats: this.#stats,
       log: this.#log,
       settled: (n) => this.#settled(n),
-      report: (err, operation) => this.#report(err, operation),
+      report: (err, operation, how) => this.#report(err, operation, how),
       emit: (name, ...args) => this.#emitSafely(name, ...args),
       isPermanent: o.isPermanent,
       retryDelay: o.pollInterval,
@@ -266,7 +288,8 @@ export class Worker extends EventEmitter {
     return new pg.Client({
       ...base,
       fallback_application_name: `relaybus-listen:${this.#o.name}`.slice(0, 63),
-      keepAlive: true,
+      connectionTimeoutMillis: base.connectionTimeoutMillis ?? CONNECTION_TIMEOUT,
+      keepAlive: base.keepAlive ?? true,
     });
   }
 
@@ -343,9 +366,17 @@ export class Worker extends EventEmitter {
     this.#state = 'stopping';
     this.#log.info(`worker ${this.#o.name} stopping`);
     this.#wakeup.notify();
-    await this.#loopDone;
+    // A claim in progress normally ends in milliseconds; one waiting for a database that
+    // does not answer is not waited for beyond the timeout. What it claims if it ever
+    // returns is released (the loop gives back rows claimed while stopping), or run again
+    // once the lease expires.
+    const deadline = Date.now() + timeout;
+    if (!(await settlesWithin(this.#loopDone, timeout))) {
+      this.#log.warn(`the claim in progress did not end within ${timeout} ms (the database does not answer?); ` +
+        'stopping without it: what it claims runs again once the lease expires');
+    }
 
-    if (!(await this.#attempts.settleWithin(timeout))) {
+    if (!(await this.#attempts.settleWithin(Math.max(0, deadline - Date.now())))) {
       const abandoned = await this.#attempts.abandon();
       if (abandoned > 0) {
         this.#log.warn(`${abandoned} ${abandoned === 1 ? 'handler was' : 'handlers were'} still running after ` +
@@ -354,14 +385,21 @@ export class Worker extends EventEmitter {
     }
     this.#closing = true;
     this.#lifetime.abort();
-    await this.#attempts.settle();
-    await this.#batcher.close();
+    // Each statement left gets one last try; against a database that does not answer they
+    // are not waited for (their deliveries run again once the lease expires).
+    if (!(await settlesWithin(this.#attempts.settle(), CLOSE_STEP_TIMEOUT))) {
+      this.#log.warn(`ending the failed attempts did not finish within ${CLOSE_STEP_TIMEOUT} ms; stopping without it`);
+    }
+    if (!(await settlesWithin(this.#batcher.close(), CLOSE_STEP_TIMEOUT))) {
+      this.#log.warn(`sending the completions did not finish within ${CLOSE_STEP_TIMEOUT} ms; stopping without it`);
+    }
     this.#renewer.stop();
-    try {
-      const { rows: [r] } = await this.#pool.query(RELINQUISH, [this.#o.name, this.#holder]);
-      this.#log.debug(`relinquished ${r.n} lanes`);
-    } catch (err) {
-      this.#report(err, 'relinquish');
+    const relinquish = this.#pool.query(RELINQUISH, [this.#o.name, this.#holder]).then(
+      ({ rows: [r] }) => this.#log.debug(`relinquished ${r.n} lanes`),
+      (err) => this.#report(err, 'relinquish'),
+    );
+    if (!(await settlesWithin(relinquish, CLOSE_STEP_TIMEOUT))) {
+      this.#log.warn(`relinquish did not answer within ${CLOSE_STEP_TIMEOUT} ms; the lanes are taken over once their lease expires`);
     }
     if (this.#listener) await this.#listener.stop();
     this.#removeSignalHandlers?.();
@@ -376,29 +414,30 @@ export class Worker extends EventEmitter {
     const closed = new Promise((resolve) => {
       this.#allClosed = resolve;
     });
-    try {
-      await this.#pool.end();
-    } catch (err) {
-      this.#report(err, 'ending the pool');
+    // end() waits for every client, a connection still being made included: bounded, for a
+    // database that does not answer (those connections then fail by their connect timeout).
+    const deadline = Date.now() + END_POOL_TIMEOUT;
+    const ending = this.#pool.end().catch((err) => this.#report(err, 'ending the pool'));
+    if (!(await settlesWithin(ending, END_POOL_TIMEOUT))) {
+      this.#log.warn(`the pool did not end within ${END_POOL_TIMEOUT} ms; connections still being made close on their own`);
+      return;
     }
-    if (this.#connections > 0) {
-      let timer;
-      await Promise.race([closed, new Promise((resolve) => { timer = setTimeout(resolve, 2000); })]);
-      clearTimeout(timer);
-    }
+    if (this.#connections > 0) await settlesWithin(closed, Math.max(0, deadline - Date.now()));
   }
 
   // Infrastructure errors go to 'error' listeners when there are any: an EventEmitter
   // 'error' without a listener would throw and end the process over a transient outage.
   // Logged instead, a statement that keeps failing the same way (a claim every poll
   // interval while the database is down) is logged as an error once, then at debug level
-  // until it succeeds again.
-  #report(err, operation) {
+  // until it succeeds again. A `permanent` error (one not retried) is only emitted here:
+  // the caller logs it at error level, with what it does instead.
+  #report(err, operation, { permanent = false } = {}) {
     const explained = explainDatabaseError(err, { role: ROLE, user: this.#user, database: this.#database });
     if (this.listenerCount('error') > 0) {
       this.#emitSafely('error', explained, { operation });
       return;
     }
+    if (permanent) return;
     const text = `${operation} failed: ${explained?.message ?? explained}`;
     if (this.#failing.get(operation) === text) {
       this.#log.debug(`${text} (again)`);

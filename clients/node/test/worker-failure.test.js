@@ -128,3 +128,87 @@ test('isPermanent classifies other errors as do-not-retry', async () => {
   assert.equal((await delivery(permanent, 'classified')).attempts, 1);
   assert.equal(transientCalls, 3);
 });
+
+// PostgreSQL refuses NUL in text (SQLSTATE 22021): an error message with one must still be
+// stored, and must not leave its delivery in flight, its key blocked and stop() waiting.
+test('an error message with a NUL is stored readable, and the key moves on', async () => {
+  await subscribe(db.admin, 'garbage', ['garbage.event'], { maxAttempts: 1 });
+  const first = await publish(db.admin, 'garbage.event', { bad: true }, { key: 'k' });
+  const second = await publish(db.admin, 'garbage.event', { bad: false }, { key: 'k' });
+  const done = [];
+  const worker = new Worker({
+    connectionString: db.url, name: 'garbage-worker', pollInterval: 50, shutdownTimeout: 5000, logger: recordingLogger().logger,
+  });
+  worker.handle('garbage', async (event) => {
+    if (event.payload.bad) throw new Error('binary garbage \u0000 after a NUL');
+    done.push(event.id);
+  });
+  await worker.start();
+  let took;
+  try {
+    await waitFor(() => done.length === 1, { what: "the key's next event to run" });
+  } finally {
+    const stopping = Date.now();
+    await worker.stop();
+    took = Date.now() - stopping;
+  }
+  assert.deepEqual(done, [second]);
+  assert.deepEqual(await delivery(first, 'garbage'), {
+    status: 'dead',
+    attempts: 1,
+    last_error: 'binary garbage \\u0000 after a NUL',
+  });
+  assert.ok(took < 2000, `stop() took ${took} ms`);
+});
+
+// A statement that ends an attempt and fails for good (not a connection problem) is not
+// retried forever: fail is sent again without the error text, then the delivery is released.
+test('a permanent error ending an attempt: fail without the text, else release', async () => {
+  await subscribe(db.admin, 'refused', ['refused.event'], { maxAttempts: 1 });
+  await db.admin.query(`
+    CREATE FUNCTION public.refuse_update() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      IF NEW.handler = 'refused' AND (NEW.last_error LIKE '%poison%' OR
+          (NEW.key = 'charge' AND NEW.attempts > OLD.attempts)) THEN
+        RAISE EXCEPTION 'refused by a trigger' USING ERRCODE = '22023';
+      END IF;
+      RETURN NEW;
+    END $$`);
+  await db.admin.query(`CREATE TRIGGER refuse_update BEFORE UPDATE ON relaybus.deliveries
+                        FOR EACH ROW EXECUTE FUNCTION public.refuse_update()`);
+  try {
+    const textRefused = await publish(db.admin, 'refused.event', { kind: 'text' }, { key: 'text' });
+    const chargeRefused = await publish(db.admin, 'refused.event', { kind: 'charge' }, { key: 'charge' });
+    const calls = { text: 0, charge: 0 };
+    const { logger, lines } = recordingLogger();
+    const worker = new Worker({ connectionString: db.url, name: 'refused-worker', pollInterval: 50, shutdownTimeout: 5000, logger });
+    worker.handle('refused', async (event) => {
+      calls[event.payload.kind] += 1;
+      throw new Error(`poison for ${event.payload.kind}`);
+    });
+    await worker.start();
+    let took;
+    try {
+      await waitFor(async () => (await delivery(textRefused, 'refused'))?.status === 'dead' && calls.charge >= 2, {
+        what: 'the text-refused delivery failed without its text, the charge-refused one released and run again',
+      });
+    } finally {
+      const stopping = Date.now();
+      await worker.stop();
+      took = Date.now() - stopping;
+    }
+    assert.deepEqual(await delivery(textRefused, 'refused'), { status: 'dead', attempts: 1, last_error: null });
+    assert.equal(calls.text, 1);
+    const charged = await delivery(chargeRefused, 'refused');
+    assert.equal(charged.status, 'pending');
+    assert.equal(charged.attempts, 0);
+    assert.ok(worker.stats.released >= 1);
+    const errors = lines.filter((l) => l.level === 'error').map((l) => l.text);
+    assert.ok(errors.some((t) => /without the error text/.test(t) && /refused by a trigger/.test(t)), errors.join('\n'));
+    assert.ok(errors.filter((t) => /released/.test(t)).length >= 2, errors.join('\n'));
+    assert.ok(took < 2000, `stop() took ${took} ms`);
+  } finally {
+    await db.admin.query('DROP TRIGGER refuse_update ON relaybus.deliveries');
+    await db.admin.query('DROP FUNCTION public.refuse_update()');
+  }
+});
