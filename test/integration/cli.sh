@@ -11,6 +11,7 @@ cd "$(dirname "$0")/../.."
 
 make -s client
 cli=bin/relaybus
+bench=bin/relaybus-bench
 db=relaybus_it_cli
 noext=relaybus_it_cli_noext
 role=relaybus_it_cli_publisher
@@ -214,6 +215,26 @@ expect "no server with --db: the --db used, its password hidden" 1 noserver-db \
   "cannot connect to PostgreSQL" '--db "password=*** port=1"'
 if grep -q hunter2 "$out/noserver-db.err"; then not_ok "the password is never printed"; else
   ok "the password is never printed"; fi
+
+# An unparsable --db: libpq's parse error quotes the text, the password in it included, so
+# the message is a fixed one (and the hint shows no part of it either).
+n=0
+for bad in 'postgresql://ops:TopSecret1@[::1/app' 'postgresql://ops:Top%zzSecret1@/app' \
+  'password=Top Secret1 dbname=app'; do
+  n=$((n + 1))
+  run "unparsed-$n" $cli stats --db "$bad"
+  expect "an unparsable --db ($bad): exit 1, a fixed message" 1 "unparsed-$n" \
+    "cannot connect to PostgreSQL: --db is not a valid libpq connection string or URI"
+  if grep -q Secret1 "$out/unparsed-$n.err"; then
+    not_ok "... and its password is not printed: $(cat "$out/unparsed-$n.err")"
+  else ok "... and its password is not printed"; fi
+  run "unparsed-bench-$n" $bench drain --out "$out/bench" --db "$bad"
+  expect "relaybus-bench with that --db: exit 1, a fixed message" 1 "unparsed-bench-$n" \
+    "not a valid libpq connection string or URI"
+  if grep -q Secret1 "$out/unparsed-bench-$n.err"; then
+    not_ok "... and relaybus-bench does not print its password: $(cat "$out/unparsed-bench-$n.err")"
+  else ok "... and relaybus-bench does not print its password"; fi
+done
 
 echo "cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
