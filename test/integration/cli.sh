@@ -195,6 +195,25 @@ else
   not_ok "dead requeue --handler mailer --json: $(cat "$out/requeue-all.out" "$out/requeue-all.err")"
 fi
 
+# --- the table shows no byte a terminal acts on: publishers choose type, key and event id,
+# handlers write last_error (an escape sequence, a bell, DEL, a C1 control, U+2028/9)
+run subscribe-tty $cli subscribe --handler tty --types tty.test
+expect "a handler for the terminal test" 0 subscribe-tty "subscribed tty"
+q "SELECT relaybus.publish('tty.test', '{}', key => 'k' || chr(1) || chr(127) || '\\',
+     event_id => 'e' || chr(133) || chr(8232) || chr(8233) || chr(233) || chr(27) || '[2J')" >/dev/null
+check "tty's worker buries it with an error full of control characters" \
+  "SELECT bool_and(relaybus.bury(lease_token, 'err' || chr(27) || ']0;x' || chr(7) || E'\\n' || chr(155)))
+     FROM relaybus.claim('cli-test', 10, '30 seconds', ARRAY['tty'])"
+run tty $cli dead list --handler tty
+expect "dead list shows them escaped" 0 tty 'e\u0085\u2028\u2029'"$(printf '\303\251')"'\x1B[2J' \
+  'k\x01\x7F\\' 'err\x1B]0;x\x07\n\u009B'
+if /usr/bin/python3 -c '
+import re, sys
+data = open(sys.argv[1], "rb").read()
+sys.exit(1 if re.search(rb"[\x00-\x09\x0b-\x1f\x7f]|\xc2[\x80-\x9f]|\xe2\x80[\xa8\xa9]", data) else 0)' \
+  "$out/tty.out"; then ok "... and not one of them raw"; else
+  not_ok "... and not one of them raw: $(od -c "$out/tty.out" | head -20)"; fi
+
 # --- errors that say what to do
 run noext $cli stats --db "dbname=$noext"
 expect "a database without the extension: exit 1, CREATE EXTENSION in that database" 1 noext \
