@@ -151,6 +151,8 @@ void PgStore::connect() {
   if (conn_) PQfinish(conn_);
   conn_ = PQconnectdb(conninfo_.c_str());
   if (PQstatus(conn_) != CONNECTION_OK) throw connection_error_of(conn_, conninfo_);
+  // The runtime's strings are UTF-8 whatever the database's encoding: the server converts.
+  if (PQsetClientEncoding(conn_, "UTF8") != 0) throw error_of(conn_, nullptr);
   {
     Result r(PQexec(conn_,
                     "SELECT to_regprocedure('relaybus.claim(text,integer,interval,text[],text)') "

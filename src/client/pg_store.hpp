@@ -13,7 +13,9 @@ namespace relaybus::client {
 
 class PgStore final : public Store {
  public:
-  // Connects (a libpq connection string or URI) and prepares the worker statements.
+  // Connects (a libpq connection string or URI), sets client_encoding to UTF8 (the strings
+  // it sends and returns are UTF-8 whatever the database's encoding) and prepares the worker
+  // statements.
   explicit PgStore(const std::string& conninfo);
   ~PgStore() override;
   PgStore(const PgStore&) = delete;

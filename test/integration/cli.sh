@@ -14,6 +14,7 @@ cli=bin/relaybus
 bench=bin/relaybus-bench
 db=relaybus_it_cli
 noext=relaybus_it_cli_noext
+latin1=relaybus_it_cli_latin1
 role=relaybus_it_cli_publisher
 export PGDATABASE=$db
 . test/integration/lib/checks.bash
@@ -23,12 +24,14 @@ admin() { PGOPTIONS="-c client_min_messages=warning" psql -qXAt -v ON_ERROR_STOP
 cleanup() {
   admin "DROP DATABASE IF EXISTS $db" || true
   admin "DROP DATABASE IF EXISTS $noext" || true
+  admin "DROP DATABASE IF EXISTS $latin1" || true
   admin "DROP ROLE IF EXISTS $role" || true
   rm -rf "$out"
 }
 trap cleanup EXIT
 admin "DROP DATABASE IF EXISTS $db"
 admin "DROP DATABASE IF EXISTS $noext"
+admin "DROP DATABASE IF EXISTS $latin1"
 admin "DROP ROLE IF EXISTS $role"
 admin "CREATE DATABASE $db"
 admin "CREATE DATABASE $noext"
@@ -213,6 +216,28 @@ data = open(sys.argv[1], "rb").read()
 sys.exit(1 if re.search(rb"[\x00-\x09\x0b-\x1f\x7f]|\xc2[\x80-\x9f]|\xe2\x80[\xa8\xa9]", data) else 0)' \
   "$out/tty.out"; then ok "... and not one of them raw"; else
   not_ok "... and not one of them raw: $(od -c "$out/tty.out" | head -20)"; fi
+
+# --- a LATIN1 database: the tool talks UTF-8 to it (client_encoding), so its text comes out
+# right and an EVENT_ID on the command line matches (chr(233) is é in either encoding)
+admin "CREATE DATABASE $latin1 ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0"
+PGDATABASE=$latin1 q "CREATE EXTENSION relaybus" >/dev/null
+PGDATABASE=$latin1 q "SELECT relaybus.subscribe('h' || chr(233), ARRAY['t'])" >/dev/null
+PGDATABASE=$latin1 q "SELECT relaybus.publish('t', '{}', event_id => chr(233) || '1')" >/dev/null
+PGDATABASE=$latin1 check "a worker buries it in the LATIN1 database" \
+  "SELECT bool_and(relaybus.bury(lease_token, chr(233) || 'chec'))
+     FROM relaybus.claim('cli-test', 10, '30 seconds', ARRAY['h' || chr(233)])"
+run latin1-dead $cli dead list --json --db "dbname=$latin1"
+if [ "$code" = 0 ] && json latin1-dead '
+    [(d["event_id"], d["handler"], d["last_error"]) for d in doc["deliveries"]]
+    == [("\u00e91", "h\u00e9", "\u00e9chec")]'; then
+  ok "dead list --json of a LATIN1 database has its text as it is"
+else
+  not_ok "dead list --json of a LATIN1 database: $(cat "$out/latin1-dead.out" "$out/latin1-dead.err")"
+fi
+run latin1-requeue $cli dead requeue "$(printf '\303\251')1" "h$(printf '\303\251')" --db "dbname=$latin1"
+expect "dead requeue é1 hé finds it in the LATIN1 database" 0 latin1-requeue "requeued 1"
+PGDATABASE=$latin1 check "... and it is pending again" \
+  "SELECT status = 'pending' FROM relaybus.deliveries WHERE event_id = chr(233) || '1'"
 
 # --- errors that say what to do
 run noext $cli stats --db "dbname=$noext"

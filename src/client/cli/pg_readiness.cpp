@@ -63,6 +63,11 @@ PgReadiness check_pg_ready(const std::string& conninfo, const std::string& comma
     throw GuidedError("cannot connect to PostgreSQL (" + where(conn.get()) +
                           "): " + trimmed(PQerrorMessage(conn.get())),
                       "the connection settings came from " + connection_source(conninfo));
+  // The tool reads and prints UTF-8 (names, ids, --json) whatever the database's encoding.
+  if (PQsetClientEncoding(conn.get(), "UTF8") != 0)
+    throw GuidedError(
+        "cannot use UTF-8 on " + where(conn.get()) + ": " + trimmed(PQerrorMessage(conn.get())),
+        "");
   std::unique_ptr<PGresult, void (*)(PGresult*)> r(PQexec(conn.get(), kReadiness), PQclear);
   if (PQresultStatus(r.get()) != PGRES_TUPLES_OK) throw client::error_of(conn.get(), r.get());
   PgReadiness ready;
