@@ -239,6 +239,28 @@ expect "dead requeue é1 hé finds it in the LATIN1 database" 0 latin1-requeue "
 PGDATABASE=$latin1 check "... and it is pending again" \
   "SELECT status = 'pending' FROM relaybus.deliveries WHERE event_id = chr(233) || '1'"
 
+# --- output that cannot be written is a failure: exit 1, and why on stderr
+write_fails() {  # NAME REDIRECT ARGS...: runs ARGS with stdout to /dev/full or closed
+  local name=$1 where=$2
+  shift 2
+  code=0
+  if [ "$where" = full ]; then "$@" >/dev/full 2>"$out/$name.err" || code=$?
+  else "$@" >&- 2>"$out/$name.err" || code=$?; fi
+}
+write_fails full-stats full $cli stats --json
+expect "stats --json to a full disk exits 1 and says why" 1 full-stats \
+  "relaybus: cannot write output: No space left on device"
+write_fails full-dead full $cli dead list
+expect "dead list to a full disk exits 1" 1 full-dead "relaybus: cannot write output:"
+write_fails full-help full $cli --help
+expect "--help to a full disk exits 1" 1 full-help "relaybus: cannot write output:"
+write_fails closed-version closed $cli --version
+expect "--version to a closed stdout exits 1" 1 closed-version \
+  "relaybus: cannot write output: Bad file descriptor"
+write_fails full-bench full $bench --help
+expect "relaybus-bench --help to a full disk exits 1" 1 full-bench \
+  "relaybus-bench: cannot write output:"
+
 # --- errors that say what to do
 run noext $cli stats --db "dbname=$noext"
 expect "a database without the extension: exit 1, CREATE EXTENSION in that database" 1 noext \
