@@ -113,6 +113,11 @@ run missing env PGHOST=/nonexistent $cli subscribe --types t
 expect "a missing required option exits 2 naming it" 2 missing "'--handler' is required"
 run bad-value env PGHOST=/nonexistent $cli dead list --limit many
 expect "a value of the wrong type exits 2 naming the option" 2 bad-value "--limit"
+run negative-limit env PGHOST=/nonexistent $cli dead list --limit -1
+expect "a negative --limit is a usage error" 2 negative-limit "--limit must be at least 0, not -1"
+run zero-attempts env PGHOST=/nonexistent $cli subscribe --handler h --types t --max-attempts 0
+expect "--max-attempts 0 is a usage error" 2 zero-attempts \
+  "--max-attempts must be at least 1, not 0"
 run one-word env PGHOST=/nonexistent $cli dead requeue e1
 expect "dead requeue with EVENT_ID alone exits 2" 2 one-word "EVENT_ID and HANDLER"
 run stray env PGHOST=/nonexistent $cli stats extra
