@@ -104,6 +104,22 @@ StoreError error_of(PGconn* conn, PGresult* res) {
   return StoreError(error_code_of_sqlstate(sqlstate), message, sqlstate);
 }
 
+bool conninfo_parses(const std::string& conninfo) {
+  char* error = nullptr;
+  PQconninfoOption* options = PQconninfoParse(conninfo.c_str(), &error);
+  PQfreemem(error);
+  if (!options) return false;
+  PQconninfoFree(options);
+  return true;
+}
+
+StoreError connection_error_of(PGconn* conn, const std::string& conninfo) {
+  if (!conninfo_parses(conninfo))
+    return StoreError(core::ErrorCode::kInvalidParameter,
+                      "the connection string is not a valid libpq connection string or URI");
+  return error_of(conn, nullptr);
+}
+
 core::ErrorCode error_code_of_sqlstate(const std::string& sqlstate) {
   using core::ErrorCode;
   if (sqlstate.empty() || sqlstate.compare(0, 2, "08") == 0 || sqlstate == "57P01")
@@ -134,7 +150,9 @@ PgStore::~PgStore() {
 void PgStore::connect() {
   if (conn_) PQfinish(conn_);
   conn_ = PQconnectdb(conninfo_.c_str());
-  if (PQstatus(conn_) != CONNECTION_OK) throw error_of(conn_, nullptr);
+  if (PQstatus(conn_) != CONNECTION_OK) throw connection_error_of(conn_, conninfo_);
+  // The runtime's strings are UTF-8 whatever the database's encoding: the server converts.
+  if (PQsetClientEncoding(conn_, "UTF8") != 0) throw error_of(conn_, nullptr);
   {
     Result r(PQexec(conn_,
                     "SELECT to_regprocedure('relaybus.claim(text,integer,interval,text[],text)') "

@@ -13,7 +13,9 @@ namespace relaybus::client {
 
 class PgStore final : public Store {
  public:
-  // Connects (a libpq connection string or URI) and prepares the worker statements.
+  // Connects (a libpq connection string or URI), sets client_encoding to UTF8 (the strings
+  // it sends and returns are UTF-8 whatever the database's encoding) and prepares the worker
+  // statements.
   explicit PgStore(const std::string& conninfo);
   ~PgStore() override;
   PgStore(const PgStore&) = delete;
@@ -80,6 +82,14 @@ pg_conn* pg_connection(Store& store);
 // The store error for a failed libpq call: core's code for the SQLSTATE
 // (error_code_of_sqlstate), the message, and the SQLSTATE itself.
 StoreError error_of(pg_conn* conn, pg_result* res);
+
+// Whether libpq parses `conninfo` (a connection string or URI; empty is libpq's defaults).
+bool conninfo_parses(const std::string& conninfo);
+
+// The store error for a connection that failed (PQconnectdb's status is not OK): error_of,
+// unless `conninfo` does not parse. libpq's parse errors quote the text, a password
+// included, so then the message is a fixed one without it.
+StoreError connection_error_of(pg_conn* conn, const std::string& conninfo);
 
 // core's error code for a SQLSTATE (the reverse of src/pg/error_codes.cpp, for the codes
 // relaybus raises; a connection-class SQLSTATE or none at all is kUnavailable).

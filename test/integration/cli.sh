@@ -11,8 +11,10 @@ cd "$(dirname "$0")/../.."
 
 make -s client
 cli=bin/relaybus
+bench=bin/relaybus-bench
 db=relaybus_it_cli
 noext=relaybus_it_cli_noext
+latin1=relaybus_it_cli_latin1
 role=relaybus_it_cli_publisher
 export PGDATABASE=$db
 . test/integration/lib/checks.bash
@@ -22,12 +24,14 @@ admin() { PGOPTIONS="-c client_min_messages=warning" psql -qXAt -v ON_ERROR_STOP
 cleanup() {
   admin "DROP DATABASE IF EXISTS $db" || true
   admin "DROP DATABASE IF EXISTS $noext" || true
+  admin "DROP DATABASE IF EXISTS $latin1" || true
   admin "DROP ROLE IF EXISTS $role" || true
   rm -rf "$out"
 }
 trap cleanup EXIT
 admin "DROP DATABASE IF EXISTS $db"
 admin "DROP DATABASE IF EXISTS $noext"
+admin "DROP DATABASE IF EXISTS $latin1"
 admin "DROP ROLE IF EXISTS $role"
 admin "CREATE DATABASE $db"
 admin "CREATE DATABASE $noext"
@@ -109,6 +113,11 @@ run missing env PGHOST=/nonexistent $cli subscribe --types t
 expect "a missing required option exits 2 naming it" 2 missing "'--handler' is required"
 run bad-value env PGHOST=/nonexistent $cli dead list --limit many
 expect "a value of the wrong type exits 2 naming the option" 2 bad-value "--limit"
+run negative-limit env PGHOST=/nonexistent $cli dead list --limit -1
+expect "a negative --limit is a usage error" 2 negative-limit "--limit must be at least 0, not -1"
+run zero-attempts env PGHOST=/nonexistent $cli subscribe --handler h --types t --max-attempts 0
+expect "--max-attempts 0 is a usage error" 2 zero-attempts \
+  "--max-attempts must be at least 1, not 0"
 run one-word env PGHOST=/nonexistent $cli dead requeue e1
 expect "dead requeue with EVENT_ID alone exits 2" 2 one-word "EVENT_ID and HANDLER"
 run stray env PGHOST=/nonexistent $cli stats extra
@@ -194,6 +203,69 @@ else
   not_ok "dead requeue --handler mailer --json: $(cat "$out/requeue-all.out" "$out/requeue-all.err")"
 fi
 
+# --- the table shows no byte a terminal acts on: publishers choose type, key and event id,
+# handlers write last_error (an escape sequence, a bell, DEL, a C1 control, U+2028/9)
+run subscribe-tty $cli subscribe --handler tty --types tty.test
+expect "a handler for the terminal test" 0 subscribe-tty "subscribed tty"
+q "SELECT relaybus.publish('tty.test', '{}', key => 'k' || chr(1) || chr(127) || '\\',
+     event_id => 'e' || chr(133) || chr(8232) || chr(8233) || chr(233) || chr(27) || '[2J')" >/dev/null
+check "tty's worker buries it with an error full of control characters" \
+  "SELECT bool_and(relaybus.bury(lease_token, 'err' || chr(27) || ']0;x' || chr(7) || E'\\n' || chr(155)))
+     FROM relaybus.claim('cli-test', 10, '30 seconds', ARRAY['tty'])"
+run tty $cli dead list --handler tty
+expect "dead list shows them escaped" 0 tty 'e\u0085\u2028\u2029'"$(printf '\303\251')"'\x1B[2J' \
+  'k\x01\x7F\\' 'err\x1B]0;x\x07\n\u009B'
+if /usr/bin/python3 -c '
+import re, sys
+data = open(sys.argv[1], "rb").read()
+sys.exit(1 if re.search(rb"[\x00-\x09\x0b-\x1f\x7f]|\xc2[\x80-\x9f]|\xe2\x80[\xa8\xa9]", data) else 0)' \
+  "$out/tty.out"; then ok "... and not one of them raw"; else
+  not_ok "... and not one of them raw: $(od -c "$out/tty.out" | head -20)"; fi
+
+# --- a LATIN1 database: the tool talks UTF-8 to it (client_encoding), so its text comes out
+# right and an EVENT_ID on the command line matches (chr(233) is é in either encoding)
+admin "CREATE DATABASE $latin1 ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0"
+PGDATABASE=$latin1 q "CREATE EXTENSION relaybus" >/dev/null
+PGDATABASE=$latin1 q "SELECT relaybus.subscribe('h' || chr(233), ARRAY['t'])" >/dev/null
+PGDATABASE=$latin1 q "SELECT relaybus.publish('t', '{}', event_id => chr(233) || '1')" >/dev/null
+PGDATABASE=$latin1 check "a worker buries it in the LATIN1 database" \
+  "SELECT bool_and(relaybus.bury(lease_token, chr(233) || 'chec'))
+     FROM relaybus.claim('cli-test', 10, '30 seconds', ARRAY['h' || chr(233)])"
+run latin1-dead $cli dead list --json --db "dbname=$latin1"
+if [ "$code" = 0 ] && json latin1-dead '
+    [(d["event_id"], d["handler"], d["last_error"]) for d in doc["deliveries"]]
+    == [("\u00e91", "h\u00e9", "\u00e9chec")]'; then
+  ok "dead list --json of a LATIN1 database has its text as it is"
+else
+  not_ok "dead list --json of a LATIN1 database: $(cat "$out/latin1-dead.out" "$out/latin1-dead.err")"
+fi
+run latin1-requeue $cli dead requeue "$(printf '\303\251')1" "h$(printf '\303\251')" --db "dbname=$latin1"
+expect "dead requeue é1 hé finds it in the LATIN1 database" 0 latin1-requeue "requeued 1"
+PGDATABASE=$latin1 check "... and it is pending again" \
+  "SELECT status = 'pending' FROM relaybus.deliveries WHERE event_id = chr(233) || '1'"
+
+# --- output that cannot be written is a failure: exit 1, and why on stderr
+write_fails() {  # NAME REDIRECT ARGS...: runs ARGS with stdout to /dev/full or closed
+  local name=$1 where=$2
+  shift 2
+  code=0
+  if [ "$where" = full ]; then "$@" >/dev/full 2>"$out/$name.err" || code=$?
+  else "$@" >&- 2>"$out/$name.err" || code=$?; fi
+}
+write_fails full-stats full $cli stats --json
+expect "stats --json to a full disk exits 1 and says why" 1 full-stats \
+  "relaybus: cannot write output: No space left on device"
+write_fails full-dead full $cli dead list
+expect "dead list to a full disk exits 1" 1 full-dead "relaybus: cannot write output:"
+write_fails full-help full $cli --help
+expect "--help to a full disk exits 1" 1 full-help "relaybus: cannot write output:"
+write_fails closed-version closed $cli --version
+expect "--version to a closed stdout exits 1" 1 closed-version \
+  "relaybus: cannot write output: Bad file descriptor"
+write_fails full-bench full $bench --help
+expect "relaybus-bench --help to a full disk exits 1" 1 full-bench \
+  "relaybus-bench: cannot write output:"
+
 # --- errors that say what to do
 run noext $cli stats --db "dbname=$noext"
 expect "a database without the extension: exit 1, CREATE EXTENSION in that database" 1 noext \
@@ -214,6 +286,26 @@ expect "no server with --db: the --db used, its password hidden" 1 noserver-db \
   "cannot connect to PostgreSQL" '--db "password=*** port=1"'
 if grep -q hunter2 "$out/noserver-db.err"; then not_ok "the password is never printed"; else
   ok "the password is never printed"; fi
+
+# An unparsable --db: libpq's parse error quotes the text, the password in it included, so
+# the message is a fixed one (and the hint shows no part of it either).
+n=0
+for bad in 'postgresql://ops:TopSecret1@[::1/app' 'postgresql://ops:Top%zzSecret1@/app' \
+  'password=Top Secret1 dbname=app'; do
+  n=$((n + 1))
+  run "unparsed-$n" $cli stats --db "$bad"
+  expect "an unparsable --db ($bad): exit 1, a fixed message" 1 "unparsed-$n" \
+    "cannot connect to PostgreSQL: --db is not a valid libpq connection string or URI"
+  if grep -q Secret1 "$out/unparsed-$n.err"; then
+    not_ok "... and its password is not printed: $(cat "$out/unparsed-$n.err")"
+  else ok "... and its password is not printed"; fi
+  run "unparsed-bench-$n" $bench drain --out "$out/bench" --db "$bad"
+  expect "relaybus-bench with that --db: exit 1, a fixed message" 1 "unparsed-bench-$n" \
+    "not a valid libpq connection string or URI"
+  if grep -q Secret1 "$out/unparsed-bench-$n.err"; then
+    not_ok "... and relaybus-bench does not print its password: $(cat "$out/unparsed-bench-$n.err")"
+  else ok "... and relaybus-bench does not print its password"; fi
+done
 
 echo "cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -12,7 +12,7 @@ using client::error_of;
 
 Connection::Connection(const std::string& conninfo) : conn_(PQconnectdb(conninfo.c_str())) {
   if (PQstatus(conn_) != CONNECTION_OK) {
-    auto error = error_of(conn_, nullptr);
+    auto error = client::connection_error_of(conn_, conninfo);
     PQfinish(conn_);
     throw error;
   }

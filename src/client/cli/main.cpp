@@ -102,8 +102,11 @@ relaybus::tool::Program program() {
         o.add_options()                                                             //
             ("types", po::value<std::string>()->required()->value_name("T1,T2"),  //
              "the event types it receives, comma-separated; * for every type (required)")
-            ("max-attempts", po::value<int>()->default_value(core::kDefaultMaxAttempts)->value_name("N"),
-             "attempts before a delivery is dead-lettered")
+            ("max-attempts",
+             at_least<int>("max-attempts", 1)
+                 ->default_value(core::kDefaultMaxAttempts)
+                 ->value_name("N"),
+             "attempts before a delivery is dead-lettered (1 or more)")
             ("backoff-base-ms",
              at_least<std::int64_t>("backoff-base-ms", 0)
                  ->default_value(core::kDefaultBackoffBaseUs / 1000)
@@ -133,7 +136,7 @@ relaybus::tool::Program program() {
       [](po::options_description& o) {
         o.add_options()                                                               //
             ("handler", po::value<std::string>()->value_name("H"), "only this handler's")  //
-            ("limit", po::value<int>()->default_value(100)->value_name("N"),
+            ("limit", at_least<int>("limit", 0)->default_value(100)->value_name("N"),
              "at most N dead letters (0 or more)");
         json_option(o);
       });

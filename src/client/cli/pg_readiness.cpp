@@ -50,15 +50,24 @@ constexpr const char* kReadiness =
 
 PgReadiness check_pg_ready(const std::string& conninfo, const std::string& command,
                            bool needs_admin) {
+  // libpq's parse errors quote the text they could not parse, a password included: an
+  // unparsable --db gets a message of its own, and no connection is tried.
+  if (!client::conninfo_parses(conninfo))
+    throw GuidedError(
+        "cannot connect to PostgreSQL: --db is not a valid libpq connection "
+        "string or URI",
+        "the connection settings came from " + connection_source(conninfo));
   Connection conn(PQconnectdb(conninfo.c_str()), PQfinish);
   if (!conn) throw GuidedError("cannot connect to PostgreSQL: out of memory", "");
-  if (PQstatus(conn.get()) != CONNECTION_OK) {
-    // An unparsable --db resolves nothing: then there is no "where" to tell.
-    const std::string tried = PQdb(conn.get()) ? " (" + where(conn.get()) + ")" : "";
-    throw GuidedError("cannot connect to PostgreSQL" + tried + ": " +
-                          trimmed(PQerrorMessage(conn.get())),
+  if (PQstatus(conn.get()) != CONNECTION_OK)
+    throw GuidedError("cannot connect to PostgreSQL (" + where(conn.get()) +
+                          "): " + trimmed(PQerrorMessage(conn.get())),
                       "the connection settings came from " + connection_source(conninfo));
-  }
+  // The tool reads and prints UTF-8 (names, ids, --json) whatever the database's encoding.
+  if (PQsetClientEncoding(conn.get(), "UTF8") != 0)
+    throw GuidedError(
+        "cannot use UTF-8 on " + where(conn.get()) + ": " + trimmed(PQerrorMessage(conn.get())),
+        "");
   std::unique_ptr<PGresult, void (*)(PGresult*)> r(PQexec(conn.get(), kReadiness), PQclear);
   if (PQresultStatus(r.get()) != PGRES_TUPLES_OK) throw client::error_of(conn.get(), r.get());
   PgReadiness ready;

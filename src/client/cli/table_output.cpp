@@ -3,24 +3,45 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "client/tool/json_text.hpp"
+
 namespace relaybus::cli {
 
 namespace {
 
-// One line per row: a newline or tab in a value (an error message often has them) is shown
-// escaped, as \n and \t, instead of breaking the table.
+// One line per row, and nothing a terminal would act on: the values come from publishers
+// (type, key, event id) and handlers (last_error). A newline, tab or carriage return is shown
+// as \n, \t or \r; any other control byte (below 0x20, DEL) and a byte that is not part of
+// valid UTF-8 as \xNN; a C1 control (U+0080-U+009F) and the line and paragraph separators
+// (U+2028, U+2029) as \uNNNN; a backslash as \\, so that every escape reads one way.
 std::string one_line(const std::optional<std::string>& value) {
+  const std::string text = value.value_or("");
   std::string out;
-  for (char c : value.value_or("")) {
-    if (c == '\n') {
+  char buf[8];
+  for (std::size_t i = 0; i < text.size();) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    const std::size_t n = tool::utf8_length(text, i);
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '\n') {
       out += "\\n";
     } else if (c == '\t') {
       out += "\\t";
     } else if (c == '\r') {
       out += "\\r";
+    } else if (c < 0x20 || c == 0x7F || n == 0) {
+      std::snprintf(buf, sizeof buf, "\\x%02X", c);
+      out += buf;
+    } else if (n == 2 && c == 0xC2 && static_cast<unsigned char>(text[i + 1]) <= 0x9F) {
+      std::snprintf(buf, sizeof buf, "\\u%04X", static_cast<unsigned char>(text[i + 1]));
+      out += buf;
+    } else if (n == 3 && text.compare(i, 2, "\xE2\x80") == 0 &&
+               (text[i + 2] == '\xA8' || text[i + 2] == '\xA9')) {
+      out += text[i + 2] == '\xA8' ? "\\u2028" : "\\u2029";
     } else {
-      out += c;
+      out.append(text, i, n);
     }
+    i += n ? n : 1;
   }
   return out;
 }

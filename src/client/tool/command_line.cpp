@@ -1,6 +1,9 @@
 #include "command_line.hpp"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <sstream>
 
@@ -79,8 +82,8 @@ void command_help(const Program& p, const Command& c, std::ostream& out) {
 // The one line a usage error prints: what is wrong, and where the right usage is.
 int usage_error(const Program& p, const std::string& where, const std::string& message) {
   const std::string help = where.empty() ? p.name + " --help" : p.name + " " + where + " --help";
-  std::cerr << p.name << (where.empty() ? "" : " " + where) << ": " << message << " (see "
-            << help << ")" << std::endl;
+  std::cerr << p.name << (where.empty() ? "" : " " + where) << ": " << message << " (see " << help
+            << ")" << std::endl;
   return kUsageError;
 }
 
@@ -142,9 +145,7 @@ int help(const Program& p, const std::vector<std::string>& words) {
   return usage_error(p, "", "unknown command '" + name + "'");
 }
 
-}  // namespace
-
-int run_program(const Program& p, int argc, const char* const* argv) {
+int run_unchecked(const Program& p, int argc, const char* const* argv) {
   const std::vector<std::string> words(argv + 1, argv + argc);
   if (words.empty()) {
     program_help(p, std::cerr);
@@ -157,7 +158,7 @@ int run_program(const Program& p, int argc, const char* const* argv) {
   }
   if (first == "--version") {
     if (words.size() > 1) return usage_error(p, "", "--version takes nothing after it");
-    std::cout << p.name << " " << p.version << std::endl;
+    std::cout << p.name << " " << p.version << "\n";  // flushed by checked_output
     return 0;
   }
   if (first == "help") return help(p, {words.begin() + 1, words.end()});
@@ -169,22 +170,42 @@ int run_program(const Program& p, int argc, const char* const* argv) {
     if (const Command* c = find(p, first + " " + words[1]))
       return run_command(p, *c, {words.begin() + 2, words.end()});
   }
-  if (const Command* c = find(p, first)) return run_command(p, *c, {words.begin() + 1, words.end()});
+  if (const Command* c = find(p, first))
+    return run_command(p, *c, {words.begin() + 1, words.end()});
   if (!members(p, first).empty()) {
     if (words.size() >= 2 && is_help(words[1])) {
       group_help(p, first, std::cout);
       return 0;
     }
     if (words.size() >= 2 && words[1].rfind("-", 0) != 0)
-      return usage_error(p, first,
-                         "unknown subcommand '" + words[1] + "' (there are: " +
-                             member_names(p, first) + ")");
+      return usage_error(
+          p, first,
+          "unknown subcommand '" + words[1] + "' (there are: " + member_names(p, first) + ")");
     return usage_error(p, first, "a subcommand is needed: " + member_names(p, first));
   }
   std::string message = "unknown command '" + first + "'";
   const std::string note = p.moved ? p.moved(first) : "";
   if (!note.empty()) message += ": " + note;
   return usage_error(p, "", message);
+}
+
+// What the command printed must have reached stdout (a full disk, a closed pipe): when it
+// did not, the command failed, whatever it returned.
+int checked_output(const Program& p, int code) {
+  errno = 0;
+  std::cout.flush();  // synchronized with stdio: this flushes stdout, and may fail
+  const bool flushed = std::fflush(stdout) == 0;
+  if (flushed && !std::ferror(stdout) && std::cout.good()) return code;
+  const int error = errno;
+  std::cerr << p.name << ": cannot write output: " << (error ? std::strerror(error) : "write error")
+            << std::endl;
+  return code == 0 ? kRuntimeError : code;
+}
+
+}  // namespace
+
+int run_program(const Program& p, int argc, const char* const* argv) {
+  return checked_output(p, run_unchecked(p, argc, argv));
 }
 
 }  // namespace relaybus::tool

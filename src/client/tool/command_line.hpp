@@ -95,7 +95,9 @@ struct Program {
 
 // Parses argv and runs the command it names. Usage errors are reported here (exit code 2);
 // errors the command throws otherwise are left to the caller, which knows how to explain
-// them.
+// them. Afterwards stdout is flushed: when what was printed could not be written (a full
+// disk, a closed pipe) it says so on stderr, "PROGRAM: cannot write output: REASON", and
+// a command that succeeded exits 1.
 int run_program(const Program& program, int argc, const char* const* argv);
 
 }  // namespace relaybus::tool

@@ -4,10 +4,6 @@
 
 namespace relaybus::tool {
 
-namespace {
-
-// The length of the valid UTF-8 sequence at s[i] (RFC 3629: no overlong forms, no
-// surrogates, at most U+10FFFF), or 0 when there is none.
 std::size_t utf8_length(const std::string& s, std::size_t i) {
   const auto at = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
   const unsigned char c = at(i);
@@ -33,8 +29,6 @@ std::size_t utf8_length(const std::string& s, std::size_t i) {
     if (at(i + k) < 0x80 || at(i + k) > 0xBF) return 0;
   return n;
 }
-
-}  // namespace
 
 std::string json_string(const std::string& text) {
   std::string out = "\"";

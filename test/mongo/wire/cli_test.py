@@ -111,8 +111,8 @@ class CliTest(mockrs.WireTest):
     def test_a_bad_listing_filter_is_refused_before_anything_is_sent(self):
         p = self.run_cli("dead", "list", "--limit", "-1")
         code, out, err = self.finish(p)
-        self.assertEqual(code, 1)
-        self.assertIn("max_rows must be zero or more", err)
+        self.assertEqual(code, 2)  # a usage error
+        self.assertIn("--limit must be at least 0, not -1", err)
         self.rs.nothing_more()
 
     def test_a_uri_without_a_database_uses_relaybus(self):
