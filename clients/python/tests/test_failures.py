@@ -57,6 +57,9 @@ def test_bury_dead_letters_at_once(conninfo, admin, subscribe, workers):
 
     worker.start()
     wait_until(lambda: _dead(admin, handler), what="the dead letter")
+    # The counters move once the settler has read the server's answer, a moment after the
+    # dead letter is visible: stopping waits for the settler.
+    worker.stop()
     assert _dead(admin, handler) == [(event_id, 1, "order 7 does not exist")]
     assert worker.stats.buried == 1 and worker.stats.failed == 0
 
