@@ -1,5 +1,6 @@
 // The shared library's entry: PostgreSQL's magic block and _PG_init.
 #include "background.hpp"
+#include "drop_warning.hpp"
 #include "postgres.hpp"
 #include "settings.hpp"
 #include "wakeup.hpp"
@@ -12,6 +13,7 @@ void _PG_init(void) {
   const bool preloading = process_shared_preload_libraries_in_progress;
   relaybus::pg::settings::define();
   relaybus::pg::wakeup::install(preloading);
+  relaybus::pg::drop_warning::install();
   if (preloading) relaybus::pg::background::register_workers();
 }
 }
