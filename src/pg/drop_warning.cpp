@@ -40,9 +40,13 @@ void warn_about_deliveries() {
   PG_TRY();
   {
     if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "SPI_connect failed");
-    // 0.1.0's 'processing' counts with the waiting ones: both are work not done.
-    if (SPI_execute("SELECT count(*) FILTER (WHERE status <> 'dead'), "
-                    "count(*) FILTER (WHERE status = 'dead') FROM relaybus.deliveries",
+    // 0.1.0's 'processing' counts with the waiting ones: both are work not done. Every
+    // function and operator is pg_catalog's by name: this runs as the role dropping, a
+    // superuser, under its search_path, where a schema another role may create in could
+    // come before pg_catalog and hand it a planted count(*) or <>.
+    if (SPI_execute("SELECT pg_catalog.count(*) FILTER (WHERE status OPERATOR(pg_catalog.<>) "
+                    "'dead'), pg_catalog.count(*) FILTER (WHERE status OPERATOR(pg_catalog.=) "
+                    "'dead') FROM relaybus.deliveries",
                     true, 0) == SPI_OK_SELECT &&
         SPI_processed == 1) {
       bool null = false;

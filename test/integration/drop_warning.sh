@@ -53,5 +53,35 @@ psql -qX -c "DROP EXTENSION IF EXISTS relaybus" >"$out" 2>&1
 grep -q "WARNING" "$out" && not_ok "IF EXISTS on a dropped extension warned" \
   || ok "DROP EXTENSION IF EXISTS without relaybus only has PostgreSQL's notice"
 
+# The count runs as the role dropping, a superuser: a role that may create in a schema on
+# that superuser's search_path, ahead of pg_catalog, must not get its own count(*) or <>
+# run by it. The count names pg_catalog's.
+psql -qX -v ON_ERROR_STOP=1 >/dev/null <<'SQL'
+CREATE EXTENSION relaybus;
+SELECT relaybus.subscribe('h', ARRAY['t']);
+SELECT relaybus.publish('t', '{}');
+CREATE TABLE public.ran_as (who text);
+GRANT INSERT ON public.ran_as TO relaybus_it_dropper;
+GRANT CREATE ON SCHEMA public TO relaybus_it_dropper;
+SET ROLE relaybus_it_dropper;
+CREATE FUNCTION public.planted_step(bigint) RETURNS bigint LANGUAGE plpgsql AS $$
+BEGIN INSERT INTO public.ran_as VALUES (current_user); RETURN $1 + 1; END $$;
+CREATE AGGREGATE public.count(*) (sfunc = public.planted_step, stype = bigint, initcond = '0');
+CREATE FUNCTION public.planted_ne(text, text) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN INSERT INTO public.ran_as VALUES (current_user); RETURN $1 OPERATOR(pg_catalog.<>) $2; END $$;
+CREATE OPERATOR public.<> (leftarg = text, rightarg = text, function = public.planted_ne);
+RESET ROLE;
+SQL
+psql -qX -c "SET search_path = public, pg_catalog" -c "DROP EXTENSION relaybus" >"$out" 2>&1
+grep -q "1 pending and 0 dead deliveries" "$out" && [ "$(installed)" = 0 ] \
+  && ok "with a planted count(*) and <> ahead of pg_catalog: the real counts, and dropped" \
+  || not_ok "planted functions: $(cat "$out")"
+[ "$(q "SELECT count(*) FROM public.ran_as")" = 0 ] \
+  && ok "... and the superuser ran none of the planted code" \
+  || not_ok "the superuser ran planted code as: $(q "SELECT string_agg(DISTINCT who, ', ') FROM public.ran_as")"
+psql -qX -c "DROP OPERATOR public.<> (text, text)" -c "DROP AGGREGATE public.count(*)" \
+  -c "REVOKE CREATE ON SCHEMA public FROM relaybus_it_dropper" >/dev/null
+psql -qX -c "DROP OWNED BY relaybus_it_dropper" >/dev/null
+
 echo "drop warning: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
