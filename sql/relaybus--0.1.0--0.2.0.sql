@@ -111,7 +111,8 @@ END
 $drop$;
 
 ALTER TABLE relaybus.subscriptions
-  ADD COLUMN sql_timeout interval CHECK (sql_timeout > '0');
+  ADD COLUMN sql_timeout interval CHECK (sql_timeout > '0'),
+  ADD COLUMN paused_at timestamptz;
 
 -- Events remember every handler they ever had a delivery for, completed ones included, so
 -- nothing completed under 0.1.0 runs again when the event is published again.
@@ -170,12 +171,15 @@ CREATE TABLE relaybus.lanes (
 
 -- Optional append-only completion history: one row per completion while
 -- relaybus.completion_history is on (and 0.1.0's completed deliveries, after an upgrade),
--- read by statistics() and list_deliveries('completed'), deleted by purge_expired.
+-- read by statistics() and list_deliveries('completed'), deleted by purge_expired. outcome
+-- says how the delivery ended: 'completed' by its handler, or 'cancelled' by an admin
+-- (cancel).
 CREATE TABLE relaybus.completions (
   event_id     text NOT NULL,
   handler      text NOT NULL,
   attempts     integer NOT NULL,
-  completed_at timestamptz NOT NULL DEFAULT now()
+  completed_at timestamptz NOT NULL DEFAULT now(),
+  outcome      text NOT NULL DEFAULT 'completed' CHECK (outcome IN ('completed', 'cancelled'))
 );
 -- purge_expired: completion history by age.
 CREATE INDEX completions_completed_at_brin ON relaybus.completions USING brin (completed_at);
@@ -682,7 +686,9 @@ SELECT relaybus_internal.create_lanes(h.handler)
 COMMENT ON TABLE relaybus.subscriptions IS
   'Handlers and what they receive, one row per subscribe (the retry policy included). '
   'sql_function marks an in-database handler, run by the background workers rather than by '
-  'external workers; sql_timeout bounds one call of it (NULL: relaybus.sql_handler_timeout).';
+  'external workers; sql_timeout bounds one call of it (NULL: relaybus.sql_handler_timeout). '
+  'paused_at: set by pause (NULL: running); a paused handler''s deliveries are published and '
+  'kept, but no claim hands them out.';
 COMMENT ON TABLE relaybus.events IS
   'Published events, one per event id, until purge_expired deletes them. handlers lists '
   'every handler the event ever had a delivery for, so a repeated publish (a broker '
@@ -711,7 +717,9 @@ COMMENT ON TABLE relaybus.lanes IS
 COMMENT ON TABLE relaybus.completions IS
   'Optional append-only completion history: one row per completion while '
   'relaybus.completion_history is on (and 0.1.0''s completed deliveries, after an upgrade), '
-  'read by statistics() and list_deliveries(''completed''), deleted by purge_expired.';
+  'read by statistics() and list_deliveries(''completed''), deleted by purge_expired. outcome '
+  'says how the delivery ended: ''completed'' by its handler, or ''cancelled'' by an admin '
+  '(cancel).';
 COMMENT ON INDEX relaybus.completions_completed_at_brin IS
   'purge_expired: completion history by age.';
 COMMENT ON SCHEMA relaybus_internal IS

@@ -27,12 +27,15 @@ CREATE TABLE relaybus.lanes (
 
 -- Optional append-only completion history: one row per completion while
 -- relaybus.completion_history is on (and 0.1.0's completed deliveries, after an upgrade),
--- read by statistics() and list_deliveries('completed'), deleted by purge_expired.
+-- read by statistics() and list_deliveries('completed'), deleted by purge_expired. outcome
+-- says how the delivery ended: 'completed' by its handler, or 'cancelled' by an admin
+-- (cancel).
 CREATE TABLE relaybus.completions (
   event_id     text NOT NULL,
   handler      text NOT NULL,
   attempts     integer NOT NULL,
-  completed_at timestamptz NOT NULL DEFAULT now()
+  completed_at timestamptz NOT NULL DEFAULT now(),
+  outcome      text NOT NULL DEFAULT 'completed' CHECK (outcome IN ('completed', 'cancelled'))
 );
 -- purge_expired: completion history by age.
 CREATE INDEX completions_completed_at_brin ON relaybus.completions USING brin (completed_at);

@@ -5,6 +5,8 @@
 -- Handlers and what they receive, one row per subscribe (the retry policy included).
 -- sql_function marks an in-database handler, run by the background workers rather than by
 -- external workers; sql_timeout bounds one call of it (NULL: relaybus.sql_handler_timeout).
+-- paused_at: set by pause (NULL: running); a paused handler's deliveries are published and
+-- kept, but no claim hands them out.
 CREATE TABLE relaybus.subscriptions (
   handler      text PRIMARY KEY CHECK (handler <> ''),
   event_types  text[] NOT NULL CHECK (cardinality(event_types) > 0),
@@ -13,6 +15,7 @@ CREATE TABLE relaybus.subscriptions (
   backoff_max  interval NOT NULL DEFAULT '@RETRY_BACKOFF_MAX@',
   sql_function regprocedure,
   sql_timeout  interval CHECK (sql_timeout > '0'),
+  paused_at    timestamptz,
   created_at   timestamptz NOT NULL DEFAULT now(),
   updated_at   timestamptz NOT NULL DEFAULT now()
 );

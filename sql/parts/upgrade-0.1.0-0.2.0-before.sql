@@ -34,7 +34,8 @@ END
 $drop$;
 
 ALTER TABLE relaybus.subscriptions
-  ADD COLUMN sql_timeout interval CHECK (sql_timeout > '0');
+  ADD COLUMN sql_timeout interval CHECK (sql_timeout > '0'),
+  ADD COLUMN paused_at timestamptz;
 
 -- Events remember every handler they ever had a delivery for, completed ones included, so
 -- nothing completed under 0.1.0 runs again when the event is published again.
