@@ -300,7 +300,7 @@ BEGIN
   END IF;
   IF want_status = 'completed' THEN
     RETURN QUERY
-      SELECT c.event_id, c.handler, e.type, e.key, 'completed'::text, c.attempts,
+      SELECT c.event_id, c.handler, e.type, e.key, c.outcome, c.attempts,
              NULL::timestamptz, NULL::text, NULL::text, c.completed_at, c.completed_at
         FROM relaybus.completions c LEFT JOIN relaybus.events e ON e.id = c.event_id
        WHERE want_handler IS NULL OR c.handler = want_handler
@@ -592,15 +592,132 @@ BEGIN
 END
 $fn$;
 
+-- pause: stops handing out handler's deliveries: claims, the in-database handler workers'
+-- included, skip it until resume. Publishing goes on and its deliveries are kept; attempts
+-- in flight end as usual. Returns false when it was paused already.
+--
+-- A claim already running when pause commits may still hand out its batch; every claim
+-- that starts after does not. A re-subscribe keeps the pause; unsubscribe forgets it.
+-- Writes subscriptions (the handler's row, locked until commit).
+CREATE FUNCTION relaybus.pause(handler text) RETURNS boolean
+  LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+  was_paused boolean;
+BEGIN
+  IF handler IS NULL THEN
+    RAISE EXCEPTION 'handler must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+  END IF;
+  SELECT s.paused_at IS NOT NULL INTO was_paused
+    FROM relaybus.subscriptions s WHERE s.handler = pause.handler FOR NO KEY UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'handler "%" is not subscribed', handler USING ERRCODE = 'undefined_object',
+      HINT = 'Only a subscribed handler can be paused: see relaybus.statistics().';
+  END IF;
+  IF was_paused THEN
+    RETURN false;
+  END IF;
+  UPDATE relaybus.subscriptions s SET paused_at = now(), updated_at = now()
+   WHERE s.handler = pause.handler;
+  RETURN true;
+END
+$fn$;
+
+-- resume: hands out a paused handler's deliveries again, and wakes the workers listening on
+-- channel relaybus (the in-database handler workers look at their next poll). Returns false
+-- when it was not paused.
+--
+-- Writes subscriptions (the handler's row, locked until commit); NOTIFY relaybus when
+-- relaybus.notify is on.
+CREATE FUNCTION relaybus.resume(handler text) RETURNS boolean
+  LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+  was_paused boolean;
+BEGIN
+  IF handler IS NULL THEN
+    RAISE EXCEPTION 'handler must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+  END IF;
+  SELECT s.paused_at IS NOT NULL INTO was_paused
+    FROM relaybus.subscriptions s WHERE s.handler = resume.handler FOR NO KEY UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'handler "%" is not subscribed', handler USING ERRCODE = 'undefined_object';
+  END IF;
+  IF NOT was_paused THEN
+    RETURN false;
+  END IF;
+  UPDATE relaybus.subscriptions s SET paused_at = NULL, updated_at = now()
+   WHERE s.handler = resume.handler;
+  -- The library may not be loaded in this session: then the setting is a placeholder (or
+  -- absent), read as text.
+  IF coalesce(current_setting('relaybus.notify', true), 'on')::boolean THEN
+    PERFORM pg_notify('relaybus', handler);
+  END IF;
+  RETURN true;
+END
+$fn$;
+
+-- cancel: removes one delivery that is dead, or pending and not in flight, so that it is
+-- never run (again); a later delivery of its ordering key no longer waits for it. With
+-- relaybus.completion_history on, the history records it with outcome 'cancelled'. Returns
+-- false when (event_id, handler) has no delivery; 55006 (object_in_use) while it is in flight.
+--
+-- Locks the delivery's lane FOR UPDATE (so no claim picks it meanwhile, and this waits for
+-- a completion in progress), then the delivery: lanes before deliveries, the order of every
+-- other writer. Writes deliveries (delete), completions (history on).
+CREATE FUNCTION relaybus.cancel(event_id text, handler text) RETURNS boolean
+  LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+  d_lane smallint;
+  d_status text;
+  d_attempts integer;
+  in_flight boolean;
+BEGIN
+  IF event_id IS NULL OR handler IS NULL THEN
+    RAISE EXCEPTION 'event_id and handler must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+  END IF;
+  -- A delivery's lane never changes (lane_of its key or event id), so it can be read
+  -- before the lane is locked.
+  SELECT d.lane INTO d_lane FROM relaybus.deliveries d
+   WHERE d.event_id = cancel.event_id AND d.handler = cancel.handler;
+  IF NOT FOUND THEN
+    RETURN false;
+  END IF;
+  -- In flight: listed by a held lane (the in_flight CTE of statistics()).
+  SELECT l.lease_owner IS NOT NULL AND cancel.event_id = ANY (l.in_flight) INTO in_flight
+    FROM relaybus.lanes l WHERE l.handler = cancel.handler AND l.lane = d_lane FOR UPDATE;
+  SELECT d.status, d.attempts INTO d_status, d_attempts FROM relaybus.deliveries d
+   WHERE d.event_id = cancel.event_id AND d.handler = cancel.handler FOR UPDATE;
+  IF NOT FOUND THEN
+    RETURN false;  -- completed while this waited for the lane
+  END IF;
+  -- core::cancel_verdict (src/core/attempt_end.hpp).
+  IF d_status = 'pending' AND coalesce(in_flight, false) THEN
+    RAISE EXCEPTION 'delivery of event "%" to handler "%" is in flight', event_id, handler
+      USING ERRCODE = 'object_in_use',
+            DETAIL = 'A worker is running its attempt; it ends with complete, fail, bury or release, or when its lease expires.',
+            HINT = 'Cancel it once the attempt has ended (relaybus.pause stops further attempts).';
+  END IF;
+  DELETE FROM relaybus.deliveries d WHERE d.event_id = cancel.event_id AND d.handler = cancel.handler;
+  IF coalesce(current_setting('relaybus.completion_history', true), 'off')::boolean THEN
+    INSERT INTO relaybus.completions (event_id, handler, attempts, outcome)
+    VALUES (cancel.event_id, cancel.handler, d_attempts, 'cancelled');
+  END IF;
+  RETURN true;
+END
+$fn$;
+
 -- statistics: per handler (subscribed, with deliveries left, or with completion history):
 -- pending = waiting and not in any lane's in-flight list, processing = in flight, dead,
--- completed = completion history (0.1.0's completed deliveries included; 0 when it is off),
--- oldest_pending = creation time of the oldest waiting delivery.
+-- completed = completion history (0.1.0's completed deliveries included, cancels not; 0
+-- when it is off), oldest_pending = creation time of the oldest waiting delivery, paused =
+-- subscribed and paused.
 --
 -- Reads subscriptions, deliveries, lanes, completions.
 CREATE FUNCTION relaybus.statistics()
   RETURNS TABLE(handler text, pending bigint, processing bigint, dead bigint, completed bigint,
-                oldest_pending timestamptz)
+                oldest_pending timestamptz, paused boolean)
   LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
   WITH in_flight AS (
@@ -619,23 +736,26 @@ AS $fn$
            min(d.created_at) FILTER (WHERE d.status = 'pending' AND NOT d.in_flight) AS oldest
       FROM d GROUP BY d.handler
   ), history AS (
-    SELECT c.handler, count(*) AS completed FROM relaybus.completions c GROUP BY c.handler
+    SELECT c.handler, count(*) FILTER (WHERE c.outcome = 'completed') AS completed
+      FROM relaybus.completions c GROUP BY c.handler
   ), names AS (
     SELECT s.handler FROM relaybus.subscriptions s
     UNION SELECT c.handler FROM counts c
     UNION SELECT h.handler FROM history h
   )
   SELECT n.handler, coalesce(c.pending, 0), coalesce(c.processing, 0), coalesce(c.dead, 0),
-         coalesce(h.completed, 0), c.oldest
+         coalesce(h.completed, 0), c.oldest, coalesce(s.paused_at IS NOT NULL, false)
     FROM names n
     LEFT JOIN counts c ON c.handler = n.handler
     LEFT JOIN history h ON h.handler = n.handler
+    LEFT JOIN relaybus.subscriptions s ON s.handler = n.handler
    ORDER BY n.handler
 $fn$;
 
 -- list_deliveries: admin listing, newest first, at most max_rows rows. status: NULL
 -- (pending, processing and dead), 'pending', 'processing', 'dead' or 'completed' (the
--- completion history); handler filters by handler.
+-- completion history, whose status is completed or, for a cancel, cancelled); handler
+-- filters by handler.
 --
 -- A scan: filter by status or handler on a large table. The body is
 -- relaybus_internal.list_deliveries_impl (see there why).
@@ -682,6 +802,9 @@ GRANT EXECUTE ON FUNCTION
   relaybus.unsubscribe(text),
   relaybus.requeue(text, text),
   relaybus.requeue_dead(text),
+  relaybus.pause(text),
+  relaybus.resume(text),
+  relaybus.cancel(text, text),
   relaybus.take_over_expired(),
   relaybus.purge_expired(),
   relaybus.statistics(),
@@ -809,12 +932,27 @@ COMMENT ON FUNCTION relaybus.requeue(event_id text, handler text) IS
 COMMENT ON FUNCTION relaybus.requeue_dead(handler text) IS
   'requeue for every dead delivery of handler (NULL: of every handler). '
   'Returns how many.';
+COMMENT ON FUNCTION relaybus.pause(handler text) IS
+  'stops handing out handler''s deliveries: claims, the in-database handler workers'' '
+  'included, skip it until resume. Publishing goes on and its deliveries are kept; attempts '
+  'in flight end as usual. Returns false when it was paused already.';
+COMMENT ON FUNCTION relaybus.resume(handler text) IS
+  'hands out a paused handler''s deliveries again, and wakes the workers listening on '
+  'channel relaybus (the in-database handler workers look at their next poll). Returns false '
+  'when it was not paused.';
+COMMENT ON FUNCTION relaybus.cancel(event_id text, handler text) IS
+  'removes one delivery that is dead, or pending and not in flight, so that it is '
+  'never run (again); a later delivery of its ordering key no longer waits for it. With '
+  'relaybus.completion_history on, the history records it with outcome ''cancelled''. Returns '
+  'false when (event_id, handler) has no delivery; 55006 (object_in_use) while it is in flight.';
 COMMENT ON FUNCTION relaybus.statistics() IS
   'per handler (subscribed, with deliveries left, or with completion history): '
   'pending = waiting and not in any lane''s in-flight list, processing = in flight, dead, '
-  'completed = completion history (0.1.0''s completed deliveries included; 0 when it is off), '
-  'oldest_pending = creation time of the oldest waiting delivery.';
+  'completed = completion history (0.1.0''s completed deliveries included, cancels not; 0 '
+  'when it is off), oldest_pending = creation time of the oldest waiting delivery, paused = '
+  'subscribed and paused.';
 COMMENT ON FUNCTION relaybus.list_deliveries(status text, handler text, max_rows integer) IS
   'admin listing, newest first, at most max_rows rows. status: NULL '
   '(pending, processing and dead), ''pending'', ''processing'', ''dead'' or ''completed'' (the '
-  'completion history); handler filters by handler.';
+  'completion history, whose status is completed or, for a cancel, cancelled); handler '
+  'filters by handler.';

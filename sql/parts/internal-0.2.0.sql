@@ -63,7 +63,7 @@ BEGIN
   END IF;
   IF want_status = 'completed' THEN
     RETURN QUERY
-      SELECT c.event_id, c.handler, e.type, e.key, 'completed'::text, c.attempts,
+      SELECT c.event_id, c.handler, e.type, e.key, c.outcome, c.attempts,
              NULL::timestamptz, NULL::text, NULL::text, c.completed_at, c.completed_at
         FROM relaybus.completions c LEFT JOIN relaybus.events e ON e.id = c.event_id
        WHERE want_handler IS NULL OR c.handler = want_handler

@@ -39,6 +39,24 @@ void PgStore::unsubscribe(const std::string& handler) {
   exec("SELECT relaybus.unsubscribe($1)", 1, values);
 }
 
+bool PgStore::pause(const std::string& handler) {
+  const char* values[] = {handler.c_str()};
+  Result r = exec("SELECT relaybus.pause($1)", 1, values);
+  return PQgetvalue(r.get(), 0, 0)[0] == 't';
+}
+
+bool PgStore::resume(const std::string& handler) {
+  const char* values[] = {handler.c_str()};
+  Result r = exec("SELECT relaybus.resume($1)", 1, values);
+  return PQgetvalue(r.get(), 0, 0)[0] == 't';
+}
+
+bool PgStore::cancel(const std::string& event_id, const std::string& handler) {
+  const char* values[] = {event_id.c_str(), handler.c_str()};
+  Result r = exec("SELECT relaybus.cancel($1, $2)", 2, values);
+  return PQgetvalue(r.get(), 0, 0)[0] == 't';
+}
+
 std::int64_t PgStore::requeue_dead(const std::optional<std::string>& handler) {
   const char* values[] = {handler ? handler->c_str() : nullptr};
   Result r = exec("SELECT relaybus.requeue_dead($1)", 1, values);
@@ -47,7 +65,7 @@ std::int64_t PgStore::requeue_dead(const std::optional<std::string>& handler) {
 
 std::vector<store::HandlerStatistics> PgStore::statistics() {
   static const std::string sql = "SELECT handler, pending, processing, dead, completed, " +
-                                 epoch_us("oldest_pending") + " FROM relaybus.statistics()";
+                                 epoch_us("oldest_pending") + ", paused FROM relaybus.statistics()";
   Result r = exec(sql.c_str(), 0, nullptr);
   std::vector<store::HandlerStatistics> out;
   for (int row = 0; row < PQntuples(r.get()); ++row) {
@@ -58,6 +76,7 @@ std::vector<store::HandlerStatistics> PgStore::statistics() {
     s.dead = int8(r.get(), row, 3);
     s.completed = int8(r.get(), row, 4);
     s.oldest_pending_us = int8_or_null(r.get(), row, 5);
+    s.paused = PQgetvalue(r.get(), row, 6)[0] == 't';
     out.push_back(std::move(s));
   }
   return out;

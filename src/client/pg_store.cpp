@@ -129,6 +129,7 @@ core::ErrorCode error_code_of_sqlstate(const std::string& sqlstate) {
   if (sqlstate == "42704") return ErrorCode::kUndefinedObject;
   if (sqlstate == "42883") return ErrorCode::kUndefinedFunction;
   if (sqlstate == "42501") return ErrorCode::kPermissionDenied;
+  if (sqlstate == "55006") return ErrorCode::kObjectInUse;
   if (sqlstate == "40001" || sqlstate == "40P01") return ErrorCode::kConflict;
   // Other data exceptions (a value out of range, bad JSON) are invalid input too.
   if (sqlstate.compare(0, 2, "22") == 0) return ErrorCode::kInvalidParameter;

@@ -44,6 +44,9 @@ class PgStore final : public Store {
                                              const std::string& handler) override;
   // The operator half and maintenance (pg_operator.cpp): the SQL functions of the same names.
   void unsubscribe(const std::string& handler) override;
+  bool pause(const std::string& handler) override;
+  bool resume(const std::string& handler) override;
+  bool cancel(const std::string& event_id, const std::string& handler) override;
   std::int64_t requeue_dead(const std::optional<std::string>& handler) override;
   std::vector<store::HandlerStatistics> statistics() override;
   std::vector<store::ListedDelivery> list_deliveries(const store::DeliveryFilter& filter) override;

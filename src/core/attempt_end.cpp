@@ -44,4 +44,8 @@ bool requeues(bool dead) noexcept {
   return dead;
 }
 
+CancelVerdict cancel_verdict(bool dead, bool in_flight) noexcept {
+  return !dead && in_flight ? CancelVerdict::kInFlight : CancelVerdict::kCancel;
+}
+
 }  // namespace relaybus::core

@@ -74,4 +74,12 @@ bool relinquishes(std::size_t live_in_flight) noexcept;
 inline constexpr std::int32_t kRequeuedAttempts = 0;
 bool requeues(bool dead) noexcept;
 
+// cancel: a dead delivery, or a pending one not in flight, is removed (never to run again);
+// one in flight is refused (kObjectInUse), because its attempt is running: removing it
+// would free its ordering key for the next delivery of the key while this one still runs.
+// SQL copy: relaybus.cancel in sql/parts/api-0.2.0.sql; test/contract checks the stores
+// agree.
+enum class CancelVerdict { kCancel, kInFlight };
+CancelVerdict cancel_verdict(bool dead, bool in_flight) noexcept;
+
 }  // namespace relaybus::core

@@ -76,13 +76,23 @@ class Claim {
     if (requested) {
       for (const auto& h : *requested) validate_name("handler name", h);
     }
-    handlers_ = store_.subscribed_handlers(requested);
-    if (!requested) return;
-    for (const auto& h : *requested) {
-      if (!std::binary_search(handlers_.begin(), handlers_.end(), h))
-        throw Error(ErrorCode::kUndefinedObject, "handler \"" + h + "\" is not subscribed",
-                    "Subscribe it first with relaybus.subscribe('" + h + "', ...).");
+    const std::vector<SubscribedHandler> subscribed = store_.subscribed_handlers(requested);
+    if (requested) {
+      for (const auto& h : *requested) {
+        const bool found = std::any_of(subscribed.begin(), subscribed.end(),
+                                       [&](const SubscribedHandler& s) { return s.name == h; });
+        if (!found)
+          throw Error(ErrorCode::kUndefinedObject, "handler \"" + h + "\" is not subscribed",
+                      "Subscribe it first with relaybus.subscribe('" + h + "', ...).");
+      }
     }
+    // A paused handler is subscribed (asking for it is no error: a worker keeps running
+    // through a pause and gets its work again on resume), but none of its lanes is kept,
+    // taken over or acquired, so nothing of it is handed out. Its lanes already held stay
+    // held, their in-flight attempts end as usual, and a takeover of an expired one is left
+    // to take_over_expired, which charges those attempts whether or not it is paused.
+    for (const auto& s : subscribed)
+      if (!s.paused) handlers_.push_back(s.name);
   }
 
   void keep_held_lanes() {

@@ -37,6 +37,13 @@ struct LaneRef {
   std::int16_t lane = 0;
 };
 
+// A subscribed handler as a claim sees it. A paused one (relaybus.pause) keeps its
+// deliveries, and no claim hands them out until it is resumed.
+struct SubscribedHandler {
+  std::string name;
+  bool paused = false;
+};
+
 struct DeliveryRef {
   std::string handler;
   std::string event_id;
@@ -166,8 +173,8 @@ class ClaimStore : public ChargeStore {
  public:
   virtual LaneConcurrency concurrency() const { return LaneConcurrency::kLocks; }
   // The handlers external workers run (requested: nullopt), or those of `requested` that
-  // are subscribed, sorted.
-  virtual std::vector<std::string> subscribed_handlers(
+  // are subscribed, sorted, each with whether it is paused (run_claim skips those).
+  virtual std::vector<SubscribedHandler> subscribed_handlers(
       const std::optional<std::vector<std::string>>& requested) = 0;
   // The lanes of `handlers` held under the worker's name, locked against other claims of
   // it, with their live in-flight deliveries read after the lock.

@@ -16,6 +16,8 @@ const char* name_of(ErrorCode code) noexcept {
       return "conflict";
     case ErrorCode::kPermissionDenied:
       return "permission_denied";
+    case ErrorCode::kObjectInUse:
+      return "object_in_use";
     case ErrorCode::kUnavailable:
       return "unavailable";
     case ErrorCode::kInternal:

@@ -16,6 +16,7 @@ enum class ErrorCode {
   kUndefinedFunction,  // a handler function that does not exist
   kPermissionDenied,   // the caller may not do this
   kConflict,           // raced with a concurrent change; retrying the call is safe
+  kObjectInUse,        // the object is busy (a delivery in flight): try again once it is not
   kUnavailable,        // the store cannot be reached (connection lost, server gone)
   kInternal,           // a broken invariant: a bug, or storage edited by hand
 };

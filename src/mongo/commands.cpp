@@ -249,10 +249,10 @@ std::vector<const char*> work_fields() {
 Bson find_subscribed(const std::optional<std::vector<std::string>>& handlers) {
   Bson filter;
   if (handlers) append_strings_op(filter.get(), field::kId, "$in", *handlers);
-  return find(
-      kSubscriptions, filter,
-      {field::kEventTypes, field::kMaxAttempts, field::kBackoffBaseUs, field::kBackoffMaxUs},
-      false);
+  return find(kSubscriptions, filter,
+              {field::kEventTypes, field::kMaxAttempts, field::kBackoffBaseUs, field::kBackoffMaxUs,
+               field::kPaused},
+              false);
 }
 
 Bson find_held_lanes(const std::vector<std::string>& handlers, const std::string& worker) {

@@ -318,6 +318,12 @@ store::Subscription read_subscription(const bson_t* subscription) {
   return s;
 }
 
+bool read_paused(const bson_t* subscription) {
+  bson_iter_t it;
+  return bson_iter_init_find(&it, subscription, field::kPaused) && BSON_ITER_HOLDS_BOOL(&it) &&
+         bson_iter_bool(&it);
+}
+
 std::string read_string_id(const bson_t* document) {
   return string_field(document, field::kId);
 }

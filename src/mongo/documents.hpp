@@ -103,6 +103,7 @@ inline constexpr char kEventTypes[] = "eventTypes";
 inline constexpr char kMaxAttempts[] = "maxAttempts";
 inline constexpr char kBackoffBaseUs[] = "backoffBaseUs";
 inline constexpr char kBackoffMaxUs[] = "backoffMaxUs";
+inline constexpr char kPaused[] = "paused";  // true while paused (MongoStore::pause); else absent
 // events
 inline constexpr char kType[] = "type";
 inline constexpr char kKey[] = "key";  // also deliveries
@@ -235,6 +236,8 @@ std::int64_t read_counter(const bson_t* counter);
 
 // A subscriptions document, its policy clamped into core's bounds.
 store::Subscription read_subscription(const bson_t* subscription);
+// Whether a subscriptions document is paused (field paused true; absent: not).
+bool read_paused(const bson_t* subscription);
 
 // The string _id of a document (subscriptions, events, key_counters).
 std::string read_string_id(const bson_t* document);

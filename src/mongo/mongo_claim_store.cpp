@@ -57,15 +57,18 @@ core::LaneConcurrency MongoClaimStore::concurrency() const {
   return core::LaneConcurrency::kConditionalWrites;
 }
 
-std::vector<std::string> MongoClaimStore::subscribed_handlers(
+std::vector<core::SubscribedHandler> MongoClaimStore::subscribed_handlers(
     const std::optional<std::vector<std::string>>& requested) {
-  std::vector<std::string> out;
+  std::vector<core::SubscribedHandler> out;
   for (const auto& d : all(commands::find_subscribed(requested), "find subscriptions")) {
     store::Subscription s = reported([&] { return read_subscription(d.get()); });
     policies_[s.handler] = s.retry;
-    out.push_back(s.handler);
+    out.push_back({s.handler, read_paused(d.get())});
   }
-  std::sort(out.begin(), out.end());
+  std::sort(out.begin(), out.end(),
+            [](const core::SubscribedHandler& a, const core::SubscribedHandler& b) {
+              return a.name < b.name;
+            });
   return out;
 }
 

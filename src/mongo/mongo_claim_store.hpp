@@ -36,7 +36,7 @@ class MongoClaimStore final : public core::ClaimStore {
 
   core::LaneConcurrency concurrency() const override;
 
-  std::vector<std::string> subscribed_handlers(
+  std::vector<core::SubscribedHandler> subscribed_handlers(
       const std::optional<std::vector<std::string>>& requested) override;
 
   std::vector<core::HeldLane> held_lanes(const std::vector<std::string>& handlers) override;

@@ -6,10 +6,13 @@
 #include <map>
 
 #include "commands.hpp"
+#include "core/attempt_end.hpp"
+#include "core/claim_request.hpp"
 #include "core/error.hpp"
 #include "core/lane_lease.hpp"
 #include "documents.hpp"
 #include "driver.hpp"
+#include "field_readers.hpp"
 #include "lanes.hpp"
 #include "mongo_store.hpp"
 #include "operator_commands.hpp"
@@ -89,6 +92,66 @@ void MongoStore::unsubscribe(const std::string& handler) {
                      "handler \"" + handler + "\" is not subscribed");
 }
 
+bool MongoStore::pause(const std::string& handler) {
+  return set_paused(handler, true);
+}
+
+bool MongoStore::resume(const std::string& handler) {
+  return set_paused(handler, false);
+}
+
+bool MongoStore::set_paused(const std::string& handler, bool paused) {
+  reported([&] { commands::validate_handler(handler); });
+  Bson reply = run(client_, database_, nullptr, commands::set_paused(handler, paused),
+                   paused ? "pause" : "resume");
+  if (count_of(reply, "nModified") == 1) return true;
+  if (find_all(client_, database_, nullptr, commands::find_subscriptions({handler}),
+               "find subscription")
+          .empty())
+    throw StoreError(core::ErrorCode::kUndefinedObject,
+                     "handler \"" + handler + "\" is not subscribed");
+  return false;
+}
+
+bool MongoStore::cancel(const std::string& event_id, const std::string& handler) {
+  reported([&] {
+    core::validate_name("event id", event_id);
+    commands::validate_handler(handler);
+  });
+  bool cancelled = false;
+  in_transaction([&](mongoc_client_session_t* session) {
+    cancelled = false;
+    auto found = find_all(client_, database_, session,
+                          commands::find_cancel_target(event_id, handler), "find delivery");
+    if (found.empty()) return;
+    const StoredDelivery seen = reported([&] { return read_delivery(found.front().get()); });
+    const auto lane = static_cast<std::int16_t>(
+        reported([&] { return fields::integer_field(found.front().get(), field::kLaneId); }));
+    const std::vector<std::pair<std::string, std::int16_t>> lane_ref{{handler, lane}};
+    auto lanes = find_all(client_, database_, session, commands::find_lanes(lane_ref), "find lane");
+    std::optional<StoredLane> l;
+    if (!lanes.empty())
+      l = reported([&]() -> StoredLane { return read_lane(lanes.front().get()); });
+    const bool listed =
+        l && l->owner &&
+        std::find(l->in_flight.begin(), l->in_flight.end(), event_id) != l->in_flight.end();
+    const bool in_flight = core::counts_in_flight(!seen.dead()) && listed;
+    if (core::cancel_verdict(seen.dead(), in_flight) == core::CancelVerdict::kInFlight)
+      throw StoreError(
+          core::ErrorCode::kObjectInUse,
+          "delivery of event \"" + event_id + "\" to handler \"" + handler + "\" is in flight");
+    if (l && count_of(run(client_, database_, session,
+                          commands::fence_lane(handler, lane, l->version), "fence lane"),
+                      "nModified") != 1)
+      throw StoreError(core::ErrorCode::kConflict,
+                       "the delivery's lane changed while cancel read it; retry");
+    Bson reply = run(client_, database_, session,
+                     commands::delete_deliveries({{handler, event_id}}), "cancel");
+    cancelled = count_of(reply, "n") == 1;
+  });
+  return cancelled;
+}
+
 std::int64_t MongoStore::requeue_dead(const std::optional<std::string>& handler) {
   if (handler) {
     reported([&] { commands::validate_handler(*handler); });
@@ -114,9 +177,11 @@ std::vector<store::HandlerStatistics> MongoStore::statistics() {
     s.handler = handler;
     return s;
   };
-  for (const auto& name : ids_of(find_all(
-           client_, database_, nullptr, commands::find_subscription_names(), "find subscriptions")))
-    of(name);
+  for (const auto& d : find_all(client_, database_, nullptr, commands::find_subscription_names(),
+                                "find subscriptions")) {
+    const std::string name = reported([&] { return read_string_id(d.get()); });
+    of(name).paused = read_paused(d.get());
+  }
   const auto running = in_flight(client_, database_, std::nullopt);
   for (const auto& [key, owner] : running) ++of(key.first).processing;
   for (const auto& g : find_all(client_, database_, nullptr,

@@ -133,6 +133,14 @@ class MongoStore final : public store::Store {
   // One multi-update of the dead deliveries; kUndefinedObject for a handler neither
   // subscribed nor with a delivery.
   std::int64_t requeue_dead(const std::optional<std::string>& handler) override;
+  // Sets or unsets the subscription's paused field where it differs.
+  bool pause(const std::string& handler) override;
+  bool resume(const std::string& handler) override;
+  // In a transaction: reads the delivery and its lane, refuses it in flight
+  // (core::cancel_verdict), bumps the lane's version (fencing a claim that read it) and
+  // deletes the delivery. No history entry: the MongoDB store's history records
+  // completions only.
+  bool cancel(const std::string& event_id, const std::string& handler) override;
   // Admin reads, outside a transaction: a scan of deliveries and of the history, the held
   // lanes' in-flight lists. Not one snapshot: a delivery that changes state meanwhile may
   // be counted as it was or as it is.
@@ -149,6 +157,7 @@ class MongoStore final : public store::Store {
   std::int64_t purge_expired() override;
 
  private:
+  bool set_paused(const std::string& handler, bool paused);
   using Body = std::function<void(mongoc_client_session_t*)>;
   // Runs `body` in a transaction of its own (majority, snapshot), retried as the driver's
   // loop decides, at most kMaxTransactionAttempts times.

@@ -66,6 +66,53 @@ void validate_filter(const store::DeliveryFilter& filter) {
   if (filter.handler) validate_handler(*filter.handler);
 }
 
+// ---------------------------------------------------------------- pause, resume, cancel
+
+Bson set_paused(const std::string& handler, bool paused) {
+  Bson q = id_filter(handler);
+  bson_t ne;
+  bson_append_document_begin(q.get(), field::kPaused, -1, &ne);
+  BSON_APPEND_BOOL(&ne, "$ne", paused);
+  bson_append_document_end(q.get(), &ne);
+  Bson u;
+  bson_t change;
+  if (paused) {
+    bson_append_document_begin(u.get(), "$set", -1, &change);
+    BSON_APPEND_BOOL(&change, field::kPaused, true);
+  } else {
+    bson_append_document_begin(u.get(), "$unset", -1, &change);
+    BSON_APPEND_UTF8(&change, field::kPaused, "");
+  }
+  bson_append_document_end(u.get(), &change);
+  Bson one = statement(q, u, false);
+  return with_majority(update(kSubscriptions, {&one}, true));
+}
+
+Bson find_cancel_target(const std::string& event_id, const std::string& handler) {
+  Bson filter;
+  Bson id = delivery_id(event_id, handler);
+  bson_append_document(filter.get(), field::kId, -1, id.get());
+  return find(kDeliveries, filter,
+              {field::kStatus, field::kAttempts, field::kClaims, field::kLaneId}, true);
+}
+
+Bson fence_lane(const std::string& handler, std::int16_t lane,
+                const std::optional<std::int64_t>& version) {
+  Bson q = lane_filter(handler, lane);
+  if (version) {
+    bson_append_int64(q.get(), field::kVersion, -1, *version);
+  } else {
+    bson_t exists;
+    bson_append_document_begin(q.get(), field::kVersion, -1, &exists);
+    BSON_APPEND_BOOL(&exists, "$exists", false);
+    bson_append_document_end(q.get(), &exists);
+  }
+  Bson u;
+  append_version_bump(u.get());
+  Bson one = statement(q, u, false);
+  return update(kLanes, {&one}, true);
+}
+
 // ---------------------------------------------------------------- unsubscribe, requeue_dead
 
 Bson delete_subscription(const std::string& handler) {
@@ -90,7 +137,7 @@ Bson requeue_dead_update(const std::optional<std::string>& handler, std::int64_t
 // ---------------------------------------------------------------- statistics, listing
 
 Bson find_subscription_names() {
-  return find(kSubscriptions, Bson(), {field::kId}, false);
+  return find(kSubscriptions, Bson(), {field::kId, field::kPaused}, false);
 }
 
 Bson find_in_flight_lanes(const std::optional<std::string>& handler) {

@@ -35,6 +35,20 @@ void validate_filter(const store::DeliveryFilter& filter);
 // Deletes the subscription ({_id: handler}, limit 1). `n` 0: there was none.
 Bson delete_subscription(const std::string& handler);
 
+// --- pause, resume, cancel
+
+// pause (paused: true) or resume: {_id: handler, paused: {$ne: paused}} to
+// {$set: {paused: true}} or {$unset: {paused: ""}}. `nModified` 0: it was so already, or
+// it is not subscribed (commands::find_subscriptions tells which).
+Bson set_paused(const std::string& handler, bool paused);
+// The delivery's status, attempts and lane, for cancel ({_id}, limit 1).
+Bson find_cancel_target(const std::string& event_id, const std::string& handler);
+// Bumps the version of the delivery's lane if it is still `version` (nullopt: absent),
+// so that a claim that read the lane before it fails its conditional write instead of
+// handing out the delivery cancel removes. `nModified` 0: the lane changed meanwhile.
+Bson fence_lane(const std::string& handler, std::int16_t lane,
+                const std::optional<std::int64_t>& version);
+
 // --- requeue_dead
 
 // Whether `handler` has a delivery left ({handler}, limit 1, along deliveries_claim); whether
@@ -46,7 +60,7 @@ Bson requeue_dead_update(const std::optional<std::string>& handler, std::int64_t
 
 // --- statistics and listing
 
-// Every subscription's name, sorted.
+// Every subscription's name (and paused), sorted.
 Bson find_subscription_names();
 // The held lanes (an owner, live or expired) with something in their in-flight list, of
 // `handler` (nullopt: every handler). A scan of lanes (core::kLaneCount per handler): lanes

@@ -60,7 +60,7 @@ class PgClaimStore final : public core::ClaimStore {
   PgClaimStore(std::string worker, std::optional<std::string> holder, std::int64_t lease_us)
       : worker_(std::move(worker)), holder_(std::move(holder)), lease_us_(lease_us) {}
 
-  std::vector<std::string> subscribed_handlers(
+  std::vector<core::SubscribedHandler> subscribed_handlers(
       const std::optional<std::vector<std::string>>& requested) override;
   std::vector<core::HeldLane> held_lanes(const std::vector<std::string>& handlers) override;
   std::vector<core::LaneSnapshot> lock_for_takeover(
@@ -97,19 +97,20 @@ class PgClaimStore final : public core::ClaimStore {
   std::map<std::pair<std::string, std::string>, EventRow> event_rows_;
 };
 
-std::vector<std::string> PgClaimStore::subscribed_handlers(
+std::vector<core::SubscribedHandler> PgClaimStore::subscribed_handlers(
     const std::optional<std::vector<std::string>>& requested) {
   // Without a list: every handler that external workers run (not in-database handlers).
+  // Read without a lock: a pause committed while this claim runs applies from the next one.
   static Statement select_handlers(
-      "SELECT s.handler FROM relaybus.subscriptions s"
+      "SELECT s.handler, s.paused_at IS NOT NULL FROM relaybus.subscriptions s"
       " WHERE CASE WHEN $1::text[] IS NULL THEN s.sql_function IS NULL"
       "  ELSE s.handler = ANY ($1) END ORDER BY s.handler COLLATE \"C\"",
       {TEXTARRAYOID});
   Params params;
   params.text_array(requested);
   const std::uint64_t n = select_handlers.run(params);
-  std::vector<std::string> handlers;
-  for (std::uint64_t r = 0; r < n; ++r) handlers.push_back(row::text(r, 1));
+  std::vector<core::SubscribedHandler> handlers;
+  for (std::uint64_t r = 0; r < n; ++r) handlers.push_back({row::text(r, 1), row::boolean(r, 2)});
   return handlers;
 }
 

@@ -16,6 +16,8 @@ int sqlerrcode_of(core::ErrorCode code) noexcept {
       return ERRCODE_UNDEFINED_FUNCTION;  // 42883
     case core::ErrorCode::kConflict:
       return ERRCODE_T_R_SERIALIZATION_FAILURE;  // 40001
+    case core::ErrorCode::kObjectInUse:
+      return ERRCODE_OBJECT_IN_USE;  // 55006
     case core::ErrorCode::kPermissionDenied:
       return ERRCODE_INSUFFICIENT_PRIVILEGE;  // 42501
     case core::ErrorCode::kUnavailable:

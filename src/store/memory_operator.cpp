@@ -6,6 +6,7 @@
 #include <set>
 #include <tuple>
 
+#include "core/attempt_end.hpp"
 #include "core/claim_request.hpp"
 #include "core/error.hpp"
 #include "core/lane_lease.hpp"
@@ -25,6 +26,55 @@ void MemoryStore::unsubscribe(const std::string& handler) {
   if (bus_->subscriptions_.erase(handler) == 0)
     throw StoreError(core::ErrorCode::kUndefinedObject,
                      "handler \"" + handler + "\" is not subscribed");
+  bus_->paused_.erase(handler);
+}
+
+namespace {
+void require_subscribed(const std::map<std::string, Subscription>& subs,
+                        const std::string& handler) {
+  if (subs.count(handler) == 0)
+    throw StoreError(core::ErrorCode::kUndefinedObject,
+                     "handler \"" + handler + "\" is not subscribed");
+}
+}  // namespace
+
+bool MemoryStore::pause(const std::string& handler) {
+  reported([&] { core::validate_name("handler name", handler); });
+  std::lock_guard<std::mutex> lock(bus_->mutex_);
+  require_subscribed(bus_->subscriptions_, handler);
+  return bus_->paused_.insert(handler).second;
+}
+
+bool MemoryStore::resume(const std::string& handler) {
+  reported([&] { core::validate_name("handler name", handler); });
+  std::lock_guard<std::mutex> lock(bus_->mutex_);
+  require_subscribed(bus_->subscriptions_, handler);
+  if (bus_->paused_.erase(handler) == 0) return false;
+  ++bus_->publications_;  // wakes waiting workers, as a publish does
+  bus_->published_.notify_all();
+  return true;
+}
+
+bool MemoryStore::cancel(const std::string& event_id, const std::string& handler) {
+  reported([&] {
+    core::validate_name("event id", event_id);
+    core::validate_name("handler name", handler);
+  });
+  std::lock_guard<std::mutex> lock(bus_->mutex_);
+  auto it = bus_->deliveries_.find({handler, event_id});
+  if (it == bus_->deliveries_.end()) return false;
+  const auto& d = it->second;
+  const bool in_flight =
+      core::counts_in_flight(!d.dead) && holding_worker(handler, d.lane, event_id).has_value();
+  if (core::cancel_verdict(d.dead, in_flight) == core::CancelVerdict::kInFlight)
+    throw StoreError(
+        core::ErrorCode::kObjectInUse,
+        "delivery of event \"" + event_id + "\" to handler \"" + handler + "\" is in flight");
+  bus_->deliveries_.erase(it);
+  // Its key's next delivery may be claimable now.
+  ++bus_->publications_;
+  bus_->published_.notify_all();
+  return true;
 }
 
 std::int64_t MemoryStore::requeue_dead(const std::optional<std::string>& handler) {
@@ -65,7 +115,10 @@ std::optional<std::string> MemoryStore::holding_worker(const std::string& handle
 std::vector<HandlerStatistics> MemoryStore::statistics() {
   std::lock_guard<std::mutex> lock(bus_->mutex_);
   std::map<std::string, HandlerStatistics> by_handler;
-  for (const auto& [handler, s] : bus_->subscriptions_) by_handler[handler].handler = handler;
+  for (const auto& [handler, s] : bus_->subscriptions_) {
+    by_handler[handler].handler = handler;
+    by_handler[handler].paused = bus_->paused_.count(handler) > 0;
+  }
   for (const auto& [key, d] : bus_->deliveries_) {
     auto& s = by_handler[key.first];
     s.handler = key.first;

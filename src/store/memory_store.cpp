@@ -115,13 +115,13 @@ class MemoryClaimStore final : public core::ClaimStore {
     }
   }
 
-  std::vector<std::string> subscribed_handlers(
+  std::vector<core::SubscribedHandler> subscribed_handlers(
       const std::optional<std::vector<std::string>>& requested) override {
     auto step = lock_step();
-    std::vector<std::string> out;
+    std::vector<core::SubscribedHandler> out;
     for (const auto& [handler, s] : bus_.subscriptions_) {
       if (!requested || std::binary_search(requested->begin(), requested->end(), handler))
-        out.push_back(handler);
+        out.push_back({handler, bus_.paused_.count(handler) > 0});
     }
     return out;  // std::map: sorted
   }

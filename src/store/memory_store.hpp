@@ -110,6 +110,7 @@ class MemoryBus {
   std::uint64_t next_instance_ = 1;
   std::set<std::uint64_t> live_instances_;
   std::map<std::string, Subscription> subscriptions_;
+  std::set<std::string> paused_;  // subscribed handlers that are paused
   std::map<std::string, Event> events_;
   std::map<DeliveryKey, Delivery> deliveries_;
   std::map<std::string, std::int64_t> key_counters_;
@@ -147,6 +148,9 @@ class MemoryStore final : public Store {
   // The operator half (memory_operator.cpp). This store keeps no completion history:
   // `completed` is always 0 and listing "completed" lists nothing.
   void unsubscribe(const std::string& handler) override;
+  bool pause(const std::string& handler) override;
+  bool resume(const std::string& handler) override;
+  bool cancel(const std::string& event_id, const std::string& handler) override;
   std::int64_t requeue_dead(const std::optional<std::string>& handler) override;
   std::vector<HandlerStatistics> statistics() override;
   std::vector<ListedDelivery> list_deliveries(const DeliveryFilter& filter) override;

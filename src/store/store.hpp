@@ -100,6 +100,7 @@ struct HandlerStatistics {
   std::int64_t completed = 0;  // completion history (0 when the store keeps none)
   // Creation time of the oldest waiting delivery, microseconds since the Unix epoch.
   std::optional<std::int64_t> oldest_pending_us;
+  bool paused = false;  // subscribed and paused: nothing of it is claimed
 };
 
 // The statuses list_deliveries() accepts and reports.
@@ -216,6 +217,16 @@ class Store {
   // stay: a re-subscribe resumes them; purge_expired() removes its pending ones once older
   // than the dead-letter retention.
   virtual void unsubscribe(const std::string& handler) = 0;
+  // Stops handing out the handler's deliveries: claims skip it (publishing goes on, its
+  // deliveries are kept, attempts in flight end as usual) until resume(). False if it was
+  // paused already; kUndefinedObject if it is not subscribed. A re-subscribe keeps it
+  // paused; an unsubscribe forgets it.
+  virtual bool pause(const std::string& handler) = 0;
+  // Hands the handler's deliveries out again. False if it was not paused.
+  virtual bool resume(const std::string& handler) = 0;
+  // Removes a dead delivery, or a pending one not in flight, so that it never runs (again);
+  // false if (event_id, handler) has no delivery, kObjectInUse while it is in flight.
+  virtual bool cancel(const std::string& event_id, const std::string& handler) = 0;
   // requeue() for every dead delivery of `handler` (nullopt: of every handler); returns how
   // many. kUndefinedObject for a handler neither subscribed nor with deliveries.
   virtual std::int64_t requeue_dead(const std::optional<std::string>& handler) = 0;

@@ -179,6 +179,18 @@ class FakeStore final : public Store {
     return std::nullopt;
   }
   void unsubscribe(const std::string&) override { refuse("unsubscribe"); }
+  bool pause(const std::string&) override {
+    refuse("pause");
+    return false;
+  }
+  bool resume(const std::string&) override {
+    refuse("resume");
+    return false;
+  }
+  bool cancel(const std::string&, const std::string&) override {
+    refuse("cancel");
+    return false;
+  }
   std::int64_t requeue_dead(const std::optional<std::string>&) override {
     refuse("requeue_dead");
     return 0;

@@ -50,6 +50,7 @@ class ScriptedStore final : public ClaimStore {
  public:
   // The script.
   Names subscribed{"h"};
+  Names paused;  // of subscribed
   std::vector<HeldLane> held;
   std::vector<LaneSnapshot> takeover;  // what lock_for_takeover re-reads (matched by lane)
   std::map<std::string, std::int32_t> attempts;  // of lost deliveries, by event id
@@ -60,6 +61,7 @@ class ScriptedStore final : public ClaimStore {
 
   // What was asked.
   Names calls;
+  std::vector<Names> held_asked;
   std::vector<LaneRef> takeover_asked;
   std::vector<DeliveryRef> lost_asked;
   std::vector<Charge> charges;
@@ -67,18 +69,23 @@ class ScriptedStore final : public ClaimStore {
   std::vector<CandidatesCall> candidate_calls;
   std::vector<LaneUpdate> updates;
 
-  Names subscribed_handlers(const std::optional<Names>& requested) override {
+  std::vector<SubscribedHandler> subscribed_handlers(
+      const std::optional<Names>& requested) override {
     calls.push_back("subscribed_handlers");
-    Names out;
+    Names names;
     for (const auto& h : subscribed)
       if (!requested || std::find(requested->begin(), requested->end(), h) != requested->end())
-        out.push_back(h);
-    std::sort(out.begin(), out.end());
+        names.push_back(h);
+    std::sort(names.begin(), names.end());
+    std::vector<SubscribedHandler> out;
+    for (const auto& h : names)
+      out.push_back({h, std::find(paused.begin(), paused.end(), h) != paused.end()});
     return out;
   }
 
-  std::vector<HeldLane> held_lanes(const Names&) override {
+  std::vector<HeldLane> held_lanes(const Names& handlers) override {
     calls.push_back("held_lanes");
+    held_asked.push_back(handlers);
     return held;
   }
 
@@ -375,6 +382,29 @@ TEST(ClaimProtocolTest, RequestedHandlersThatAreSubscribedAreClaimed) {
   const auto claimed = run_claim(store, Names{"b"}, 10, kWithHolder);
   ASSERT_EQ(claimed.size(), 1u);
   EXPECT_EQ(claimed[0].token.handler, "b");
+}
+
+TEST(ClaimProtocolTest, APausedHandlerAskedForIsNoErrorAndTouchesNoLane) {
+  ScriptedStore store;
+  store.subscribed = {"a", "b"};
+  store.paused = {"a"};
+  store.held = {Own(Snapshot("a", 1, 5))};
+  store.rows.push_back({Row(0, "x")});
+  EXPECT_TRUE(run_claim(store, Names{"a"}, 10, kWithHolder).empty());
+  EXPECT_EQ(store.calls, (Names{"subscribed_handlers"})) << "no lane is touched";
+}
+
+TEST(ClaimProtocolTest, PausedHandlersAreLeftOutOfEveryLaneStep) {
+  ScriptedStore store;
+  store.subscribed = {"a", "b", "c"};
+  store.paused = {"b"};
+  store.work = {};
+  run_claim(store, std::nullopt, 10, kWithHolder);
+  ASSERT_EQ(store.held_asked.size(), 1u);
+  EXPECT_EQ(store.held_asked[0], (Names{"a", "c"}));
+  run_claim(store, Names{"b", "c"}, 10, kWithHolder);
+  ASSERT_EQ(store.held_asked.size(), 2u);
+  EXPECT_EQ(store.held_asked[1], (Names{"c"}));
 }
 
 TEST(ClaimProtocolTest, AnEmptyRequestedNameIsInvalidBeforeTheStoreIsAsked) {

@@ -65,10 +65,31 @@ TEST(RequeueDead, EveryHandler) {
 }
 
 TEST(Statistics, SubscriptionNames) {
-  EXPECT_EQ(find_subscription_names().canonical_json(),
-            R"({ "find" : "subscriptions", "filter" : {  }, )"
-            R"("projection" : { "_id" : { "$numberInt" : "1" } }, )"
-            R"("sort" : { "_id" : { "$numberInt" : "1" } } })");
+  EXPECT_EQ(
+      find_subscription_names().canonical_json(),
+      R"({ "find" : "subscriptions", "filter" : {  }, )"
+      R"("projection" : { "_id" : { "$numberInt" : "1" }, "paused" : { "$numberInt" : "1" } }, )"
+      R"("sort" : { "_id" : { "$numberInt" : "1" } } })");
+}
+
+TEST(Pause, SetsPausedOnlyWhereItIsNot) {
+  EXPECT_EQ(set_paused("h", true).canonical_json(),
+            R"({ "update" : "subscriptions", "updates" : [ { "q" : { "_id" : "h", "paused" : )"
+            R"({ "$ne" : true } }, "u" : { "$set" : { "paused" : true } }, "upsert" : false } ], )"
+            R"("ordered" : true, "writeConcern" : { "w" : "majority" } })");
+  EXPECT_EQ(set_paused("h", false).canonical_json(),
+            R"({ "update" : "subscriptions", "updates" : [ { "q" : { "_id" : "h", "paused" : )"
+            R"({ "$ne" : false } }, "u" : { "$unset" : { "paused" : "" } }, "upsert" : false } ], )"
+            R"("ordered" : true, "writeConcern" : { "w" : "majority" } })");
+}
+
+TEST(Cancel, FencesTheLaneAtTheVersionRead) {
+  const std::string json = fence_lane("h", 7, 41).canonical_json();
+  EXPECT_NE(json.find(R"("version" : { "$numberLong" : "41" } })"), std::string::npos) << json;
+  EXPECT_NE(json.find(R"("$inc" : { "version" : { "$numberLong" : "1" } })"), std::string::npos)
+      << json;
+  const std::string never = fence_lane("h", 7, std::nullopt).canonical_json();
+  EXPECT_NE(never.find(R"("version" : { "$exists" : false })"), std::string::npos) << never;
 }
 
 TEST(Statistics, HeldLanesWithSomethingInFlight) {

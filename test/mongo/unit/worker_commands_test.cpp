@@ -13,21 +13,21 @@ namespace {
 constexpr std::int64_t kNow = 1764547200000;
 
 TEST(Claim, FindSubscribedEvery) {
-  EXPECT_EQ(
-      find_subscribed(std::nullopt).canonical_json(),
-      R"({ "find" : "subscriptions", "filter" : {  }, )"
-      R"("projection" : { "eventTypes" : { "$numberInt" : "1" }, )"
-      R"("maxAttempts" : { "$numberInt" : "1" }, "backoffBaseUs" : { "$numberInt" : "1" }, )"
-      R"("backoffMaxUs" : { "$numberInt" : "1" } }, "sort" : { "_id" : { "$numberInt" : "1" } } })");
+  EXPECT_EQ(find_subscribed(std::nullopt).canonical_json(),
+            R"({ "find" : "subscriptions", "filter" : {  }, )"
+            R"("projection" : { "eventTypes" : { "$numberInt" : "1" }, )"
+            R"("maxAttempts" : { "$numberInt" : "1" }, "backoffBaseUs" : { "$numberInt" : "1" }, )"
+            R"("backoffMaxUs" : { "$numberInt" : "1" }, "paused" : { "$numberInt" : "1" } }, )"
+            R"("sort" : { "_id" : { "$numberInt" : "1" } } })");
 }
 
 TEST(Claim, FindSubscribedGiven) {
-  EXPECT_EQ(
-      find_subscribed(std::vector<std::string>{"mailer"}).canonical_json(),
-      R"({ "find" : "subscriptions", "filter" : { "_id" : { "$in" : [ "mailer" ] } }, )"
-      R"("projection" : { "eventTypes" : { "$numberInt" : "1" }, )"
-      R"("maxAttempts" : { "$numberInt" : "1" }, "backoffBaseUs" : { "$numberInt" : "1" }, )"
-      R"("backoffMaxUs" : { "$numberInt" : "1" } }, "sort" : { "_id" : { "$numberInt" : "1" } } })");
+  EXPECT_EQ(find_subscribed(std::vector<std::string>{"mailer"}).canonical_json(),
+            R"({ "find" : "subscriptions", "filter" : { "_id" : { "$in" : [ "mailer" ] } }, )"
+            R"("projection" : { "eventTypes" : { "$numberInt" : "1" }, )"
+            R"("maxAttempts" : { "$numberInt" : "1" }, "backoffBaseUs" : { "$numberInt" : "1" }, )"
+            R"("backoffMaxUs" : { "$numberInt" : "1" }, "paused" : { "$numberInt" : "1" } }, )"
+            R"("sort" : { "_id" : { "$numberInt" : "1" } } })");
 }
 
 TEST(Claim, FindHeldLanes) {
