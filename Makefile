@@ -68,7 +68,13 @@ unit: test/unit/core_tests
 
 # The libpq worker runtime (dispatcher) and the `relaybus` command-line tool. Built apart
 # from the extension: the extension never links libpq.
-CLIENT_CXXFLAGS = -std=c++17 -O2 -g -Wall -Wextra -Isrc -I$(shell $(PG_CONFIG) --includedir 2>/dev/null)
+CLIENT_CXXFLAGS = -std=c++17 -O2 -g -Wall -Wextra -Isrc -I$(shell $(PG_CONFIG) --includedir 2>/dev/null) \
+                  $(CLIENT_EXTRA_CXXFLAGS)
+# Extra compile and link flags for the runtime, the CLI and the MongoDB store, all built
+# outside PGXS (which owns CPPFLAGS, CXXFLAGS and LDFLAGS): debian/rules passes
+# dpkg-buildflags' hardening flags through them. Empty by default.
+CLIENT_EXTRA_CXXFLAGS ?=
+CLIENT_EXTRA_LDFLAGS ?=
 # The runtime links core (the in-memory store runs the protocol) and the store seam's
 # implementations that need no server (src/store).
 STORE_SRCS = $(sort $(wildcard src/store/*.cpp))
@@ -101,12 +107,14 @@ bin/relaybus: $(RUNTIME_OBJS) $(CLIENT_TOOL_SRCS) $(CLIENT_CLI_SRCS) $(CLIENT_HD
               $(CLIENT_TOOL_HDRS) $(CLI_MONGO_DEPS) relaybus.control
 	@mkdir -p bin
 	$(CXX) $(CLIENT_CXXFLAGS) $(CLIENT_TOOL_FLAGS) $(CLI_MONGO_FLAGS) -o $@ $(RUNTIME_OBJS) \
-	  $(CLIENT_TOOL_SRCS) $(CLIENT_CLI_SRCS) $(CLI_MONGO_LIBS) $(CLIENT_TOOL_LIBS) -lpq -pthread
+	  $(CLIENT_TOOL_SRCS) $(CLIENT_CLI_SRCS) $(CLI_MONGO_LIBS) $(CLIENT_TOOL_LIBS) -lpq -pthread \
+	  $(CLIENT_EXTRA_LDFLAGS)
 bin/relaybus-bench: $(RUNTIME_OBJS) $(CLIENT_TOOL_SRCS) $(CLIENT_BENCH_SRCS) $(CLIENT_HDRS) \
                     $(CLIENT_TOOL_HDRS) $(CLI_MONGO_DEPS) relaybus.control
 	@mkdir -p bin
 	$(CXX) $(CLIENT_CXXFLAGS) $(CLIENT_TOOL_FLAGS) $(CLI_MONGO_FLAGS) -o $@ $(RUNTIME_OBJS) \
-	  $(CLIENT_TOOL_SRCS) $(CLIENT_BENCH_SRCS) $(CLI_MONGO_LIBS) $(CLIENT_TOOL_LIBS) -lpq -pthread
+	  $(CLIENT_TOOL_SRCS) $(CLIENT_BENCH_SRCS) $(CLI_MONGO_LIBS) $(CLIENT_TOOL_LIBS) -lpq -pthread \
+	  $(CLIENT_EXTRA_LDFLAGS)
 
 .PHONY: client client-tests cli-install cli-uninstall
 client: bin/relaybus bin/relaybus-bench
@@ -166,7 +174,8 @@ contract-tests: test/contract/contract_tests
 MONGO_PKG = libmongoc-1.0
 MONGO_CFLAGS = $(shell pkg-config --cflags $(MONGO_PKG) 2>/dev/null)
 MONGO_LIBS = $(shell pkg-config --libs $(MONGO_PKG) 2>/dev/null)
-MONGO_CXXFLAGS = -std=c++17 -O2 -g -fPIC -Wall -Wextra -Isrc $(MONGO_CFLAGS) -MMD -MP
+MONGO_CXXFLAGS = -std=c++17 -O2 -g -fPIC -Wall -Wextra -Isrc $(MONGO_CFLAGS) -MMD -MP \
+                 $(CLIENT_EXTRA_CXXFLAGS)
 MONGO_SRCS = $(sort $(wildcard src/mongo/*.cpp))
 MONGO_OBJS = $(patsubst src/%.cpp,build/mongo/%.o,$(MONGO_SRCS) $(CORE_SRCS))
 MONGO_LIB = lib/librelaybus_mongo.a
@@ -224,5 +233,6 @@ mongo-install: $(MONGO_LIB)
 # Everything: build, install, throwaway cluster, unit + pg_regress + pgTAP + integration.
 test:
 	./scripts/run-tests
+
 
 EXTRA_CLEAN = $(OBJS:.o=.d) build/mongo build/client lib test/mongo/unit/mongo_unit_tests test/mongo/wire/driver test/unit/core_tests test/client/client_tests test/contract/contract_tests bin results regression.diffs regression.out
