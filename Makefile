@@ -234,5 +234,31 @@ mongo-install: $(MONGO_LIB)
 test:
 	./scripts/run-tests
 
+# The PGXN release archive: $(DIST_DIR)/relaybus-VERSION.zip, one top directory
+# relaybus-VERSION/, made by `git archive` from HEAD, so it holds tracked files only. Changes
+# to tracked files that are not committed would silently be left out: they make dist refuse
+# (DIST_DIRTY=warn only warns; make test's archive check uses that). Untracked files are
+# named in a warning. test/packaging/check_dist.py validates the archive and its META.json.
+DIST_NAME = $(EXTENSION)-$(RELAYBUS_VERSION)
+DIST_DIR ?= .
+DIST_DIRTY ?= refuse
+.PHONY: dist
+dist:
+	@git rev-parse --is-inside-work-tree >/dev/null 2>&1 \
+	  || { echo "make dist: not a git checkout: the archive is made with git archive" >&2; exit 1; }
+	@if [ -n "$$(git status --porcelain --untracked-files=no)" ]; then \
+	  git status --short --untracked-files=no >&2; \
+	  if [ "$(DIST_DIRTY)" = warn ]; then \
+	    echo "make dist: warning: these uncommitted changes are not in the archive (it is HEAD)" >&2; \
+	  else \
+	    echo "make dist: refused: uncommitted changes (above) would not be in the archive, which is HEAD; commit them, or run with DIST_DIRTY=warn" >&2; \
+	    exit 1; \
+	  fi; \
+	fi
+	@untracked=$$(git ls-files --others --exclude-standard); if [ -n "$$untracked" ]; then \
+	  echo "make dist: warning: untracked files, not in the archive:" $$untracked >&2; fi
+	@mkdir -p $(DIST_DIR)
+	git archive --format=zip --prefix=$(DIST_NAME)/ -o $(DIST_DIR)/$(DIST_NAME).zip HEAD
+	@echo "make dist: $(DIST_DIR)/$(DIST_NAME).zip from HEAD ($$(git rev-parse --short HEAD))"
 
 EXTRA_CLEAN = $(OBJS:.o=.d) build/mongo build/client lib test/mongo/unit/mongo_unit_tests test/mongo/wire/driver test/unit/core_tests test/client/client_tests test/contract/contract_tests bin results regression.diffs regression.out
