@@ -4,11 +4,13 @@
 The Makefile, the CLI's --version, the client library's file name and soname, and the
 .pc files derive from it at build time. The files below are read by tools that never run
 our Makefile (PGXN reads META.json, npm package.json and its lock file, pip
-pyproject.toml, dpkg-buildpackage debian/changelog), so they carry the version as a
-literal, and this check fails `make test` when one of them disagrees with the control
-file. Run from the top of the tree: /usr/bin/python3 test/packaging/check_versions.py
+pyproject.toml, dpkg-buildpackage debian/changelog and debian/control's library package
+name, after the soname), so they carry the version as a literal, and this check fails
+`make test` when one of them disagrees with the control file.
+Run from the top of the tree: /usr/bin/python3 test/packaging/check_versions.py
 """
 import json
+import os
 import re
 import sys
 
@@ -44,6 +46,14 @@ def found(version):
     # debian/source/format is 3.0 (native): the package version is the upstream version,
     # with no Debian revision, so it must equal the control file's exactly.
     yield first_match("debian/changelog", r"\A\S+ \(([^)]+)\)", "top entry")
+    # The library package is named after the soname, which carries major.minor
+    # (mk/client-library.mk): librelaybus_client.so.0.2 is librelaybus-client0.2.
+    soversion = ".".join(version.split(".")[:2])
+    with open("debian/control") as f:
+        names = re.findall(r"^Package: librelaybus-client(\d\S*)$", f.read(), re.M)
+    yield ("debian/control: the library package librelaybus-clientMAJOR.MINOR (and its .install)",
+           version if names == [soversion] and os.path.exists(f"debian/librelaybus-client{soversion}.install")
+           else f"librelaybus-client{','.join(names)}")
 
 
 def main():
