@@ -68,7 +68,13 @@ unit: test/unit/core_tests
 
 # The libpq worker runtime (dispatcher) and the `relaybus` command-line tool. Built apart
 # from the extension: the extension never links libpq.
-CLIENT_CXXFLAGS = -std=c++17 -O2 -g -Wall -Wextra -Isrc -I$(shell $(PG_CONFIG) --includedir 2>/dev/null)
+CLIENT_CXXFLAGS = -std=c++17 -O2 -g -Wall -Wextra -Isrc -I$(shell $(PG_CONFIG) --includedir 2>/dev/null) \
+                  $(CLIENT_EXTRA_CXXFLAGS)
+# Extra compile and link flags for the runtime, the CLI and the MongoDB store, all built
+# outside PGXS (which owns CPPFLAGS, CXXFLAGS and LDFLAGS): debian/rules passes
+# dpkg-buildflags' hardening flags through them. Empty by default.
+CLIENT_EXTRA_CXXFLAGS ?=
+CLIENT_EXTRA_LDFLAGS ?=
 # The runtime links core (the in-memory store runs the protocol) and the store seam's
 # implementations that need no server (src/store).
 STORE_SRCS = $(sort $(wildcard src/store/*.cpp))
@@ -101,12 +107,14 @@ bin/relaybus: $(RUNTIME_OBJS) $(CLIENT_TOOL_SRCS) $(CLIENT_CLI_SRCS) $(CLIENT_HD
               $(CLIENT_TOOL_HDRS) $(CLI_MONGO_DEPS) relaybus.control
 	@mkdir -p bin
 	$(CXX) $(CLIENT_CXXFLAGS) $(CLIENT_TOOL_FLAGS) $(CLI_MONGO_FLAGS) -o $@ $(RUNTIME_OBJS) \
-	  $(CLIENT_TOOL_SRCS) $(CLIENT_CLI_SRCS) $(CLI_MONGO_LIBS) $(CLIENT_TOOL_LIBS) -lpq -pthread
+	  $(CLIENT_TOOL_SRCS) $(CLIENT_CLI_SRCS) $(CLI_MONGO_LIBS) $(CLIENT_TOOL_LIBS) -lpq -pthread \
+	  $(CLIENT_EXTRA_LDFLAGS)
 bin/relaybus-bench: $(RUNTIME_OBJS) $(CLIENT_TOOL_SRCS) $(CLIENT_BENCH_SRCS) $(CLIENT_HDRS) \
                     $(CLIENT_TOOL_HDRS) $(CLI_MONGO_DEPS) relaybus.control
 	@mkdir -p bin
 	$(CXX) $(CLIENT_CXXFLAGS) $(CLIENT_TOOL_FLAGS) $(CLI_MONGO_FLAGS) -o $@ $(RUNTIME_OBJS) \
-	  $(CLIENT_TOOL_SRCS) $(CLIENT_BENCH_SRCS) $(CLI_MONGO_LIBS) $(CLIENT_TOOL_LIBS) -lpq -pthread
+	  $(CLIENT_TOOL_SRCS) $(CLIENT_BENCH_SRCS) $(CLI_MONGO_LIBS) $(CLIENT_TOOL_LIBS) -lpq -pthread \
+	  $(CLIENT_EXTRA_LDFLAGS)
 
 .PHONY: client client-tests cli-install cli-uninstall
 client: bin/relaybus bin/relaybus-bench
@@ -166,7 +174,8 @@ contract-tests: test/contract/contract_tests
 MONGO_PKG = libmongoc-1.0
 MONGO_CFLAGS = $(shell pkg-config --cflags $(MONGO_PKG) 2>/dev/null)
 MONGO_LIBS = $(shell pkg-config --libs $(MONGO_PKG) 2>/dev/null)
-MONGO_CXXFLAGS = -std=c++17 -O2 -g -fPIC -Wall -Wextra -Isrc $(MONGO_CFLAGS) -MMD -MP
+MONGO_CXXFLAGS = -std=c++17 -O2 -g -fPIC -Wall -Wextra -Isrc $(MONGO_CFLAGS) -MMD -MP \
+                 $(CLIENT_EXTRA_CXXFLAGS)
 MONGO_SRCS = $(sort $(wildcard src/mongo/*.cpp))
 MONGO_OBJS = $(patsubst src/%.cpp,build/mongo/%.o,$(MONGO_SRCS) $(CORE_SRCS))
 MONGO_LIB = lib/librelaybus_mongo.a
@@ -224,5 +233,32 @@ mongo-install: $(MONGO_LIB)
 # Everything: build, install, throwaway cluster, unit + pg_regress + pgTAP + integration.
 test:
 	./scripts/run-tests
+
+# The PGXN release archive: $(DIST_DIR)/relaybus-VERSION.zip, one top directory
+# relaybus-VERSION/, made by `git archive` from HEAD, so it holds tracked files only. Changes
+# to tracked files that are not committed would silently be left out: they make dist refuse
+# (DIST_DIRTY=warn only warns; make test's archive check uses that). Untracked files are
+# named in a warning. test/packaging/check_dist.py validates the archive and its META.json.
+DIST_NAME = $(EXTENSION)-$(RELAYBUS_VERSION)
+DIST_DIR ?= .
+DIST_DIRTY ?= refuse
+.PHONY: dist
+dist:
+	@git rev-parse --is-inside-work-tree >/dev/null 2>&1 \
+	  || { echo "make dist: not a git checkout: the archive is made with git archive" >&2; exit 1; }
+	@if [ -n "$$(git status --porcelain --untracked-files=no)" ]; then \
+	  git status --short --untracked-files=no >&2; \
+	  if [ "$(DIST_DIRTY)" = warn ]; then \
+	    echo "make dist: warning: these uncommitted changes are not in the archive (it is HEAD)" >&2; \
+	  else \
+	    echo "make dist: refused: uncommitted changes (above) would not be in the archive, which is HEAD; commit them, or run with DIST_DIRTY=warn" >&2; \
+	    exit 1; \
+	  fi; \
+	fi
+	@untracked=$$(git ls-files --others --exclude-standard); if [ -n "$$untracked" ]; then \
+	  echo "make dist: warning: untracked files, not in the archive:" $$untracked >&2; fi
+	@mkdir -p $(DIST_DIR)
+	git archive --format=zip --prefix=$(DIST_NAME)/ -o $(DIST_DIR)/$(DIST_NAME).zip HEAD
+	@echo "make dist: $(DIST_DIR)/$(DIST_NAME).zip from HEAD ($$(git rev-parse --short HEAD))"
 
 EXTRA_CLEAN = $(OBJS:.o=.d) build/mongo build/client lib test/mongo/unit/mongo_unit_tests test/mongo/wire/driver test/unit/core_tests test/client/client_tests test/contract/contract_tests bin results regression.diffs regression.out

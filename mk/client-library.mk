@@ -3,11 +3,15 @@
 # their headers and relaybus-client.pc. Included by the Makefile; needs CLIENT_SRCS,
 # CLIENT_CXXFLAGS and RELAYBUS_VERSION from it.
 #   make client-library      lib/librelaybus_client.so.$(RELAYBUS_VERSION)
-#   make client-install      installs it under PREFIX (default /usr/local); DESTDIR works
+#   make client-install      installs it under PREFIX (default /usr/local; the library in
+#                            LIBDIR, default PREFIX/lib); DESTDIR works
 #   make client-uninstall    removes what client-install installed
 # `make install` runs client-install too wherever libpq's headers are installed.
 
 PREFIX ?= /usr/local
+# Where the library and relaybus-client.pc go; debian/rules sets the multiarch directory
+# (/usr/lib/x86_64-linux-gnu), which the dynamic linker and pkg-config search too.
+LIBDIR ?= $(PREFIX)/lib
 # Before 1.0 a minor version may change the ABI, so the soname carries major.minor.
 RUNTIME_SOVERSION = $(word 1,$(subst ., ,$(RELAYBUS_VERSION))).$(word 2,$(subst ., ,$(RELAYBUS_VERSION)))
 RUNTIME_SONAME = librelaybus_client.so.$(RUNTIME_SOVERSION)
@@ -28,7 +32,7 @@ build/client/%.o: src/%.cpp | check-core
 # dependency of the library, not of the programs linking it.
 $(RUNTIME_LIB): $(RUNTIME_OBJS)
 	@mkdir -p lib
-	$(CXX) -shared -Wl,-soname,$(RUNTIME_SONAME) -o $@ $^ -lpq -pthread
+	$(CXX) -shared -Wl,-soname,$(RUNTIME_SONAME) -o $@ $^ -lpq -pthread $(CLIENT_EXTRA_LDFLAGS)
 	ln -sf $(notdir $@) lib/$(RUNTIME_SONAME)
 	ln -sf $(RUNTIME_SONAME) lib/librelaybus_client.so
 
@@ -36,15 +40,15 @@ $(RUNTIME_LIB): $(RUNTIME_OBJS)
 client-library: $(RUNTIME_LIB)
 
 client-install: $(RUNTIME_LIB)
-	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(addprefix $(DESTDIR)$(PREFIX)/include/relaybus/,client core store)
-	install -m 755 $(RUNTIME_LIB) $(DESTDIR)$(PREFIX)/lib/
-	ln -sf $(notdir $(RUNTIME_LIB)) $(DESTDIR)$(PREFIX)/lib/$(RUNTIME_SONAME)
-	ln -sf $(RUNTIME_SONAME) $(DESTDIR)$(PREFIX)/lib/librelaybus_client.so
+	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(addprefix $(DESTDIR)$(PREFIX)/include/relaybus/,client core store)
+	install -m 755 $(RUNTIME_LIB) $(DESTDIR)$(LIBDIR)/
+	ln -sf $(notdir $(RUNTIME_LIB)) $(DESTDIR)$(LIBDIR)/$(RUNTIME_SONAME)
+	ln -sf $(RUNTIME_SONAME) $(DESTDIR)$(LIBDIR)/librelaybus_client.so
 	install -m 644 $(filter src/client/%,$(RUNTIME_HDRS)) $(DESTDIR)$(PREFIX)/include/relaybus/client/
 	install -m 644 $(filter src/core/%,$(RUNTIME_HDRS)) $(DESTDIR)$(PREFIX)/include/relaybus/core/
 	install -m 644 $(filter src/store/%,$(RUNTIME_HDRS)) $(DESTDIR)$(PREFIX)/include/relaybus/store/
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(RELAYBUS_VERSION)|' relaybus-client.pc.in \
-	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/relaybus-client.pc
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@VERSION@|$(RELAYBUS_VERSION)|' relaybus-client.pc.in \
+	  > $(DESTDIR)$(LIBDIR)/pkgconfig/relaybus-client.pc
 # The dynamic linker's cache, so programs find the library in PREFIX/lib without
 # LD_LIBRARY_PATH; only for a real install by root (not into a DESTDIR staging tree).
 	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then ldconfig; fi
@@ -52,9 +56,9 @@ client-install: $(RUNTIME_LIB)
 client-uninstall:
 # Only this version's files: another version's library may still serve programs linked to
 # it. The development link goes only if it points at this version.
-	rm -f $(DESTDIR)$(PREFIX)/lib/$(notdir $(RUNTIME_LIB)) $(DESTDIR)$(PREFIX)/lib/$(RUNTIME_SONAME)
-	@if [ "$$(readlink $(DESTDIR)$(PREFIX)/lib/librelaybus_client.so 2>/dev/null)" = $(RUNTIME_SONAME) ]; then \
-	  rm -f $(DESTDIR)$(PREFIX)/lib/librelaybus_client.so $(DESTDIR)$(PREFIX)/lib/pkgconfig/relaybus-client.pc; fi
+	rm -f $(DESTDIR)$(LIBDIR)/$(notdir $(RUNTIME_LIB)) $(DESTDIR)$(LIBDIR)/$(RUNTIME_SONAME)
+	@if [ "$$(readlink $(DESTDIR)$(LIBDIR)/librelaybus_client.so 2>/dev/null)" = $(RUNTIME_SONAME) ]; then \
+	  rm -f $(DESTDIR)$(LIBDIR)/librelaybus_client.so $(DESTDIR)$(LIBDIR)/pkgconfig/relaybus-client.pc; fi
 	rm -rf $(DESTDIR)$(PREFIX)/include/relaybus/client
 # core/ and store/ are shared with the MongoDB store's headers (mongo-install).
 	@if [ ! -e $(DESTDIR)$(PREFIX)/lib/pkgconfig/relaybus-mongo.pc ]; then \
