@@ -280,6 +280,40 @@ BEGIN
 END
 $fn$;
 
+-- delivery_counts: per handler with deliveries: pending = waiting and not in any held
+-- lane's in-flight list, due = those of pending whose available_at has come, in_flight =
+-- pending and in such a list, dead, oldest_pending = creation time of the oldest delivery
+-- counted in pending. Internal: the figures statistics() and metrics() share.
+--
+-- One pass over deliveries (a sequential scan: some hundreds of milliseconds at a million
+-- rows) against a hash of the held lanes' in-flight lists (a scan of lanes). A lane whose
+-- lease expired but that nobody took over yet still counts as in flight: its deliveries
+-- are not claimable until the takeover. Reads deliveries, lanes.
+CREATE FUNCTION relaybus_internal.delivery_counts()
+  RETURNS TABLE(handler text, pending bigint, due bigint, in_flight bigint, dead bigint,
+                oldest_pending timestamptz)
+  LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp
+AS $fn$
+  WITH in_flight AS (
+    SELECT l.handler, f.event_id
+      FROM relaybus.lanes l CROSS JOIN LATERAL unnest(l.in_flight) AS f(event_id)
+     WHERE l.lease_owner IS NOT NULL
+  ), d AS (
+    SELECT d.handler, d.status, d.created_at, d.available_at,
+           i.event_id IS NOT NULL AS in_flight
+      FROM relaybus.deliveries d
+      LEFT JOIN in_flight i ON i.handler = d.handler AND i.event_id = d.event_id
+  )
+  SELECT d.handler,
+         count(*) FILTER (WHERE d.status = 'pending' AND NOT d.in_flight),
+         count(*) FILTER (WHERE d.status = 'pending' AND NOT d.in_flight
+                            AND d.available_at <= now()),
+         count(*) FILTER (WHERE d.status = 'pending' AND d.in_flight),
+         count(*) FILTER (WHERE d.status = 'dead'),
+         min(d.created_at) FILTER (WHERE d.status = 'pending' AND NOT d.in_flight)
+    FROM d GROUP BY d.handler
+$fn$;
+
 -- Nothing for PUBLIC: a new schema grants it nothing, but a new function grants it EXECUTE.
 -- No role gets anything either: only the owner calls these.
 REVOKE ALL ON SCHEMA relaybus_internal FROM PUBLIC;
@@ -666,27 +700,16 @@ $fn$;
 -- when it is off), oldest_pending = creation time of the oldest waiting delivery, paused =
 -- subscribed and paused.
 --
--- Reads subscriptions, deliveries, lanes, completions.
+-- Reads subscriptions, deliveries, lanes, completions; the deliveries' figures are
+-- relaybus_internal.delivery_counts (see there what it scans).
 CREATE FUNCTION relaybus.statistics()
   RETURNS TABLE(handler text, pending bigint, processing bigint, dead bigint, completed bigint,
                 oldest_pending timestamptz, paused boolean)
   LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
-  WITH in_flight AS (
-    SELECT l.handler, f.event_id
-      FROM relaybus.lanes l CROSS JOIN LATERAL unnest(l.in_flight) AS f(event_id)
-     WHERE l.lease_owner IS NOT NULL
-  ), d AS (
-    SELECT d.handler, d.status, d.created_at, i.event_id IS NOT NULL AS in_flight
-      FROM relaybus.deliveries d
-      LEFT JOIN in_flight i ON i.handler = d.handler AND i.event_id = d.event_id
-  ), counts AS (
-    SELECT d.handler,
-           count(*) FILTER (WHERE d.status = 'pending' AND NOT d.in_flight) AS pending,
-           count(*) FILTER (WHERE d.status = 'pending' AND d.in_flight) AS processing,
-           count(*) FILTER (WHERE d.status = 'dead') AS dead,
-           min(d.created_at) FILTER (WHERE d.status = 'pending' AND NOT d.in_flight) AS oldest
-      FROM d GROUP BY d.handler
+  WITH counts AS (
+    SELECT c.handler, c.pending, c.in_flight AS processing, c.dead, c.oldest_pending AS oldest
+      FROM relaybus_internal.delivery_counts() c
   ), history AS (
     SELECT c.handler, count(*) FILTER (WHERE c.outcome = 'completed') AS completed
       FROM relaybus.completions c GROUP BY c.handler
@@ -765,6 +788,75 @@ GRANT EXECUTE ON FUNCTION
 -- An admin can also publish and work, and read the tables to investigate.
 GRANT relaybus_publisher, relaybus_worker TO relaybus_admin;
 GRANT SELECT ON ALL TABLES IN SCHEMA relaybus TO relaybus_admin;
+
+--------------------------------------------------------------------------------
+-- Monitoring: per-handler gauges (metrics) and the cumulative counters the preloaded
+-- library keeps in shared memory (counters, reset_counters; src/pg/counters.cpp). For
+-- scrapers such as postgres_exporter (docs/postgres_exporter.yml).
+--------------------------------------------------------------------------------
+
+-- metrics: per handler (subscribed, or with deliveries left): paused, pending (waiting, not
+-- in flight), due (pending and due now), in_flight, dead, oldest_pending_age (now() minus
+-- the creation time of the oldest pending delivery; NULL when none), lanes_held (lanes
+-- under a lease that has not expired) and workers (distinct owners of those).
+--
+-- Cost: relaybus_internal.delivery_counts, which statistics() shares, reads every delivery
+-- once (a sequential scan, some hundreds of milliseconds at a million pending) and the
+-- held lanes; the lease figures read lanes once more (0.7 to 2 MB per handler, usually
+-- cached). Scrape it every 30 s or so, not every second, on a deep queue. Takes no lock
+-- beyond reading. Reads subscriptions, deliveries, lanes.
+CREATE FUNCTION relaybus.metrics()
+  RETURNS TABLE(handler text, paused boolean, pending bigint, due bigint, in_flight bigint,
+                dead bigint, oldest_pending_age interval, lanes_held bigint, workers bigint)
+  LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$
+  WITH counts AS (
+    SELECT * FROM relaybus_internal.delivery_counts()
+  ), leases AS (
+    SELECT l.handler, count(*) AS lanes_held, count(DISTINCT l.lease_owner) AS workers
+      FROM relaybus.lanes l
+     WHERE l.lease_owner IS NOT NULL AND l.lease_expires_at > now()
+     GROUP BY l.handler
+  ), names AS (
+    SELECT s.handler FROM relaybus.subscriptions s
+    UNION SELECT c.handler FROM counts c
+  )
+  SELECT n.handler, coalesce(s.paused_at IS NOT NULL, false), coalesce(c.pending, 0),
+         coalesce(c.due, 0), coalesce(c.in_flight, 0), coalesce(c.dead, 0),
+         now() - c.oldest_pending, coalesce(l.lanes_held, 0), coalesce(l.workers, 0)
+    FROM names n
+    LEFT JOIN relaybus.subscriptions s ON s.handler = n.handler
+    LEFT JOIN counts c ON c.handler = n.handler
+    LEFT JOIN leases l ON l.handler = n.handler
+   ORDER BY n.handler
+$fn$;
+
+-- counters: what relaybus did in this database since the server started or the last
+-- reset_counters(), one row per counter: published, deliveries_published, claimed,
+-- completed, failed, dead_lettered, taken_over, attempts_charged, handler_worker_errors.
+-- Only committed work counts. 55000 unless relaybus is in shared_preload_libraries.
+--
+-- Kept in shared memory, so a server restart (or crash) zeroes them; since says from
+-- when they count. One row per counter rather than a column each: a counter added later
+-- is a new row, not a new result type (which CREATE OR REPLACE cannot change).
+-- Touches no table.
+CREATE FUNCTION relaybus.counters() RETURNS TABLE(name text, value bigint, since timestamptz)
+  AS 'MODULE_PATHNAME', 'relaybus_counters' LANGUAGE C VOLATILE ROWS 9;
+
+-- reset_counters: sets this database's counters to 0 and their since to now. Returns the
+-- new since. 55000 unless relaybus is in shared_preload_libraries.
+--
+-- At once, not at commit: a rollback does not bring the old values back. Touches no
+-- table.
+CREATE FUNCTION relaybus.reset_counters() RETURNS timestamptz
+  AS 'MODULE_PATHNAME', 'relaybus_reset_counters' LANGUAGE C VOLATILE;
+
+-- Admin only, as statistics(): the figures name handlers and workers. A monitoring role
+-- gets EXECUTE on metrics() and counters() alone (docs/operations.md), not relaybus_admin.
+REVOKE ALL ON FUNCTION relaybus.metrics(), relaybus.counters(), relaybus.reset_counters()
+  FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION relaybus.metrics(), relaybus.counters(), relaybus.reset_counters()
+  TO relaybus_admin;
 
 --------------------------------------------------------------------------------
 -- Upgrade 0.1.0 -> 0.2.0, second half: with lane_of in place, every delivery gets the lane
@@ -855,6 +947,11 @@ COMMENT ON FUNCTION relaybus_internal.create_lanes(handler text) IS
 COMMENT ON FUNCTION relaybus_internal.list_deliveries_impl(want_status text, want_handler text, row_limit integer) IS
   'the body of relaybus.list_deliveries, called with the same '
   'arguments. Internal: only list_deliveries calls it.';
+COMMENT ON FUNCTION relaybus_internal.delivery_counts() IS
+  'per handler with deliveries: pending = waiting and not in any held '
+  'lane''s in-flight list, due = those of pending whose available_at has come, in_flight = '
+  'pending and in such a list, dead, oldest_pending = creation time of the oldest delivery '
+  'counted in pending. Internal: the figures statistics() and metrics() share.';
 COMMENT ON FUNCTION relaybus.lane_of(key_or_event_id text) IS
   'the lane (0..255) a delivery with that ordering key, or with '
   'that event id when it has no key, lives in: FNV-1a of the UTF-8 bytes, modulo 256.';
@@ -944,3 +1041,16 @@ COMMENT ON FUNCTION relaybus.list_deliveries(status text, handler text, max_rows
   '(pending, processing and dead), ''pending'', ''processing'', ''dead'' or ''completed'' (the '
   'completion history, whose status is completed or, for a cancel, cancelled); handler '
   'filters by handler.';
+COMMENT ON FUNCTION relaybus.metrics() IS
+  'per handler (subscribed, or with deliveries left): paused, pending (waiting, not '
+  'in flight), due (pending and due now), in_flight, dead, oldest_pending_age (now() minus '
+  'the creation time of the oldest pending delivery; NULL when none), lanes_held (lanes '
+  'under a lease that has not expired) and workers (distinct owners of those).';
+COMMENT ON FUNCTION relaybus.counters() IS
+  'what relaybus did in this database since the server started or the last '
+  'reset_counters(), one row per counter: published, deliveries_published, claimed, '
+  'completed, failed, dead_lettered, taken_over, attempts_charged, handler_worker_errors. '
+  'Only committed work counts. 55000 unless relaybus is in shared_preload_libraries.';
+COMMENT ON FUNCTION relaybus.reset_counters() IS
+  'sets this database''s counters to 0 and their since to now. Returns the '
+  'new since. 55000 unless relaybus is in shared_preload_libraries.';

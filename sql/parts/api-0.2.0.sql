@@ -379,27 +379,16 @@ $fn$;
 -- when it is off), oldest_pending = creation time of the oldest waiting delivery, paused =
 -- subscribed and paused.
 --
--- Reads subscriptions, deliveries, lanes, completions.
+-- Reads subscriptions, deliveries, lanes, completions; the deliveries' figures are
+-- relaybus_internal.delivery_counts (see there what it scans).
 CREATE FUNCTION relaybus.statistics()
   RETURNS TABLE(handler text, pending bigint, processing bigint, dead bigint, completed bigint,
                 oldest_pending timestamptz, paused boolean)
   LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
-  WITH in_flight AS (
-    SELECT l.handler, f.event_id
-      FROM relaybus.lanes l CROSS JOIN LATERAL unnest(l.in_flight) AS f(event_id)
-     WHERE l.lease_owner IS NOT NULL
-  ), d AS (
-    SELECT d.handler, d.status, d.created_at, i.event_id IS NOT NULL AS in_flight
-      FROM relaybus.deliveries d
-      LEFT JOIN in_flight i ON i.handler = d.handler AND i.event_id = d.event_id
-  ), counts AS (
-    SELECT d.handler,
-           count(*) FILTER (WHERE d.status = 'pending' AND NOT d.in_flight) AS pending,
-           count(*) FILTER (WHERE d.status = 'pending' AND d.in_flight) AS processing,
-           count(*) FILTER (WHERE d.status = 'dead') AS dead,
-           min(d.created_at) FILTER (WHERE d.status = 'pending' AND NOT d.in_flight) AS oldest
-      FROM d GROUP BY d.handler
+  WITH counts AS (
+    SELECT c.handler, c.pending, c.in_flight AS processing, c.dead, c.oldest_pending AS oldest
+      FROM relaybus_internal.delivery_counts() c
   ), history AS (
     SELECT c.handler, count(*) FILTER (WHERE c.outcome = 'completed') AS completed
       FROM relaybus.completions c GROUP BY c.handler

@@ -2,6 +2,7 @@
 // (src/core/attempt_end.hpp) decides; this reads the fence and writes. Each updates the delivery
 // (a rare path: not HOT, accepted) and takes it off its lane's in-flight list so it can be
 // claimed again; each bumps the claims counter so the token that ended it is dead.
+#include "counters.hpp"
 #include "spi.hpp"
 #include "subscription_policy.hpp"
 #include "token_args.hpp"
@@ -92,6 +93,10 @@ AttemptResult end_attempt(const core::LeaseToken& token, Ending ending,
     update.datum(0, true);
   }
   update_delivery.run(update);
+  if (ending == Ending::kFail) counters::add(counters::kFailed);
+  if (end.attempts > attempts)
+    counters::add(counters::kAttemptsCharged, static_cast<std::uint64_t>(end.attempts - attempts));
+  if (end.dead) counters::add(counters::kDeadLettered);
 
   Params lane_update;
   lane_update.text(token.handler);

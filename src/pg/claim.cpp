@@ -3,6 +3,7 @@
 // reads and writes for it, each one set-based statement. Writes one lane row per lane whose
 // state changes; never writes or locks a delivery row (except to charge the deliveries of a
 // lane it takes over).
+#include "counters.hpp"
 #include "holder.hpp"
 #include "in_flight.hpp"
 #include "lane_list.hpp"
@@ -184,6 +185,7 @@ std::vector<core::LaneSnapshot> PgClaimStore::lock_for_takeover(
   std::vector<core::LaneSnapshot> out;
   out.reserve(n);
   for (std::uint64_t r = 0; r < n; ++r) out.push_back(read_lane(r, 4));
+  counters::add(counters::kTakenOver, n);  // each one is taken over (keep_held_lanes)
   return out;
 }
 
@@ -239,6 +241,7 @@ std::vector<core::AcquiredLane> PgClaimStore::lock_acquirable(
   out.reserve(n);
   for (std::uint64_t r = 0; r < n; ++r)
     out.push_back({read_lane(r, 5), row::boolean(r, 4), static_cast<std::size_t>(row::int8(r, 6))});
+  for (const auto& a : out) counters::add(counters::kTakenOver, a.had_owner ? 1 : 0);
   return out;
 }
 
@@ -418,7 +421,10 @@ Datum claim_body(FunctionCallInfo fcinfo) {
   std::optional<std::string> holder = holder_arg(fcinfo, 4);
   const bool has_holder = holder.has_value();
   PgClaimStore store(std::move(worker), std::move(holder), lease_us);
-  emit(core::run_claim(store, requested, batch_size, has_holder), store, rsinfo);
+  const std::vector<core::ClaimedDelivery> claimed =
+      core::run_claim(store, requested, batch_size, has_holder);
+  counters::add(counters::kClaimed, claimed.size());
+  emit(claimed, store, rsinfo);
   spi.finish();
   return (Datum)0;
 }

@@ -6,6 +6,7 @@
 // statement wait and then see the new epoch), but not with the owner's own claims and
 // renewals, which are plain updates. Either the handler's writes and the deletion commit
 // together, or the takeover redelivers; never both.
+#include "counters.hpp"
 #include "settings.hpp"
 #include "spi.hpp"
 #include "token_args.hpp"
@@ -91,7 +92,9 @@ std::uint64_t complete_tokens(const std::vector<core::LeaseToken>& tokens) {
   params.int4_array(claims);
   Statement& statement = settings::completion_history() ? with_history : without_history;
   statement.run(params);
-  return static_cast<std::uint64_t>(row::int8(0, 1));
+  const auto completed = static_cast<std::uint64_t>(row::int8(0, 1));
+  counters::add(counters::kCompleted, completed);
+  return completed;
 }
 
 Datum complete_body(FunctionCallInfo fcinfo) {

@@ -1,4 +1,5 @@
 // extend_lease, relinquish and take_over_expired: what happens to lanes outside a claim.
+#include "counters.hpp"
 #include "holder.hpp"
 #include "in_flight.hpp"
 #include "lane_list.hpp"
@@ -103,7 +104,7 @@ void take_over(const std::vector<core::LaneSnapshot>& lanes) {
   Params params;
   list.bind(params);
   params.int8_array(epochs);
-  release.run(params);
+  counters::add(counters::kTakenOver, release.run(params));
 }
 
 // A lane whose takeover raised: reported, left as it is (still expired, so tried again in

@@ -1,5 +1,6 @@
 // The shared library's entry: PostgreSQL's magic block and _PG_init.
 #include "background.hpp"
+#include "counters.hpp"
 #include "drop_warning.hpp"
 #include "postgres.hpp"
 #include "settings.hpp"
@@ -14,6 +15,7 @@ void _PG_init(void) {
   relaybus::pg::settings::define();
   relaybus::pg::wakeup::install(preloading);
   relaybus::pg::drop_warning::install();
+  relaybus::pg::counters::install(preloading);
   if (preloading) relaybus::pg::background::register_workers();
 }
 }

@@ -1,4 +1,5 @@
 // publish: the event and its deliveries, in the caller's transaction (publish_one.hpp).
+#include "counters.hpp"
 #include "publish_one.hpp"
 #include "spi.hpp"
 #include "wakeup.hpp"
@@ -54,7 +55,7 @@ void insert_deliveries(const std::string& event_id, const std::optional<std::str
   params.int8(sequence);
   params.timestamptz(available_at);
   params.text_array(handlers);
-  insert.run(params);
+  counters::add(counters::kDeliveriesPublished, insert.run(params));
 }
 
 }  // namespace
@@ -193,6 +194,7 @@ std::string publish_one(PublishInput& in, const std::string& where) {
   params.datum(in.headers, in.headers_null);
   params.text_array(handlers);
   if (insert_event.run(params) == 1) {
+    counters::add(counters::kPublished);
     insert_deliveries(event_id, in.key, handlers, in.available_at);
     wake(handlers, targets);
   } else {

@@ -1,6 +1,7 @@
 // publish_batch: many events in one call, in the caller's transaction. A batch of new ids
 // is written with one statement per table; anything else goes element by element through
 // publish_one (publish.cpp). Either way the rows are those of one publish per element.
+#include "counters.hpp"
 #include "publish_one.hpp"
 #include "spi.hpp"
 #include "wakeup.hpp"
@@ -101,6 +102,7 @@ bool publish_new_events(std::vector<PublishInput>& inputs, std::vector<std::stri
   event_params.int4_array(firsts);
   event_params.int4_array(counts);
   const std::uint64_t inserted_count = insert_events.run(event_params);
+  counters::add(counters::kPublished, inserted_count);
   std::set<std::string> inserted;
   for (std::uint64_t r = 0; r < inserted_count; ++r) inserted.insert(row::text(r, 1));
 
@@ -192,7 +194,7 @@ bool publish_new_events(std::vector<PublishInput>& inputs, std::vector<std::stri
     params.datum_array(d_keys, d_key_nulls, TEXTOID);
     params.datum_array(d_sequences, d_sequence_nulls, INT8OID);
     params.datum_array(d_available, d_available_nulls, TIMESTAMPTZOID);
-    insert_deliveries_all.run(params);
+    counters::add(counters::kDeliveriesPublished, insert_deliveries_all.run(params));
   }
   wakeup::published(std::vector<std::string>(external.begin(), external.end()), in_database);
   // An id stored by a concurrent transaction between the check and the insert (which

@@ -15,6 +15,7 @@
 // batch back at once, in a transaction of its own: the overrunning delivery is failed with
 // the reason, every other one is released without charge, and the lanes are relinquished,
 // so nothing waits for the lease to expire and no bystander of the batch pays an attempt.
+#include "counters.hpp"
 #include "handler_call.hpp"
 #include "settings.hpp"
 #include "spi.hpp"
@@ -221,6 +222,7 @@ void SqlHandlerWorker::handle(const Job& job) {
   });
   in_progress.calling = false;
   if (call.outcome == handler_call::Outcome::kFailed) {
+    counters::add(counters::kHandlerWorkerErrors);
     Params params;
     params.text(job.token);
     params.text(std::string_view(call.error));

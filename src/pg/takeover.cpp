@@ -1,5 +1,6 @@
 #include "takeover.hpp"
 
+#include "counters.hpp"
 #include "spi.hpp"
 #include "subscription_policy.hpp"
 
@@ -55,6 +56,10 @@ void PgChargeStore::write_charges(const std::vector<core::Charge>& charges) {
   params.text_array(status);
   params.text(std::string(core::kLeaseLostError));
   charge.run(params);
+  counters::add(counters::kAttemptsCharged, charges.size());
+  std::uint64_t dead = 0;
+  for (const auto& c : charges) dead += c.dead ? 1 : 0;
+  counters::add(counters::kDeadLettered, dead);
 }
 
 }  // namespace relaybus::pg
