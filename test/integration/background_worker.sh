@@ -3,7 +3,8 @@
 # visible in pg_stat_activity, surviving a reload, taking over expired lanes and charging
 # attempts, dead-lettering a poison delivery after max_attempts takeovers, purging by
 # retention, running in-database handlers exactly once in key order with retries, dead
-# letters and timeouts, a slow handler not holding up another, wake-ups beating a long
+# letters and timeouts, a slow handler not holding up another, a paused handler left
+# alone until resumed, wake-ups beating a long
 # poll interval, NOTIFY once per transaction and handler, restart after termination, and a
 # prompt fast shutdown.
 set -euo pipefail
@@ -98,6 +99,21 @@ q "SELECT count(relaybus.publish('quick.t', jsonb_build_object('n', i), event_id
 wait_for "20 deliveries of another handler are handled while a 3 s handler runs" \
   "SELECT count(*) = 20 FROM handled WHERE handler = 'quick'" 2
 wait_for "the slow one completes too" "SELECT count(*) = 1 FROM handled WHERE event_id = 'snail'" 6
+
+# A paused in-database handler: its deliveries wait, another handler's run; resume runs them.
+q "SELECT relaybus.subscribe('sleeper', ARRAY['sleep.t'], sql_function => 'record(jsonb)')" >/dev/null
+q "SELECT relaybus.pause('sleeper')" >/dev/null
+q "SELECT count(relaybus.publish('sleep.t', '{}', event_id => 'z' || i)) FROM generate_series(1, 5) i" >/dev/null
+q "SELECT relaybus.publish('quick.t', '{}', event_id => 'q-during-pause')" >/dev/null
+wait_for "while one handler is paused, another's delivery is handled" \
+  "SELECT count(*) = 1 FROM handled WHERE event_id = 'q-during-pause'" 3
+sleep 1  # ten polls of the workers
+check "the paused handler's 5 deliveries are kept and none ran (ten polls later)" \
+  "SELECT (SELECT count(*) FROM handled WHERE handler = 'sleeper') = 0
+      AND (SELECT pending = 5 AND paused FROM relaybus.statistics() WHERE handler = 'sleeper')"
+q "SELECT relaybus.resume('sleeper')" >/dev/null
+wait_for "after resume the workers handle all 5" \
+  "SELECT count(*) = 5 FROM handled WHERE handler = 'sleeper'" 3
 
 # A function dropped after subscribing: a failed attempt with a reason, not a delivery left
 # in flight until its lease expires.
