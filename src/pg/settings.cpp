@@ -5,6 +5,14 @@
 
 #include "../core/sql_timeout.hpp"
 
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+extern "C" {
+#include "utils/varlena.h"
+}
+
 namespace relaybus::pg::settings {
 
 namespace {
@@ -12,6 +20,22 @@ bool completion_history_value = false;
 int retention_completed_value = 7 * 24 * 3600;
 int retention_dead_value = 14 * 24 * 3600;
 char* database_value = nullptr;
+bool preloaded_value = false;
+
+// relaybus.database, parsed by its check hook (the GUC's "extra": malloc'd, freed by the GUC
+// machinery). Plain data only: the hook calls functions that may ereport.
+struct DatabaseList {
+  int count;
+  char names[kMaxDatabases][NAMEDATALEN];
+  char duplicate[NAMEDATALEN];  // the first name listed more than once, or ""
+};
+const DatabaseList* database_list = nullptr;
+
+// Why the check hook refused relaybus.database while the library was being preloaded.
+// PostgreSQL then only warns and keeps the default ('postgres'), which would quietly serve a
+// database nobody listed; register_workers refuses to start the server instead.
+char rejected_value[256];
+char rejection[256];
 int maintenance_interval_value = 1000;
 int sql_handler_workers_value = 2;
 int sql_handler_timeout_value = 30000;
@@ -24,9 +48,74 @@ bool notify_value = true;
 constexpr int kMinSqlTimeoutMs = static_cast<int>(core::kMinSqlTimeoutUs / 1000);
 constexpr int kMaxSqlTimeoutMs = static_cast<int>(core::kMaxSqlTimeoutUs / 1000);
 static_assert(core::kMinSqlTimeoutUs % 1000 == 0 && core::kMaxSqlTimeoutUs % 1000 == 0);
+
+// Splits like PostgreSQL's own list settings (SplitGUCList, as for shared_preload_libraries):
+// names separated by commas, whitespace around them ignored, nothing downcased (database
+// names are case-sensitive, and a single name must mean what it meant before lists), a
+// double-quoted name may hold commas, spaces and doubled double quotes. A name listed twice
+// is served once.
+bool check_database(char** newval, void** extra, GucSource) {
+  const char* reason = nullptr;
+  char detail[128] = "";
+  char* raw = pstrdup(*newval != nullptr ? *newval : "");
+  List* names = NIL;
+  auto* list = static_cast<DatabaseList*>(malloc(sizeof(DatabaseList)));
+  if (list == nullptr) {
+    GUC_check_errcode(ERRCODE_OUT_OF_MEMORY);
+    return false;
+  }
+  memset(list, 0, sizeof *list);
+  if (!SplitGUCList(raw, ',', &names)) {
+    reason = "List syntax is invalid.";
+  } else {
+    ListCell* cell;
+    foreach (cell, names) {
+      const char* name = static_cast<const char*>(lfirst(cell));
+      if (strlen(name) >= NAMEDATALEN) {
+        snprintf(detail, sizeof detail, "A database name has at most %d bytes.", NAMEDATALEN - 1);
+        reason = detail;
+        break;
+      }
+      bool listed = false;
+      for (int i = 0; i < list->count && !listed; ++i) listed = strcmp(list->names[i], name) == 0;
+      if (listed) {
+        if (list->duplicate[0] == '\0') strlcpy(list->duplicate, name, NAMEDATALEN);
+        continue;
+      }
+      if (list->count == kMaxDatabases) {
+        snprintf(detail, sizeof detail, "It lists more than %d databases.", kMaxDatabases);
+        reason = detail;
+        break;
+      }
+      strlcpy(list->names[list->count++], name, NAMEDATALEN);
+    }
+  }
+  list_free(names);
+  pfree(raw);
+  if (reason != nullptr) {
+    free(list);
+    GUC_check_errdetail("%s", reason);
+    GUC_check_errhint(
+        "Separate database names with commas; double-quote a name that holds a comma, a space "
+        "or a double quote (doubled).");
+    if (process_shared_preload_libraries_in_progress) {
+      strlcpy(rejected_value, *newval != nullptr ? *newval : "", sizeof rejected_value);
+      strlcpy(rejection, reason, sizeof rejection);
+    }
+    return false;
+  }
+  *extra = list;
+  return true;
+}
+
+void assign_database(const char*, void* extra) {
+  database_list = static_cast<const DatabaseList*>(extra);
+}
+
 }  // namespace
 
 void define() {
+  preloaded_value = process_shared_preload_libraries_in_progress;
   // PGC_SUSET: set in postgresql.conf, ALTER SYSTEM/DATABASE, or by a superuser session;
   // an ordinary worker must not switch history or retention for everybody.
   DefineCustomBoolVariable(
@@ -70,13 +159,15 @@ void define() {
   // Settings of context postmaster may only be defined while the library is preloaded.
   if (process_shared_preload_libraries_in_progress) {
     DefineCustomStringVariable(
-        "relaybus.database", "Database the relaybus background workers connect to.",
-        "relaybus must be installed there for them to do anything.", &database_value, "postgres",
-        PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
+        "relaybus.database", "Databases the relaybus background workers serve.",
+        "A comma-separated list; relaybus must be installed in a database for its workers to "
+        "do anything. Empty: no worker runs.",
+        &database_value, "postgres", PGC_POSTMASTER, 0, check_database, assign_database, nullptr);
     DefineCustomIntVariable("relaybus.sql_handler_workers",
-                            "Number of background workers running in-database handlers.", nullptr,
-                            &sql_handler_workers_value, 2, 0, wakeup::kMaxSqlWorkers, PGC_POSTMASTER, 0,
-                            nullptr, nullptr, nullptr);
+                            "Number of background workers running in-database handlers, per "
+                            "database of relaybus.database.",
+                            nullptr, &sql_handler_workers_value, 2, 0, wakeup::kMaxSqlWorkers,
+                            PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
   }
   MarkGUCPrefixReserved("relaybus");
 }
@@ -90,8 +181,30 @@ int retention_completed_s() {
 int retention_dead_s() {
   return retention_dead_value;
 }
-const char* database() {
-  return database_value != nullptr ? database_value : "postgres";
+bool preloaded() {
+  return preloaded_value;
+}
+const char* database_setting() {
+  return database_value != nullptr ? database_value : "";
+}
+int database_count() {
+  return database_list != nullptr ? database_list->count : 0;
+}
+const char* database_name(int index) {
+  return database_list->names[index];
+}
+bool serves_database(const char* name) {
+  for (int i = 0; i < database_count(); ++i)
+    if (strcmp(database_list->names[i], name) == 0) return true;
+  return false;
+}
+const char* database_listed_twice() {
+  return database_list != nullptr && database_list->duplicate[0] != '\0' ? database_list->duplicate
+                                                                         : nullptr;
+}
+const char* database_rejection(const char** value) {
+  *value = rejected_value;
+  return rejection[0] != '\0' ? rejection : nullptr;
 }
 int maintenance_interval_ms() {
   return maintenance_interval_value;

@@ -16,8 +16,26 @@ int retention_dead_s();
 // Background worker (issue 3). Settings of context postmaster exist only when the library is
 // preloaded; without it they read as their defaults and no worker runs.
 
-// relaybus.database: the database the background workers connect to.
-const char* database();
+// True when the library was loaded by shared_preload_libraries: in the postmaster, and in
+// every backend and worker it starts (they inherit the library's state, or load it again
+// the same way under EXEC_BACKEND). False in a backend that loaded the library itself on
+// first use: the postmaster settings below are not defined there and no worker runs.
+bool preloaded();
+
+// relaybus.database: the databases the background workers serve, a comma-separated list of
+// at most kMaxDatabases distinct names (a name listed twice counts once).
+inline constexpr int kMaxDatabases = 16;
+// The setting as written.
+const char* database_setting();
+// The distinct names, in the order listed (0 without the preload, or for an empty list).
+int database_count();
+const char* database_name(int index);
+bool serves_database(const char* name);
+// The first name listed more than once, or nullptr: reported at startup.
+const char* database_listed_twice();
+// While preloading: why relaybus.database was refused (nullptr if it was not), and the
+// refused value. PostgreSQL itself only warns and keeps the default then.
+const char* database_rejection(const char** value);
 // relaybus.maintenance_interval, ms: time between maintenance rounds.
 int maintenance_interval_ms();
 // relaybus.sql_handler_workers: how many workers run in-database handlers.

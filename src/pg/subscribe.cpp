@@ -1,6 +1,7 @@
 // subscribe: a handler, its event types and its retry policy; creates its core::kLaneCount
 // lanes.
 #include "definer_rights.hpp"
+#include "settings.hpp"
 #include "spi.hpp"
 
 extern "C" {
@@ -48,23 +49,29 @@ void validate_sql_function(Oid function, Oid caller) {
 
 // An in-database handler runs only where relaybus's background workers run: say so when
 // none will serve this one (the subscription is still made: an external worker may claim
-// it by name, and the setting may be changed).
+// it by name, and the settings may be changed).
+// Whether the library was preloaded is read from settings::preloaded(), not from whether
+// relaybus.database is defined: without the preload that setting does not exist here (and
+// settings of context postmaster cannot be defined after startup), while a placeholder of
+// the same name could; the preload is what starts workers.
 void notice_if_no_worker_serves() {
   pg_call([] {
-    const char* database = GetConfigOption("relaybus.database", true, false);
     const char* here = get_database_name(MyDatabaseId);
-    const char* workers = GetConfigOption("relaybus.sql_handler_workers", true, false);
-    if (database == nullptr) {
+    if (!settings::preloaded()) {
       ereport(NOTICE, (errmsg("no background worker runs in-database handlers: relaybus is not "
                               "in shared_preload_libraries"),
-                       errhint("Add relaybus to shared_preload_libraries and restart, or claim "
-                               "this handler by name from an external worker.")));
-    } else if (here == nullptr || strcmp(database, here) != 0) {
+                       errhint("Add relaybus to shared_preload_libraries and this database to "
+                               "relaybus.database, and restart the server; or claim this "
+                               "handler by name from an external worker.")));
+    } else if (here == nullptr || !settings::serves_database(here)) {
       ereport(NOTICE, (errmsg("no background worker runs in-database handlers in database \"%s\"",
                               here != nullptr ? here : "?"),
-                       errdetail("The workers connect to relaybus.database = \"%s\".", database),
-                       errhint("Set relaybus.database to this database and restart the server.")));
-    } else if (workers != nullptr && strcmp(workers, "0") == 0) {
+                       settings::database_count() == 0
+                           ? errdetail("relaybus.database is empty.")
+                           : errdetail("The workers serve relaybus.database = '%s'.",
+                                       settings::database_setting()),
+                       errhint("Add this database to relaybus.database and restart the server.")));
+    } else if (settings::sql_handler_workers() == 0) {
       ereport(NOTICE, (errmsg("no background worker runs in-database handlers: "
                               "relaybus.sql_handler_workers is 0"),
                        errhint("Set relaybus.sql_handler_workers and restart the server.")));

@@ -2,6 +2,7 @@
 
 #include "guard.hpp"
 #include "settings.hpp"
+#include "worker_support.hpp"
 
 extern "C" {
 #include "access/xact.h"
@@ -17,9 +18,17 @@ namespace relaybus::pg::wakeup {
 
 namespace {
 
+// One row per database of relaybus.database, by its index in the list. A publish wakes only
+// the workers of its own database: the row whose OID is the publisher's MyDatabaseId. The
+// OID is written by the row's workers once connected (the postmaster knows only names).
+struct DatabaseWorkers {
+  Oid database;
+  Latch* sql_worker_latches[kMaxSqlWorkers];
+};
+
 struct SharedState {
   slock_t mutex;
-  Latch* sql_worker_latches[kMaxSqlWorkers];
+  DatabaseWorkers databases[settings::kMaxDatabases];
 };
 
 SharedState* shared = nullptr;
@@ -39,7 +48,10 @@ void attach_shared_memory() {
   shared = static_cast<SharedState*>(ShmemInitStruct("relaybus", sizeof(SharedState), &found));
   if (!found) {
     SpinLockInit(&shared->mutex);
-    for (auto& latch : shared->sql_worker_latches) latch = nullptr;
+    for (auto& row : shared->databases) {
+      row.database = InvalidOid;
+      for (auto& latch : row.sql_worker_latches) latch = nullptr;
+    }
   }
   LWLockRelease(AddinShmemInitLock);
 }
@@ -48,9 +60,13 @@ void attach_shared_memory() {
 void at_transaction_end(XactEvent event, void*) {
   if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT) {
     if (wake_sql_workers_at_commit && shared != nullptr) {
-      Latch* latches[kMaxSqlWorkers];
+      Latch* latches[kMaxSqlWorkers] = {};
       SpinLockAcquire(&shared->mutex);
-      for (int i = 0; i < kMaxSqlWorkers; ++i) latches[i] = shared->sql_worker_latches[i];
+      for (const auto& row : shared->databases) {
+        if (row.database != MyDatabaseId) continue;
+        for (int i = 0; i < kMaxSqlWorkers; ++i) latches[i] = row.sql_worker_latches[i];
+        break;
+      }
       SpinLockRelease(&shared->mutex);
       for (Latch* latch : latches)
         if (latch != nullptr) SetLatch(latch);
@@ -61,10 +77,13 @@ void at_transaction_end(XactEvent event, void*) {
   }
 }
 
+// slot: database index * kMaxSqlWorkers + worker slot.
 void unregister_sql_worker(int, Datum slot) {
   if (shared == nullptr) return;
+  const int position = DatumGetInt32(slot);
   SpinLockAcquire(&shared->mutex);
-  shared->sql_worker_latches[DatumGetInt32(slot)] = nullptr;
+  shared->databases[position / kMaxSqlWorkers].sql_worker_latches[position % kMaxSqlWorkers] =
+      nullptr;
   SpinLockRelease(&shared->mutex);
 }
 
@@ -90,11 +109,17 @@ void published(const std::vector<std::string>& handlers, bool in_database) {
 }
 
 void register_sql_worker(int slot) {
-  if (shared == nullptr || slot < 0 || slot >= kMaxSqlWorkers) return;
+  const int index = worker::database_index();
+  if (shared == nullptr || slot < 0 || slot >= kMaxSqlWorkers || index < 0 ||
+      index >= settings::kMaxDatabases)
+    return;
   SpinLockAcquire(&shared->mutex);
-  shared->sql_worker_latches[slot] = MyLatch;
+  // The same OID from every worker of the row, unless the database was dropped and created
+  // again under its name: then the newest connection is right.
+  shared->databases[index].database = MyDatabaseId;
+  shared->databases[index].sql_worker_latches[slot] = MyLatch;
   SpinLockRelease(&shared->mutex);
-  before_shmem_exit(unregister_sql_worker, Int32GetDatum(slot));
+  before_shmem_exit(unregister_sql_worker, Int32GetDatum(index * kMaxSqlWorkers + slot));
 }
 
 }  // namespace relaybus::pg::wakeup

@@ -5,7 +5,8 @@
 //   PostgreSQL folds identical notifications of one transaction, so it is one per
 //   transaction and handler, sent at commit, never for a rolled-back publish.
 // - In-database handler workers cannot LISTEN: at commit, the publishing backend sets
-//   their latches, found in shared memory (only when the library is preloaded).
+//   their latches, found in shared memory (only when the library is preloaded). Only the
+//   workers serving the publisher's own database are woken.
 #pragma once
 
 #include <string>
@@ -20,10 +21,12 @@ void install(bool preloading);
 // whether an in-database handler got one (latches at commit).
 void published(const std::vector<std::string>& external_handlers, bool in_database);
 
-// In-database handler worker `slot` registers its latch (and removes it when it exits).
+// In-database handler worker `slot` of its database (worker::database_index()) registers
+// its latch (and removes it when it exits).
 void register_sql_worker(int slot);
 
-// Upper bound on in-database handler workers (the shared memory is sized for it).
+// Upper bound on in-database handler workers per database (the shared memory is sized for
+// it).
 inline constexpr int kMaxSqlWorkers = 32;
 
 }  // namespace relaybus::pg::wakeup

@@ -1,6 +1,10 @@
 #include "worker_support.hpp"
 
 #include "settings.hpp"
+#include "wakeup.hpp"
+
+#include <algorithm>
+#include <cstring>
 
 extern "C" {
 #include "pgstat.h"
@@ -8,6 +12,8 @@ extern "C" {
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
 #include "tcop/tcopprot.h"
 #include "utils/snapmgr.h"
 }
@@ -20,6 +26,38 @@ volatile sig_atomic_t shutdown_flag = 0;
 const char* handler_search_path_value = "\"$user\", public";
 volatile sig_atomic_t in_call = 0;
 bool sql_handler_worker = false;
+int database_index_value = -1;
+
+// Per worker (its database's index in relaybus.database, and its slot: 0 the maintenance
+// worker, 1 + n handler worker n): whether it is connecting, and how many of its
+// incarnations in a row failed to. A registered worker runs as one process at a time, so a
+// slot has one writer; the state outlives the process, which a failed connection ends.
+struct ConnectSlot {
+  bool connecting;
+  std::uint32_t failures;
+};
+struct ConnectState {
+  ConnectSlot slots[settings::kMaxDatabases][1 + wakeup::kMaxSqlWorkers];
+};
+ConnectState* connect_state = nullptr;
+shmem_request_hook_type previous_request_hook = nullptr;
+shmem_startup_hook_type previous_startup_hook = nullptr;
+constexpr int kMaxConnectDelayS = 60;
+
+void request_shared_memory() {
+  if (previous_request_hook != nullptr) previous_request_hook();
+  RequestAddinShmemSpace(MAXALIGN(sizeof(ConnectState)));
+}
+
+void attach_shared_memory() {
+  if (previous_startup_hook != nullptr) previous_startup_hook();
+  LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+  bool found = false;
+  connect_state = static_cast<ConnectState*>(
+      ShmemInitStruct("relaybus worker connections", sizeof(ConnectState), &found));
+  if (!found) memset(connect_state, 0, sizeof(ConnectState));
+  LWLockRelease(AddinShmemInitLock);
+}
 
 extern "C" void on_sigterm(SIGNAL_ARGS) {
   const int saved_errno = errno;
@@ -65,12 +103,72 @@ void exit_for_restart() {
   pg_unreachable();
 }
 
+void install_shared_state() {
+  previous_request_hook = shmem_request_hook;
+  shmem_request_hook = request_shared_memory;
+  previous_startup_hook = shmem_startup_hook;
+  shmem_startup_hook = attach_shared_memory;
+}
+
+int database_index() noexcept {
+  return database_index_value;
+}
+
+namespace {
+
+// Before connecting: if this worker's predecessor died while connecting (a failed
+// connection is FATAL: the dying process gets no chance to count it), count a failure; after
+// failures, wait 1 s, 2 s, 4 s, ... up to a minute (SIGTERM and postmaster death end the
+// wait). The postmaster's own restart delay comes on top.
+void wait_for_connect_turn(const Target& target) {
+  if (connect_state == nullptr) return;
+  ConnectSlot& slot = connect_state->slots[target.database_index][target.worker_slot];
+  if (slot.connecting) ++slot.failures;
+  slot.connecting = false;
+  if (slot.failures > 0) {
+    const int delay_s =
+        std::min(kMaxConnectDelayS, 1 << std::min<std::uint32_t>(slot.failures - 1, 6));
+    if (target.worker_slot == 0)
+      ereport(LOG, (errmsg("relaybus: %u connection attempts to database \"%s\" failed; its "
+                           "workers try again in %d s",
+                           slot.failures, target.database, delay_s),
+                    errhint("Create the database, or remove it from relaybus.database and "
+                            "restart the server.")));
+    const TimestampTz until = GetCurrentTimestamp() + static_cast<TimestampTz>(delay_s) * 1000000;
+    for (;;) {
+      CHECK_FOR_INTERRUPTS();
+      if (shutdown_flag) proc_exit(1);
+      const long left_ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), until);
+      if (left_ms <= 0) break;
+      (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, left_ms,
+                      PG_WAIT_EXTENSION);
+      ResetLatch(MyLatch);
+    }
+  }
+  slot.connecting = true;
+}
+
+void connected(const Target& target) {
+  if (connect_state == nullptr) return;
+  ConnectSlot& slot = connect_state->slots[target.database_index][target.worker_slot];
+  slot.connecting = false;
+  slot.failures = 0;
+}
+
+}  // namespace
+
 void start(const char* application_name, Shutdown shutdown) {
+  Target target;
+  std::memcpy(&target, MyBgworkerEntry->bgw_extra, sizeof target);
+  target.database[NAMEDATALEN - 1] = '\0';
+  database_index_value = target.database_index;
   pg_call([&] {
     pqsignal(SIGHUP, SignalHandlerForConfigReload);
     pqsignal(SIGTERM, shutdown == Shutdown::kAtOnce ? die : on_sigterm);
     BackgroundWorkerUnblockSignals();
-    BackgroundWorkerInitializeConnection(settings::database(), nullptr, 0);
+    wait_for_connect_turn(target);
+    BackgroundWorkerInitializeConnection(target.database, nullptr, 0);
+    connected(target);
     pgstat_report_appname(application_name);
     // Handlers get the search_path the database would give a session (its defaults
     // included); the workers' own statements run with the pinned one below.

@@ -4,6 +4,10 @@
 
 #include "spi.hpp"
 
+extern "C" {
+#include "postmaster/bgworker.h"
+}
+
 namespace relaybus::pg::worker {
 
 enum class Shutdown {
@@ -13,9 +17,28 @@ enum class Shutdown {
                   // its unit of work first
 };
 
-// Signal handlers (SIGHUP reloads, SIGTERM as `shutdown` says), then the connection to
-// relaybus.database.
+// What a worker serves, written into its bgw_extra when it is registered (the postmaster
+// knows database names only; the OID is found by connecting).
+struct Target {
+  int database_index;  // in relaybus.database
+  int worker_slot;     // 0: its maintenance worker (which reports connection retries); 1 + n:
+                       // its handler worker n
+  char database[NAMEDATALEN];
+};
+static_assert(sizeof(Target) <= BGW_EXTRALEN, "a worker's target must fit into bgw_extra");
+
+// From register_workers, while preloading: the shared memory of the connection retries.
+void install_shared_state();
+
+// Signal handlers (SIGHUP reloads, SIGTERM as `shutdown` says), then the connection to the
+// worker's database (its Target). PostgreSQL ends a worker whose connection fails (FATAL:
+// no such database, or one that refuses connections) and the postmaster restarts it every
+// few seconds; so after failed connections a worker first waits, doubling from 1 s up to
+// 1 minute, and the maintenance worker logs that it does.
 void start(const char* application_name, Shutdown shutdown = Shutdown::kAtOnce);
+
+// The index in relaybus.database of the database this worker serves (-1 before start()).
+int database_index() noexcept;
 
 // From an in-database handler worker's main: this process is one of them.
 void mark_sql_handler_worker() noexcept;
