@@ -4,7 +4,7 @@
 # unknown command (exit 2, one line naming them, a pointer to --help, no connection made);
 # libpq's PG* variables as the connection when there is no --db; stats and dead list as
 # JSON with the values of a known state; `dead requeue EVENT_ID HANDLER` requeueing that
-# delivery and no other; and the errors that say what to do: no extension in the database,
+# delivery and no other; pause, resume and cancel; and the errors that say what to do: no extension in the database,
 # a role without relaybus_admin, a server that is not there.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -149,7 +149,8 @@ if [ "$code" = 0 ] && json stats '
     sorted(doc) == ["handlers"]
     and {h["handler"]: (h["pending"], h["processing"], h["dead"], h["completed"])
          for h in doc["handlers"]} == {"mailer": (1, 0, 2, 0), "audit": (3, 0, 0, 0)}
-    and all(sorted(h) == ["completed", "dead", "handler", "oldest_pending", "pending", "processing"]
+    and all(sorted(h) == ["completed", "dead", "handler", "oldest_pending", "paused", "pending",
+                          "processing"] and h["paused"] is False
             for h in doc["handlers"])
     and all(isinstance(h["oldest_pending"], str) and h["oldest_pending"].endswith("Z")
             for h in doc["handlers"])'; then
@@ -202,6 +203,40 @@ if [ "$code" = 0 ] && json requeue-all 'doc == {"requeued": 1}'; then
 else
   not_ok "dead requeue --handler mailer --json: $(cat "$out/requeue-all.out" "$out/requeue-all.err")"
 fi
+
+# --- pause, resume and cancel, on a handler of their own (audit gets these events too)
+q "SELECT relaybus.subscribe('pausable', ARRAY['p.t'])" >/dev/null
+q "SELECT relaybus.publish('p.t', '{}', key => 'pk', event_id => 'p1')" >/dev/null
+q "SELECT relaybus.publish('p.t', '{}', key => 'pk', event_id => 'p2')" >/dev/null
+run pause $cli pause --handler pausable
+expect "pause prints what it did" 0 pause "paused pausable"
+run pause-again $cli pause --handler pausable
+expect "pausing again says so, and succeeds" 0 pause-again "pausable was paused already"
+check "the handler is paused, and a claim of it hands out nothing" \
+  "SELECT paused AND NOT EXISTS (SELECT 1 FROM relaybus.claim('cli-p', 10, '30 s', ARRAY['pausable']))
+     FROM relaybus.statistics() WHERE handler = 'pausable'"
+run stats-paused $cli stats --json
+if [ "$code" = 0 ] && json stats-paused '
+    {h["handler"]: h["paused"] for h in doc["handlers"]}["pausable"] is True'; then
+  ok "stats --json shows the pause"
+else not_ok "stats --json shows the pause: $(cat "$out/stats-paused.out")"; fi
+run pause-nobody $cli pause --handler nobody
+expect "pausing an unsubscribed handler exits 1" 1 pause-nobody "not subscribed"
+run resume $cli resume --handler pausable
+expect "resume prints what it did" 0 resume "resumed pausable"
+run resume-again $cli resume --handler pausable
+expect "resuming again says so" 0 resume-again "pausable was not paused"
+run cancel $cli cancel p1 pausable
+expect "cancel removes p1" 0 cancel "cancelled p1 for pausable"
+check "p1 is gone and p2, behind it on key pk, is claimed now" \
+  "SELECT NOT EXISTS (SELECT 1 FROM relaybus.deliveries WHERE event_id = 'p1' AND handler = 'pausable')
+      AND (SELECT array_agg(event_id) FROM relaybus.claim('cli-p', 10, '30 s', ARRAY['pausable'])) = ARRAY['p2']"
+run cancel-busy $cli cancel p2 pausable
+expect "cancel of a delivery in flight exits 1, saying so" 1 cancel-busy "is in flight"
+run cancel-none $cli cancel p1 pausable
+expect "cancel of no delivery exits 1, saying so" 1 cancel-none "nothing cancelled"
+run cancel-one $cli cancel p1
+expect "cancel with EVENT_ID alone exits 2" 2 cancel-one "EVENT_ID and HANDLER"
 
 # --- the table shows no byte a terminal acts on: publishers choose type, key and event id,
 # handlers write last_error (an escape sequence, a bell, DEL, a C1 control, U+2028/9)

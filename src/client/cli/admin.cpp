@@ -88,6 +88,35 @@ int unsubscribe_command(const tool::Parsed& args) {
   return 0;
 }
 
+int pause_command(const tool::Parsed& args) {
+  const auto handler = args.get<std::string>("handler");
+  auto db = open_operator_store(db_of(args), "relaybus pause");
+  std::printf(db->pause(handler) ? "paused %s\n" : "%s was paused already\n", handler.c_str());
+  return 0;
+}
+
+int resume_command(const tool::Parsed& args) {
+  const auto handler = args.get<std::string>("handler");
+  auto db = open_operator_store(db_of(args), "relaybus resume");
+  std::printf(db->resume(handler) ? "resumed %s\n" : "%s was not paused\n", handler.c_str());
+  return 0;
+}
+
+int cancel_command(const tool::Parsed& args) {
+  const auto& words = args.arguments();
+  if (words.size() != 2) throw tool::UsageError("cancel takes EVENT_ID and HANDLER");
+  const std::string& event_id = words[0];
+  const std::string& handler = words[1];
+  auto db = open_operator_store(db_of(args), "relaybus cancel");
+  if (!db->cancel(event_id, handler))
+    throw GuidedError("event \"" + event_id + "\" has no delivery to handler \"" + handler +
+                          "\": nothing cancelled",
+                      "relaybus dead list --handler " + handler +
+                          " lists its dead letters; a completed delivery has none left");
+  std::printf("cancelled %s for %s\n", event_id.c_str(), handler.c_str());
+  return 0;
+}
+
 int stats_command(const tool::Parsed& args) {
   auto db = open_operator_store(db_of(args), "relaybus stats");
   print_statistics(db->statistics(), format_of(args));
@@ -111,15 +140,16 @@ int dead_requeue_command(const tool::Parsed& args) {
     throw tool::UsageError("requeueing one delivery takes EVENT_ID and HANDLER; got only '" +
                            words[0] + "'");
   if (words.size() == 2 && args.has("handler"))
-    throw tool::UsageError("--handler selects every dead letter of a handler; with EVENT_ID "
-                           "HANDLER leave it out");
+    throw tool::UsageError(
+        "--handler selects every dead letter of a handler; with EVENT_ID "
+        "HANDLER leave it out");
   auto db = open_operator_store(db_of(args), "relaybus dead requeue");
   if (words.size() == 2) {
     const std::string& event_id = words[0];
     const std::string& handler = words[1];
     if (!db->requeue(event_id, handler))
-      throw GuidedError("event \"" + event_id + "\" has no dead delivery to handler \"" +
-                            handler + "\": nothing requeued",
+      throw GuidedError("event \"" + event_id + "\" has no dead delivery to handler \"" + handler +
+                            "\": nothing requeued",
                         "relaybus dead list --handler " + handler +
                             " lists that handler's dead letters (a delivery that is pending, "
                             "in flight or completed is not one)");

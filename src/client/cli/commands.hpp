@@ -9,6 +9,9 @@ namespace relaybus::cli {
 int setup_command(const tool::Parsed& args);
 int subscribe_command(const tool::Parsed& args);
 int unsubscribe_command(const tool::Parsed& args);
+int pause_command(const tool::Parsed& args);
+int resume_command(const tool::Parsed& args);
+int cancel_command(const tool::Parsed& args);
 int stats_command(const tool::Parsed& args);
 int dead_list_command(const tool::Parsed& args);
 int dead_requeue_command(const tool::Parsed& args);

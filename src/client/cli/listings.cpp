@@ -32,23 +32,32 @@ void print_statistics(const std::vector<store::HandlerStatistics>& stats, Format
     json.begin_object().key("handlers").begin_array();
     for (const auto& s : stats)
       json.begin_object()
-          .key("handler").value(s.handler)
-          .key("pending").value(s.pending)
-          .key("processing").value(s.processing)
-          .key("dead").value(s.dead)
-          .key("completed").value(s.completed)
-          .key("oldest_pending").value(json_time_or_null(s.oldest_pending_us))
+          .key("handler")
+          .value(s.handler)
+          .key("pending")
+          .value(s.pending)
+          .key("processing")
+          .value(s.processing)
+          .key("dead")
+          .value(s.dead)
+          .key("completed")
+          .value(s.completed)
+          .key("oldest_pending")
+          .value(json_time_or_null(s.oldest_pending_us))
+          .key("paused")
+          .value(s.paused)
           .end_object();
     json.end_array().end_object();
     print_json(json);
     return;
   }
   Table table;
-  table.columns = {"handler", "pending", "processing", "dead", "completed", "oldest_pending"};
+  table.columns = {"handler",   "pending",        "processing", "dead",
+                   "completed", "oldest_pending", "paused"};
   for (const auto& s : stats)
     table.rows.push_back({s.handler, std::to_string(s.pending), std::to_string(s.processing),
                           std::to_string(s.dead), std::to_string(s.completed),
-                          human_time_or_none(s.oldest_pending_us)});
+                          human_time_or_none(s.oldest_pending_us), s.paused ? "yes" : "no"});
   print_table(table);
 }
 
@@ -58,15 +67,24 @@ void print_deliveries(const std::vector<store::ListedDelivery>& deliveries, Form
     json.begin_object().key("deliveries").begin_array();
     for (const auto& d : deliveries)
       json.begin_object()
-          .key("event_id").value(d.event_id)
-          .key("handler").value(d.handler)
-          .key("type").value(d.type)
-          .key("key").value(d.key)
-          .key("status").value(d.status)
-          .key("attempts").value(d.attempts)
-          .key("last_error").value(d.last_error)
-          .key("created_at").value(json_time(d.created_at_us))
-          .key("available_at").value(json_time_or_null(d.available_at_us))
+          .key("event_id")
+          .value(d.event_id)
+          .key("handler")
+          .value(d.handler)
+          .key("type")
+          .value(d.type)
+          .key("key")
+          .value(d.key)
+          .key("status")
+          .value(d.status)
+          .key("attempts")
+          .value(d.attempts)
+          .key("last_error")
+          .value(d.last_error)
+          .key("created_at")
+          .value(json_time(d.created_at_us))
+          .key("available_at")
+          .value(json_time_or_null(d.available_at_us))
           .end_object();
     json.end_array().end_object();
     print_json(json);

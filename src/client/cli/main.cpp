@@ -82,8 +82,7 @@ relaybus::tool::Program program() {
       "Exit codes: 0 done, 1 the command failed (the message says why, and what to do),\n"
       "2 a bad command line. Reference: docs/cli.md.\n";
   p.moved = [](const std::string& word) -> std::string {
-    if (word == "bench")
-      return "the benchmark driver is a program of its own now, relaybus-bench";
+    if (word == "bench") return "the benchmark driver is a program of its own now, relaybus-bench";
     return "";
   };
 
@@ -99,55 +98,75 @@ relaybus::tool::Program program() {
       "subscribe", "subscribe a handler to event types, or update its subscription",
       cli::subscribe_command, [](po::options_description& o) {
         handler_option(o, "the handler's name (required)");
-        o.add_options()                                                             //
+        o.add_options()                                                           //
             ("types", po::value<std::string>()->required()->value_name("T1,T2"),  //
-             "the event types it receives, comma-separated; * for every type (required)")
-            ("max-attempts",
-             at_least<int>("max-attempts", 1)
-                 ->default_value(core::kDefaultMaxAttempts)
-                 ->value_name("N"),
-             "attempts before a delivery is dead-lettered (1 or more)")
-            ("backoff-base-ms",
-             at_least<std::int64_t>("backoff-base-ms", 0)
-                 ->default_value(core::kDefaultBackoffBaseUs / 1000)
-                 ->value_name("MS"),
-             "the wait after the first failed attempt; it doubles with each further one")
-            ("backoff-max-ms",
-             at_least<std::int64_t>("backoff-max-ms", 0)
-                 ->default_value(core::kDefaultBackoffMaxUs / 1000)
-                 ->value_name("MS"),
-             "the longest wait between attempts");
+             "the event types it receives, comma-separated; * for every type (required)")(
+                "max-attempts",
+                at_least<int>("max-attempts", 1)
+                    ->default_value(core::kDefaultMaxAttempts)
+                    ->value_name("N"),
+                "attempts before a delivery is dead-lettered (1 or more)")(
+                "backoff-base-ms",
+                at_least<std::int64_t>("backoff-base-ms", 0)
+                    ->default_value(core::kDefaultBackoffBaseUs / 1000)
+                    ->value_name("MS"),
+                "the wait after the first failed attempt; it doubles with each further one")(
+                "backoff-max-ms",
+                at_least<std::int64_t>("backoff-max-ms", 0)
+                    ->default_value(core::kDefaultBackoffMaxUs / 1000)
+                    ->value_name("MS"),
+                "the longest wait between attempts");
       });
 
-  Command unsubscribe = command(
-      "unsubscribe", "remove a handler's subscription (its deliveries stay)",
-      cli::unsubscribe_command,
-      [](po::options_description& o) { handler_option(o, "the handler to unsubscribe (required)"); });
+  Command unsubscribe =
+      command("unsubscribe", "remove a handler's subscription (its deliveries stay)",
+              cli::unsubscribe_command, [](po::options_description& o) {
+                handler_option(o, "the handler to unsubscribe (required)");
+              });
 
-  Command stats = command("stats", "per handler: pending, processing, dead, completed",
+  Command pause = command(
+      "pause", "stop handing out a handler's deliveries (they are kept; see resume)",
+      cli::pause_command,
+      [](po::options_description& o) { handler_option(o, "the handler to pause (required)"); });
+  pause.details =
+      "Claims, the in-database handler workers' included, skip the handler until resume;\n"
+      "publishing goes on and attempts in flight end as usual.\n";
+  Command resume = command(
+      "resume", "hand out a paused handler's deliveries again", cli::resume_command,
+      [](po::options_description& o) { handler_option(o, "the handler to resume (required)"); });
+  Command cancel = command("cancel", "remove one pending or dead delivery, never to run",
+                           cli::cancel_command, [](po::options_description&) {});
+  cancel.arguments = "EVENT_ID HANDLER";
+  cancel.max_arguments = 2;
+  cancel.details =
+      "Fails (exit 1) when there is no such delivery, and while it is in flight: cancel it\n"
+      "once its attempt has ended. A later delivery of its key no longer waits for it.\n";
+
+  Command stats = command("stats", "per handler: pending, processing, dead, completed, paused",
                           cli::stats_command, json_option);
   stats.details =
       "pending: waiting deliveries (due or not); processing: in a held lane's in-flight list;\n"
       "dead: dead letters; completed: completion history (0 while it is off);\n"
-      "oldest_pending: when the oldest pending delivery was published (UTC).\n";
+      "oldest_pending: when the oldest pending delivery was published (UTC);\n"
+      "paused: yes while relaybus pause holds it.\n";
 
   Command dead_list = command(
       "dead list", "list dead letters, newest first", cli::dead_list_command,
       [](po::options_description& o) {
-        o.add_options()                                                               //
+        o.add_options()                                                                    //
             ("handler", po::value<std::string>()->value_name("H"), "only this handler's")  //
             ("limit", at_least<int>("limit", 0)->default_value(100)->value_name("N"),
              "at most N dead letters (0 or more)");
         json_option(o);
       });
 
-  Command dead_requeue = command(
-      "dead requeue", "move dead letters back to pending, with a fresh attempt budget",
-      cli::dead_requeue_command, [](po::options_description& o) {
-        o.add_options()("handler", po::value<std::string>()->value_name("H"),
-                        "without EVENT_ID HANDLER: only this handler's dead letters");
-        json_option(o);
-      });
+  Command dead_requeue =
+      command("dead requeue", "move dead letters back to pending, with a fresh attempt budget",
+              cli::dead_requeue_command, [](po::options_description& o) {
+                o.add_options()("handler", po::value<std::string>()->value_name("H"),
+                                "without EVENT_ID HANDLER: only this handler's dead letters");
+                json_option(o);
+              });
   dead_requeue.arguments = "[EVENT_ID HANDLER]";
   dead_requeue.max_arguments = 2;
   dead_requeue.details =
@@ -157,8 +176,8 @@ relaybus::tool::Program program() {
       "key's order.\n";
 
   Command maintain = command(
-      "maintain", "take over expired lanes and purge what retention expired",
-      cli::maintain_command, [](po::options_description& o) {
+      "maintain", "take over expired lanes and purge what retention expired", cli::maintain_command,
+      [](po::options_description& o) {
         o.add_options()("every-s",
                         at_least<double>("every-s", 0)->default_value(0, "0")->value_name("S"),
                         "repeat every S seconds until SIGTERM or SIGINT (0: once)");
@@ -167,7 +186,8 @@ relaybus::tool::Program program() {
       "The PostgreSQL extension's background worker does this by itself when relaybus is\n"
       "preloaded; run it for a database without the preload, or for the MongoDB store.\n";
 
-  p.commands = {setup, subscribe, unsubscribe, stats, dead_list, dead_requeue, maintain};
+  p.commands = {setup, subscribe, unsubscribe,  pause,  resume,
+                stats, dead_list, dead_requeue, cancel, maintain};
   return p;
 }
 

@@ -33,7 +33,8 @@ class CliTest(mockrs.WireTest):
         names = rs.expect("find")
         self.assertEqual(names.doc["$db"], "shop")
         self.assertEqual(names.doc["find"], "subscriptions")
-        self.answer(names, [{"_id": "mailer"}], "subscriptions")
+        self.assertEqual(names.doc["projection"], {"_id": 1, "paused": 1})
+        self.answer(names, [{"_id": "mailer", "paused": True}], "subscriptions")
         self.answer(rs.expect("find"), [], "lanes")
         oldest = datetime.datetime(2026, 12, 1, 12, 0, 0)
         self.answer(rs.expect("aggregate"),
@@ -43,9 +44,10 @@ class CliTest(mockrs.WireTest):
         self.assertEqual(code, 0, err)
         lines = [l.split("|") for l in out.splitlines()]
         self.assertEqual([c.strip() for c in lines[0]],
-                         ["handler", "pending", "processing", "dead", "completed", "oldest_pending"])
+                         ["handler", "pending", "processing", "dead", "completed", "oldest_pending",
+                          "paused"])
         row = [c.strip() for c in lines[2]]
-        self.assertEqual(row, ["mailer", "3", "0", "1", "0", "2026-12-01 12:00:00.000+00"])
+        self.assertEqual(row, ["mailer", "3", "0", "1", "0", "2026-12-01 12:00:00.000+00", "yes"])
 
     def test_dead_requeue_is_requeue_dead(self):
         rs = self.rs
@@ -106,7 +108,7 @@ class CliTest(mockrs.WireTest):
         self.assertEqual(code, 0, err)
         self.assertEqual(json.loads(out), {"handlers": [
             {"handler": "mailer", "pending": 3, "processing": 0, "dead": 1, "completed": 0,
-             "oldest_pending": "2026-12-01T12:00:00.123000Z"}]})
+             "oldest_pending": "2026-12-01T12:00:00.123000Z", "paused": False}]})
 
     def test_a_bad_listing_filter_is_refused_before_anything_is_sent(self):
         p = self.run_cli("dead", "list", "--limit", "-1")
