@@ -314,6 +314,43 @@ AS $fn$
     FROM d GROUP BY d.handler
 $fn$;
 
+-- set_paused: the body of relaybus.pause (paused true) and relaybus.resume (false): marks
+-- or unmarks the subscription; a resume also notifies channel relaybus with the handler,
+-- when relaybus.notify is on. Returns false when it was so already. Internal.
+--
+-- Locks the subscription row (FOR NO KEY UPDATE, until commit); claims read it without a
+-- lock. Writes subscriptions.
+CREATE FUNCTION relaybus_internal.set_paused(want_handler text, paused boolean) RETURNS boolean
+  LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+  was_paused boolean;
+BEGIN
+  IF want_handler IS NULL THEN
+    RAISE EXCEPTION 'handler must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+  END IF;
+  SELECT s.paused_at IS NOT NULL INTO was_paused
+    FROM relaybus.subscriptions s WHERE s.handler = want_handler FOR NO KEY UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'handler "%" is not subscribed', want_handler
+      USING ERRCODE = 'undefined_object',
+            HINT = 'Only a subscribed handler can be paused or resumed: see relaybus.statistics().';
+  END IF;
+  IF was_paused = paused THEN
+    RETURN false;
+  END IF;
+  UPDATE relaybus.subscriptions s
+     SET paused_at = CASE WHEN paused THEN now() END, updated_at = now()
+   WHERE s.handler = want_handler;
+  -- The library may not be loaded in this session: the setting is then a placeholder (or
+  -- absent), read as text.
+  IF NOT paused AND coalesce(current_setting('relaybus.notify', true), 'on')::boolean THEN
+    PERFORM pg_notify('relaybus', want_handler);
+  END IF;
+  RETURN true;
+END
+$fn$;
+
 -- Nothing for PUBLIC: a new schema grants it nothing, but a new function grants it EXECUTE.
 -- No role gets anything either: only the owner calls these.
 REVOKE ALL ON SCHEMA relaybus_internal FROM PUBLIC;
@@ -584,63 +621,23 @@ $fn$;
 --
 -- A claim already running when pause commits may still hand out its batch; every claim
 -- that starts after does not. A re-subscribe keeps the pause; unsubscribe forgets it.
--- Writes subscriptions (the handler's row, locked until commit).
+-- Writes subscriptions (relaybus_internal.set_paused).
 CREATE FUNCTION relaybus.pause(handler text) RETURNS boolean
-  LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
-DECLARE
-  was_paused boolean;
-BEGIN
-  IF handler IS NULL THEN
-    RAISE EXCEPTION 'handler must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-  END IF;
-  SELECT s.paused_at IS NOT NULL INTO was_paused
-    FROM relaybus.subscriptions s WHERE s.handler = pause.handler FOR NO KEY UPDATE;
-  IF NOT FOUND THEN
-    RAISE EXCEPTION 'handler "%" is not subscribed', handler USING ERRCODE = 'undefined_object',
-      HINT = 'Only a subscribed handler can be paused: see relaybus.statistics().';
-  END IF;
-  IF was_paused THEN
-    RETURN false;
-  END IF;
-  UPDATE relaybus.subscriptions s SET paused_at = now(), updated_at = now()
-   WHERE s.handler = pause.handler;
-  RETURN true;
-END
+  SELECT relaybus_internal.set_paused($1, true)
 $fn$;
 
 -- resume: hands out a paused handler's deliveries again, and wakes the workers listening on
 -- channel relaybus (the in-database handler workers look at their next poll). Returns false
 -- when it was not paused.
 --
--- Writes subscriptions (the handler's row, locked until commit); NOTIFY relaybus when
--- relaybus.notify is on.
+-- Writes subscriptions (relaybus_internal.set_paused); NOTIFY relaybus when relaybus.notify
+-- is on.
 CREATE FUNCTION relaybus.resume(handler text) RETURNS boolean
-  LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
-DECLARE
-  was_paused boolean;
-BEGIN
-  IF handler IS NULL THEN
-    RAISE EXCEPTION 'handler must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-  END IF;
-  SELECT s.paused_at IS NOT NULL INTO was_paused
-    FROM relaybus.subscriptions s WHERE s.handler = resume.handler FOR NO KEY UPDATE;
-  IF NOT FOUND THEN
-    RAISE EXCEPTION 'handler "%" is not subscribed', handler USING ERRCODE = 'undefined_object';
-  END IF;
-  IF NOT was_paused THEN
-    RETURN false;
-  END IF;
-  UPDATE relaybus.subscriptions s SET paused_at = NULL, updated_at = now()
-   WHERE s.handler = resume.handler;
-  -- The library may not be loaded in this session: then the setting is a placeholder (or
-  -- absent), read as text.
-  IF coalesce(current_setting('relaybus.notify', true), 'on')::boolean THEN
-    PERFORM pg_notify('relaybus', handler);
-  END IF;
-  RETURN true;
-END
+  SELECT relaybus_internal.set_paused($1, false)
 $fn$;
 
 -- cancel: removes one delivery that is dead, or pending and not in flight, so that it is
@@ -952,6 +949,10 @@ COMMENT ON FUNCTION relaybus_internal.delivery_counts() IS
   'lane''s in-flight list, due = those of pending whose available_at has come, in_flight = '
   'pending and in such a list, dead, oldest_pending = creation time of the oldest delivery '
   'counted in pending. Internal: the figures statistics() and metrics() share.';
+COMMENT ON FUNCTION relaybus_internal.set_paused(want_handler text, paused boolean) IS
+  'the body of relaybus.pause (paused true) and relaybus.resume (false): marks '
+  'or unmarks the subscription; a resume also notifies channel relaybus with the handler, '
+  'when relaybus.notify is on. Returns false when it was so already. Internal.';
 COMMENT ON FUNCTION relaybus.lane_of(key_or_event_id text) IS
   'the lane (0..255) a delivery with that ordering key, or with '
   'that event id when it has no key, lives in: FNV-1a of the UTF-8 bytes, modulo 256.';

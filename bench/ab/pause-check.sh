@@ -2,10 +2,11 @@
 # A/B of the claim path: two builds of relaybus.so (A: before a change, B: after),
 # alternated round by round (A B A B ...) on fresh clusters of one PostgreSQL installation,
 # so both see the same machine state. Each round measures, with pgbench -M prepared and one
-# client for SECONDS seconds:
-#   drain: claim 10 + complete_many on a deep queue (60,000 pending, one handler);
-#   idle:  claim 10 on an empty queue (the claim's fixed cost, where a per-claim check
-#          weighs most).
+# client:
+#   drain: 4,000 transactions of claim 10 + complete_many on a deep queue (60,000 pending
+#          at the start, so it never runs dry; one handler, 5,000 keys);
+#   idle:  claim 10 on an empty queue for SECONDS seconds (the claim's fixed cost, where a
+#          per-claim check weighs most).
 # Used for issue 14's "no change to the happy path's cost" (the pause check).
 #   bench/ab/pause-check.sh A.so B.so ROUNDS SECONDS PORT
 # PATH must start with the bin directory of an installation whose extension directory
@@ -16,7 +17,7 @@ a=$1 b=$2 rounds=${3:-3} seconds=${4:-10} port=${5:-54480}
 lib=$(pg_config --pkglibdir)
 dir=/tmp/relaybus-ab-$port
 work=$(mktemp -d)
-printf "SELECT relaybus.complete_many(array_agg(lease_token)) FROM relaybus.claim('w', 10, '30 seconds');\n" >"$work/drain.sql"
+printf "SELECT relaybus.complete_many(coalesce(array_agg(lease_token), '{}')) FROM relaybus.claim('w', 10, '30 seconds');\n" >"$work/drain.sql"
 printf "SELECT count(*) FROM relaybus.claim('w', 10, '30 seconds');\n" >"$work/idle.sql"
 chmod -R a+rX "$work"
 echo "round build drain_tps idle_tps"
@@ -31,8 +32,8 @@ for ((r = 1; r <= rounds; r++)); do
       LATERAL relaybus.publish_batch((SELECT jsonb_agg(jsonb_build_object('type', 't', 'key', 'k' || (i % 5000)))
                                       FROM generate_series(1, 1000) i)) x" >/dev/null
     psql -qX -c "VACUUM ANALYZE" >/dev/null
-    drain=$(su postgres -c "PATH=$PATH pgbench -h $dir -p $port -n -M prepared -c 1 -T $seconds -f $work/drain.sql postgres" 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p')
-    psql -qX -c "TRUNCATE relaybus.deliveries" -c "VACUUM ANALYZE" >/dev/null
+    drain=$(su postgres -c "PATH=$PATH pgbench -h $dir -p $port -n -M prepared -c 1 -t 4000 -f $work/drain.sql postgres" 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p')
+    psql -qX -c "DELETE FROM relaybus.deliveries" -c "VACUUM ANALYZE" >/dev/null
     idle=$(su postgres -c "PATH=$PATH pgbench -h $dir -p $port -n -M prepared -c 1 -T $seconds -f $work/idle.sql postgres" 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p')
     echo "$r $build $drain $idle"
     scripts/cluster stop "$dir" >/dev/null

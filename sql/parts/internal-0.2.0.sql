@@ -125,6 +125,43 @@ AS $fn$
     FROM d GROUP BY d.handler
 $fn$;
 
+-- set_paused: the body of relaybus.pause (paused true) and relaybus.resume (false): marks
+-- or unmarks the subscription; a resume also notifies channel relaybus with the handler,
+-- when relaybus.notify is on. Returns false when it was so already. Internal.
+--
+-- Locks the subscription row (FOR NO KEY UPDATE, until commit); claims read it without a
+-- lock. Writes subscriptions.
+CREATE FUNCTION relaybus_internal.set_paused(want_handler text, paused boolean) RETURNS boolean
+  LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+  was_paused boolean;
+BEGIN
+  IF want_handler IS NULL THEN
+    RAISE EXCEPTION 'handler must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+  END IF;
+  SELECT s.paused_at IS NOT NULL INTO was_paused
+    FROM relaybus.subscriptions s WHERE s.handler = want_handler FOR NO KEY UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'handler "%" is not subscribed', want_handler
+      USING ERRCODE = 'undefined_object',
+            HINT = 'Only a subscribed handler can be paused or resumed: see relaybus.statistics().';
+  END IF;
+  IF was_paused = paused THEN
+    RETURN false;
+  END IF;
+  UPDATE relaybus.subscriptions s
+     SET paused_at = CASE WHEN paused THEN now() END, updated_at = now()
+   WHERE s.handler = want_handler;
+  -- The library may not be loaded in this session: the setting is then a placeholder (or
+  -- absent), read as text.
+  IF NOT paused AND coalesce(current_setting('relaybus.notify', true), 'on')::boolean THEN
+    PERFORM pg_notify('relaybus', want_handler);
+  END IF;
+  RETURN true;
+END
+$fn$;
+
 -- Nothing for PUBLIC: a new schema grants it nothing, but a new function grants it EXECUTE.
 -- No role gets anything either: only the owner calls these.
 REVOKE ALL ON SCHEMA relaybus_internal FROM PUBLIC;

@@ -231,6 +231,17 @@ Bson stage(const char* name, const Bson& body) {
 }
 
 // $inc: {version: 1}
+void append_version_read(bson_t* q, const std::optional<std::int64_t>& version) {
+  if (version) {
+    bson_append_int64(q, field::kVersion, -1, *version);
+    return;
+  }
+  bson_t exists;
+  bson_append_document_begin(q, field::kVersion, -1, &exists);
+  BSON_APPEND_BOOL(&exists, "$exists", false);
+  bson_append_document_end(q, &exists);
+}
+
 void append_version_bump(bson_t* u) {
   bson_t inc;
   bson_append_document_begin(u, "$inc", -1, &inc);

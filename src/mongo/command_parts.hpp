@@ -26,6 +26,10 @@ std::vector<const Bson*> pointers_to(const std::vector<Bson>& docs);
 void append_claims_bump(bson_t* u);
 // $inc: {version: 1}
 void append_version_bump(bson_t* u);
+// A lane filter's condition on its version as read: {version: v}, or for a lane no claim
+// has written yet {version: {$exists: false}} (not an equality: an upsert must not copy a
+// null into the document it tries).
+void append_version_read(bson_t* q, const std::optional<std::int64_t>& version);
 // Appends docs as an array.
 void append_documents(bson_t* doc, const char* name, const std::vector<const Bson*>& docs);
 // writeConcern: {w: "majority"}

@@ -383,15 +383,7 @@ Bson lane_writes(const std::vector<core::LaneUpdate>& updates,
     const core::LaneUpdate& up = updates[i];
     Bson q = lane_filter(up.handler, up.lane);
     bson_append_int64(q.get(), field::kEpoch, -1, up.read_epoch);
-    if (const auto& v = read_versions.at(i)) {
-      bson_append_int64(q.get(), field::kVersion, -1, *v);
-    } else {
-      // Not an equality: an upsert must not copy a null into the document it tries.
-      bson_t exists;
-      bson_append_document_begin(q.get(), field::kVersion, -1, &exists);
-      BSON_APPEND_BOOL(&exists, "$exists", false);
-      bson_append_document_end(q.get(), &exists);
-    }
+    append_version_read(q.get(), read_versions.at(i));
     Bson u;
     bson_t set;
     bson_append_document_begin(u.get(), "$set", -1, &set);

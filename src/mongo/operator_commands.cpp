@@ -99,14 +99,7 @@ Bson find_cancel_target(const std::string& event_id, const std::string& handler)
 Bson fence_lane(const std::string& handler, std::int16_t lane,
                 const std::optional<std::int64_t>& version) {
   Bson q = lane_filter(handler, lane);
-  if (version) {
-    bson_append_int64(q.get(), field::kVersion, -1, *version);
-  } else {
-    bson_t exists;
-    bson_append_document_begin(q.get(), field::kVersion, -1, &exists);
-    BSON_APPEND_BOOL(&exists, "$exists", false);
-    bson_append_document_end(q.get(), &exists);
-  }
+  append_version_read(q.get(), version);
   Bson u;
   append_version_bump(u.get());
   Bson one = statement(q, u, false);

@@ -86,6 +86,14 @@ class Contract : public ::testing::TestWithParam<std::string> {
     return s.claim(w, batch, lease, handlers);
   }
 
+  // The statistics row of `handler`, if the store lists it.
+  static std::optional<store::HandlerStatistics> statistics_of(Store& s,
+                                                               const std::string& handler) {
+    for (auto& row : s.statistics())
+      if (row.handler == handler) return row;
+    return std::nullopt;
+  }
+
   // The event ids of a claim, sorted (a batch has no order).
   static std::vector<std::string> ids(const std::vector<Delivery>& ds) {
     std::vector<std::string> out;

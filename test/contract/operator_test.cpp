@@ -7,12 +7,6 @@
 namespace relaybus::contract {
 namespace {
 
-std::optional<store::HandlerStatistics> statistics_of(Store& s, const std::string& handler) {
-  for (auto& row : s.statistics())
-    if (row.handler == handler) return row;
-  return std::nullopt;
-}
-
 std::vector<std::string> listed_ids(const std::vector<store::ListedDelivery>& rows) {
   std::vector<std::string> out;
   for (const auto& r : rows) out.push_back(r.event_id);

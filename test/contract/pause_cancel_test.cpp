@@ -7,12 +7,6 @@
 namespace relaybus::contract {
 namespace {
 
-std::optional<store::HandlerStatistics> statistics_of(Store& s, const std::string& handler) {
-  for (auto& row : s.statistics())
-    if (row.handler == handler) return row;
-  return std::nullopt;
-}
-
 TEST_P(Contract, APausedHandlerKeepsItsDeliveriesAndNothingOfItIsClaimed) {
   auto s = open();
   const std::string type = unique_name("type");
