@@ -287,9 +287,13 @@ $fn$;
 -- relaybus.completion_history on, the history records it with outcome 'cancelled'. Returns
 -- false when (event_id, handler) has no delivery; 55006 (object_in_use) while it is in flight.
 --
--- Locks the delivery's lane FOR UPDATE (so no claim picks it meanwhile, and this waits for
--- a completion in progress), then the delivery: lanes before deliveries, the order of every
--- other writer. Writes deliveries (delete), completions (history on).
+-- Writes the delivery's lane (an update that changes nothing, HOT) before the delivery:
+-- lanes before deliveries, the order of every other writer. The update waits for a claim
+-- holding the lane and keeps later ones from picking the delivery meanwhile; and because it
+-- is a new version of the lane, a claim under REPEATABLE READ whose snapshot predates the
+-- cancel fails with 40001 instead of handing out the deleted delivery from its snapshot.
+-- One cancel per transaction (or several in lane order): two in one transaction lock their
+-- lanes in the caller's order. Writes lanes, deliveries (delete), completions (history on).
 CREATE FUNCTION relaybus.cancel(event_id text, handler text) RETURNS boolean
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -309,9 +313,11 @@ BEGIN
   IF NOT FOUND THEN
     RETURN false;
   END IF;
-  -- In flight: listed by a held lane (the in_flight CTE of statistics()).
-  SELECT l.lease_owner IS NOT NULL AND cancel.event_id = ANY (l.in_flight) INTO in_flight
-    FROM relaybus.lanes l WHERE l.handler = cancel.handler AND l.lane = d_lane FOR UPDATE;
+  -- In flight: listed by a held lane (the in_flight CTE of statistics()), read as of the
+  -- update, which waited for any claim of the lane.
+  UPDATE relaybus.lanes l SET in_flight = l.in_flight
+   WHERE l.handler = cancel.handler AND l.lane = d_lane
+  RETURNING l.lease_owner IS NOT NULL AND cancel.event_id = ANY (l.in_flight) INTO in_flight;
   SELECT d.status, d.attempts INTO d_status, d_attempts FROM relaybus.deliveries d
    WHERE d.event_id = cancel.event_id AND d.handler = cancel.handler FOR UPDATE;
   IF NOT FOUND THEN
@@ -321,7 +327,7 @@ BEGIN
   IF d_status = 'pending' AND coalesce(in_flight, false) THEN
     RAISE EXCEPTION 'delivery of event "%" to handler "%" is in flight', event_id, handler
       USING ERRCODE = 'object_in_use',
-            DETAIL = 'A worker is running its attempt; it ends with complete, fail, bury or release, or when its lease expires.',
+            DETAIL = 'A worker is running its attempt; it ends with complete, fail, bury or release, or when its expired lease is taken over (take_over_expired).',
             HINT = 'Cancel it once the attempt has ended (relaybus.pause stops further attempts).';
   END IF;
   DELETE FROM relaybus.deliveries d WHERE d.event_id = cancel.event_id AND d.handler = cancel.handler;

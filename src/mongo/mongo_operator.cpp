@@ -7,7 +7,6 @@
 
 #include "commands.hpp"
 #include "core/attempt_end.hpp"
-#include "core/claim_request.hpp"
 #include "core/error.hpp"
 #include "core/lane_lease.hpp"
 #include "documents.hpp"
@@ -114,10 +113,7 @@ bool MongoStore::set_paused(const std::string& handler, bool paused) {
 }
 
 bool MongoStore::cancel(const std::string& event_id, const std::string& handler) {
-  reported([&] {
-    core::validate_name("event id", event_id);
-    commands::validate_handler(handler);
-  });
+  // No name check, as requeue: a name no delivery has is simply not found (PostgreSQL too).
   bool cancelled = false;
   in_transaction([&](mongoc_client_session_t* session) {
     cancelled = false;
@@ -140,9 +136,13 @@ bool MongoStore::cancel(const std::string& event_id, const std::string& handler)
       throw StoreError(
           core::ErrorCode::kObjectInUse,
           "delivery of event \"" + event_id + "\" to handler \"" + handler + "\" is in flight");
-    if (l && count_of(run(client_, database_, session,
-                          commands::fence_lane(handler, lane, l->version), "fence lane"),
-                      "nModified") != 1)
+    if (!l)
+      throw StoreError(core::ErrorCode::kInternal,
+                       "the lane of event \"" + event_id + "\"'s delivery to handler \"" + handler +
+                           "\" is missing: subscribe the handler again to recreate it");
+    if (count_of(run(client_, database_, session, commands::fence_lane(handler, lane, l->version),
+                     "fence lane"),
+                 "nModified") != 1)
       throw StoreError(core::ErrorCode::kConflict,
                        "the delivery's lane changed while cancel read it; retry");
     Bson reply = run(client_, database_, session,

@@ -65,6 +65,7 @@ TEST_P(Contract, CancelRemovesAPendingDeliveryAndFreesItsKey) {
   EXPECT_TRUE(s->cancel(first, h));
   EXPECT_EQ(s->lookup(first, h), std::nullopt);
   EXPECT_FALSE(s->cancel(first, h)) << "gone already";
+  EXPECT_FALSE(s->cancel("", h)) << "a name no delivery has is not found, in every store";
   const auto next = claim(*s, worker("w"), {h});
   ASSERT_EQ(next.size(), 1u);
   EXPECT_EQ(next[0].event_id, second) << "the key's next delivery no longer waits";

@@ -3,10 +3,11 @@
 -- again and notifies; statistics() and metrics() show the pause. cancel removes a pending
 -- or dead delivery (freeing its key), refuses one in flight with 55006 and changes nothing
 -- then, records outcome 'cancelled' in the history when it is on (not counted as
--- completed), and returns false for no delivery. Bad input and privileges: 22004, 42704,
+-- completed), and returns false for no delivery; a REPEATABLE READ claim whose snapshot
+-- predates a cancel fails with 40001 rather than hand out the deleted delivery. Bad input and privileges: 22004, 42704,
 -- and only relaybus_admin may call the three.
 SELECT rb_reset();
-SELECT plan(34);
+SELECT plan(37);
 
 SET client_min_messages = warning;
 DROP ROLE IF EXISTS rbtest_p28_worker;
@@ -81,6 +82,22 @@ SELECT is((SELECT status FROM relaybus.list_deliveries('completed', 'c1')), 'can
           'list_deliveries(''completed'') shows it as cancelled');
 RESET relaybus.completion_history;
 SELECT throws_ok($$SELECT relaybus.cancel(NULL, 'c1')$$, '22004', NULL, 'cancel(NULL, ...): 22004');
+
+-- A claim in REPEATABLE READ with a snapshot from before the cancel committed (the cancel
+-- runs in a second session, through dblink): its snapshot still has the delivery, so it
+-- must fail on the lane the cancel wrote, not hand the delivery out.
+SELECT relaybus.publish('c.t', '{}', event_id => 'rr1');
+SELECT rb_connect('c28');
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT count(*) FROM relaybus.deliveries;  -- takes the snapshot
+SELECT is((SELECT ok FROM dblink('c28', $$SELECT relaybus.cancel('rr1', 'c1')$$) AS t(ok boolean)), true,
+          'another session cancels rr1 and commits');
+SELECT throws_ok($$SELECT * FROM relaybus.claim('rrw', 10, handlers => ARRAY['c1'])$$, '40001', NULL,
+                 'the older snapshot''s claim fails with 40001 instead of handing rr1 out');
+COMMIT;
+SELECT is((SELECT count(*)::int FROM relaybus.claim('rrw', 10, handlers => ARRAY['c1'])), 0,
+          'a claim with a new snapshot finds nothing');
+SELECT dblink_disconnect('c28');
 
 --------------------------------------------------------------------------------
 -- privileges
