@@ -381,5 +381,54 @@ wait_for "its worker ends within the timeout and the grace, a row of its batch l
   "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $held_by)" 4
 wait $locker || true
 
+# Issue 14's admin functions from inside a handler. eve (no relaybus role) owns a handler
+# that tries pause, resume, cancel, reset_counters and counters: each must be refused as
+# eve (42501), whatever the superuser worker could do. mallory (relaybus_admin) owns one
+# that tries to cancel a delivery of its own batch, claimed beside it: in flight (55006)
+# or, if that one already ran, gone (false); never cancelled from under the worker.
+q "SET ROLE eve;
+   CREATE FUNCTION eve.steer(e jsonb) RETURNS void LANGUAGE plpgsql AS \$\$
+   DECLARE stmt text;
+   BEGIN
+     FOREACH stmt IN ARRAY ARRAY['SELECT relaybus.pause(''steer'')', 'SELECT relaybus.resume(''steer'')',
+                                 'SELECT relaybus.cancel(''onlooker-1'', ''onlooker'')',
+                                 'SELECT relaybus.reset_counters()', 'SELECT * FROM relaybus.counters()'] LOOP
+       BEGIN EXECUTE stmt; INSERT INTO public.seen VALUES ('steer', 'allowed: ' || stmt);
+       EXCEPTION WHEN OTHERS THEN INSERT INTO public.seen VALUES ('steer', SQLSTATE); END;
+     END LOOP;
+   END \$\$;
+   RESET ROLE;
+   SET ROLE mallory;
+   CREATE FUNCTION mallory.sibling(e jsonb) RETURNS void LANGUAGE plpgsql AS \$\$
+   BEGIN
+     INSERT INTO public.seen VALUES ('sibling ran', e->>'id');
+     IF e->>'id' = 'sib-1' THEN
+       BEGIN INSERT INTO public.seen VALUES ('sibling cancel', relaybus.cancel('sib-2', 'sibling')::text);
+       EXCEPTION WHEN OTHERS THEN INSERT INTO public.seen VALUES ('sibling cancel', SQLSTATE); END;
+     END IF;
+   END \$\$;
+   RESET ROLE;
+   SELECT relaybus.subscribe('onlooker', ARRAY['onlooker.t']);
+   SELECT relaybus.publish('onlooker.t', '{}', event_id => 'onlooker-1');
+   SELECT relaybus.subscribe('steer', ARRAY['steer.t'], max_attempts => 1, sql_function => 'eve.steer(jsonb)');
+   SELECT relaybus.subscribe('sibling', ARRAY['sib.t'], max_attempts => 1, sql_function => 'mallory.sibling(jsonb)');
+   BEGIN;
+   SELECT relaybus.publish('sib.t', '{}', event_id => 'sib-1');
+   SELECT relaybus.publish('sib.t', '{}', event_id => 'sib-2');
+   COMMIT;
+   SELECT relaybus.publish('steer.t', '{}', event_id => 'steer-1')" >/dev/null
+wait_for "issue 14: eve's handler that tries the admin functions completes" \
+  "SELECT count(*) = 5 FROM public.seen WHERE tag = 'steer'" 10
+check "issue 14: pause, resume, cancel, reset_counters and counters are each refused as eve (42501)" \
+  "SELECT bool_and(value = '42501') AND count(*) = 5 FROM public.seen WHERE tag = 'steer'"
+check "issue 14: ... and nothing was paused or cancelled" \
+  "SELECT NOT (SELECT paused FROM relaybus.statistics() WHERE handler = 'steer')
+      AND EXISTS (SELECT 1 FROM relaybus.deliveries WHERE event_id = 'onlooker-1')"
+wait_for "issue 14: both deliveries of mallory's batch run" \
+  "SELECT count(*) = 2 FROM public.seen WHERE tag = 'sibling ran'" 10
+check "issue 14: her handler could not cancel its sibling (in flight: 55006, or already gone: false)" \
+  "SELECT value IN ('55006', 'false') FROM public.seen WHERE tag = 'sibling cancel'"
+reset_roles
+
 echo "handler security: $passed passed, $failed failed"
 [ $failed = 0 ]
