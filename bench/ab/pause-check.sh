@@ -6,7 +6,9 @@
 #   drain: 4,000 transactions of claim 10 + complete_many on a deep queue (60,000 pending
 #          at the start, so it never runs dry; one handler, 5,000 keys);
 #   idle:  claim 10 on an empty queue for SECONDS seconds (the claim's fixed cost, where a
-#          per-claim check weighs most).
+#          per-claim check weighs most);
+#   publish: one publish per transaction for SECONDS seconds, relaybus.notify on (the
+#          commit-time wake-up of the in-database handler workers runs every time).
 # Used for issue 14's "no change to the happy path's cost" (the pause check).
 #   bench/ab/pause-check.sh A.so B.so ROUNDS SECONDS PORT
 # PATH must start with the bin directory of an installation whose extension directory
@@ -20,7 +22,9 @@ work=$(mktemp -d)
 printf "SELECT relaybus.complete_many(coalesce(array_agg(lease_token), '{}')) FROM relaybus.claim('w', 10, '30 seconds');\n" >"$work/drain.sql"
 printf "SELECT count(*) FROM relaybus.claim('w', 10, '30 seconds');\n" >"$work/idle.sql"
 chmod -R a+rX "$work"
-echo "round build drain_tps idle_tps"
+printf "SELECT relaybus.publish('t', '{}');\n" >"$work/publish.sql"
+chmod -R a+rX "$work"
+echo "round build drain_tps idle_tps publish_tps"
 for ((r = 1; r <= rounds; r++)); do
   for build in A B; do
     so=$a; [ "$build" = B ] && so=$b
@@ -35,7 +39,8 @@ for ((r = 1; r <= rounds; r++)); do
     drain=$(su postgres -c "PATH=$PATH pgbench -h $dir -p $port -n -M prepared -c 1 -t 4000 -f $work/drain.sql postgres" 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p')
     psql -qX -c "DELETE FROM relaybus.deliveries" -c "VACUUM ANALYZE" >/dev/null
     idle=$(su postgres -c "PATH=$PATH pgbench -h $dir -p $port -n -M prepared -c 1 -T $seconds -f $work/idle.sql postgres" 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p')
-    echo "$r $build $drain $idle"
+    pub=$(su postgres -c "PATH=$PATH pgbench -h $dir -p $port -n -M prepared -c 1 -T $seconds -f $work/publish.sql postgres" 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p')
+    echo "$r $build $drain $idle $pub"
     scripts/cluster stop "$dir" >/dev/null
   done
 done
