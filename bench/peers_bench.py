@@ -46,8 +46,9 @@ def plans(mode):
          "relaybus 0.2.0 loop"),
         ("drain", "two consumers, batch 500", dict(one, consumers=2),
          ["relaybus 0.2.0 loop", "floor"], "relaybus 0.2.0 loop"),
+        # The dispatcher as the harness's TUNED (bench/harness.py): c200 b200 t2 poll 50 ms.
         ("drain", "1 process, tuned", dict(events=n, dispatchers=1, concurrency=200, batch=200, poll_ms=50,
-                                           consumers=1),
+                                           handler_threads=2, consumers=1),
          ["relaybus 0.2.0", "relaybus 0.2.0 loop", "graphile-worker (tuned)"], "relaybus 0.2.0"),
         ("drain", "1 process, defaults", dict(events=n, dispatchers=1, concurrency=10, batch=10, poll_ms=1000,
                                               consumers=1),

@@ -23,6 +23,7 @@ client::DispatcherConfig dispatcher_config(const tool::Parsed& args) {
   client::DispatcherConfig c;
   c.worker_prefix = args.get<std::string>("worker-prefix");
   c.concurrency = args.get<int>("concurrency");
+  c.handler_threads = args.get<int>("handler-threads");
   c.batch_size = args.get<int>("batch");
   c.poll_interval = std::chrono::milliseconds(args.get<int>("poll-ms"));
   c.lease = std::chrono::milliseconds(args.get<int>("lease-ms"));

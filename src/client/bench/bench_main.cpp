@@ -39,6 +39,8 @@ void dispatcher_options(po::options_description& o) {
        "dispatcher processes")
       ("concurrency", at_least<int>("concurrency", 1)->default_value(10)->value_name("C"),
        "handlers running at once in each dispatcher")
+      ("handler-threads", at_least<int>("handler-threads", 0)->default_value(0)->value_name("T"),
+       "threads running handlers in each dispatcher; 0 = one per --concurrency")
       ("batch", at_least<int>("batch", 1)->default_value(10)->value_name("B"),
        "deliveries per claim")
       ("poll-ms", at_least<int>("poll-ms", 1)->default_value(1000)->value_name("MS"),
