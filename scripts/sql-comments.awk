@@ -107,6 +107,12 @@ $0 == "--" { in_first = 0; next }
     sub(/ [a-z_]+\.[a-z_]+$/, "", kind)
     sub(/^CREATE [A-Z ]+ /, "", object)
     emit(kind, object, unqualified_name(object))
+  } else if (match(line, /^CREATE TRIGGER [a-z_]+ .* ON [a-z_]+\.[a-z_]+/)) {
+    # A trigger is named on its table.
+    split(line, w, / +/)
+    table = substr(line, index(line, " ON ") + 4)
+    sub(/ .*/, "", table)
+    emit("TRIGGER", w[3] " ON " table, w[3])
   } else if (match(line, /^CREATE SCHEMA [a-z_]+/)) {
     object = substr(line, 15, RLENGTH - 14)
     emit("SCHEMA", object, object)

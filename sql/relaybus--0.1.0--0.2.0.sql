@@ -351,6 +351,27 @@ BEGIN
 END
 $fn$;
 
+-- subscriptions_changed: marks every backend's copy of the subscriptions stale, after each
+-- statement that changes relaybus.subscriptions. Internal: run by the trigger of that name
+-- on relaybus.subscriptions.
+--
+-- publish routes events by a copy of the subscriptions kept per backend
+-- (src/pg/subscription_cache.hpp). This invalidates the table's relcache entry, which
+-- reaches the writer's backend at the end of the statement and the others when its
+-- transaction commits. Writes nothing.
+CREATE FUNCTION relaybus_internal.subscriptions_changed() RETURNS trigger
+  AS 'MODULE_PATHNAME', 'relaybus_subscriptions_changed' LANGUAGE C VOLATILE
+  SET search_path = pg_catalog, pg_temp;
+
+-- subscriptions_changed: every change to the subscriptions, whoever makes it (subscribe,
+-- unsubscribe, pause, an operator's UPDATE, TRUNCATE), marks the copies publish keeps stale.
+--
+-- ENABLE ALWAYS: it fires under session_replication_role = replica too (a logical
+-- replication apply worker, for one), where an ordinary trigger would not.
+CREATE TRIGGER subscriptions_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON relaybus.subscriptions
+  FOR EACH STATEMENT EXECUTE FUNCTION relaybus_internal.subscriptions_changed();
+ALTER TABLE relaybus.subscriptions ENABLE ALWAYS TRIGGER subscriptions_changed;
+
 -- Nothing for PUBLIC: a new schema grants it nothing, but a new function grants it EXECUTE.
 -- No role gets anything either: only the owner calls these.
 REVOKE ALL ON SCHEMA relaybus_internal FROM PUBLIC;
@@ -959,6 +980,13 @@ COMMENT ON FUNCTION relaybus_internal.set_paused(want_handler text, paused boole
   'the body of relaybus.pause (paused true) and relaybus.resume (false): marks '
   'or unmarks the subscription; a resume also notifies channel relaybus with the handler, '
   'when relaybus.notify is on. Returns false when it was so already. Internal.';
+COMMENT ON FUNCTION relaybus_internal.subscriptions_changed() IS
+  'marks every backend''s copy of the subscriptions stale, after each '
+  'statement that changes relaybus.subscriptions. Internal: run by the trigger of that name '
+  'on relaybus.subscriptions.';
+COMMENT ON TRIGGER subscriptions_changed ON relaybus.subscriptions IS
+  'every change to the subscriptions, whoever makes it (subscribe, '
+  'unsubscribe, pause, an operator''s UPDATE, TRUNCATE), marks the copies publish keeps stale.';
 COMMENT ON FUNCTION relaybus.lane_of(key_or_event_id text) IS
   'the lane (0..255) a delivery with that ordering key, or with '
   'that event id when it has no key, lives in: FNV-1a of the UTF-8 bytes, modulo 256.';

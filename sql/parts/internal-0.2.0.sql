@@ -162,6 +162,27 @@ BEGIN
 END
 $fn$;
 
+-- subscriptions_changed: marks every backend's copy of the subscriptions stale, after each
+-- statement that changes relaybus.subscriptions. Internal: run by the trigger of that name
+-- on relaybus.subscriptions.
+--
+-- publish routes events by a copy of the subscriptions kept per backend
+-- (src/pg/subscription_cache.hpp). This invalidates the table's relcache entry, which
+-- reaches the writer's backend at the end of the statement and the others when its
+-- transaction commits. Writes nothing.
+CREATE FUNCTION relaybus_internal.subscriptions_changed() RETURNS trigger
+  AS 'MODULE_PATHNAME', 'relaybus_subscriptions_changed' LANGUAGE C VOLATILE
+  SET search_path = pg_catalog, pg_temp;
+
+-- subscriptions_changed: every change to the subscriptions, whoever makes it (subscribe,
+-- unsubscribe, pause, an operator's UPDATE, TRUNCATE), marks the copies publish keeps stale.
+--
+-- ENABLE ALWAYS: it fires under session_replication_role = replica too (a logical
+-- replication apply worker, for one), where an ordinary trigger would not.
+CREATE TRIGGER subscriptions_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON relaybus.subscriptions
+  FOR EACH STATEMENT EXECUTE FUNCTION relaybus_internal.subscriptions_changed();
+ALTER TABLE relaybus.subscriptions ENABLE ALWAYS TRIGGER subscriptions_changed;
+
 -- Nothing for PUBLIC: a new schema grants it nothing, but a new function grants it EXECUTE.
 -- No role gets anything either: only the owner calls these.
 REVOKE ALL ON SCHEMA relaybus_internal FROM PUBLIC;

@@ -12,10 +12,11 @@
 namespace relaybus::core {
 
 // Whether a subscription to `event_types` receives an event of `type`: it names the type,
-// or "*" (every type). Query copies, where the store selects subscribers in one query:
-// target_handlers in src/pg/publish.cpp (`$1 = ANY (s.event_types) OR '*' = ANY (...)`)
-// and find_subscribers in src/mongo/commands.cpp (`eventTypes $in [type, "*"]`); the
-// contract suite's publish cases run the in-memory store (this) and the PostgreSQL store.
+// or "*" (every type). The in-memory store and PostgreSQL's publish (target_handlers in
+// src/pg/publish.cpp, over its cached subscriptions) call this. The query copy, where the
+// store selects subscribers in one query: find_subscribers in src/mongo/commands.cpp
+// (`eventTypes $in [type, "*"]`); the contract suite's publish cases run the in-memory
+// store and the PostgreSQL store.
 inline constexpr std::string_view kEveryEventType = "*";
 bool subscribes_to(const std::vector<std::string>& event_types, std::string_view type) noexcept;
 

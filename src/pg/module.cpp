@@ -4,6 +4,7 @@
 #include "drop_warning.hpp"
 #include "postgres.hpp"
 #include "settings.hpp"
+#include "subscription_cache.hpp"
 #include "wakeup.hpp"
 
 extern "C" {
@@ -16,6 +17,7 @@ void _PG_init(void) {
   relaybus::pg::wakeup::install(preloading);
   relaybus::pg::drop_warning::install();
   relaybus::pg::counters::install(preloading);
+  relaybus::pg::subscription_cache::install();
   if (preloading) relaybus::pg::background::register_workers();
 }
 }

@@ -2,6 +2,7 @@
 #include "counters.hpp"
 #include "publish_one.hpp"
 #include "spi.hpp"
+#include "subscription_cache.hpp"
 #include "wakeup.hpp"
 
 #include "../core/claim_request.hpp"
@@ -96,24 +97,17 @@ void validate(const PublishInput& in, const std::string& where) {
 }
 
 // The handlers an event goes to: the given ones (each must be subscribed), or every
-// subscriber of its type (the WHERE clause is the SQL copy of core::subscribes_to).
+// subscriber of its type (core::subscribes_to), from the backend's copy of the
+// subscriptions (subscription_cache.hpp).
 Targets target_handlers(const std::string& type,
                         const std::optional<std::vector<std::string>>& given) {
-  static Statement select_handlers(
-      "SELECT s.handler, s.sql_function IS NOT NULL FROM relaybus.subscriptions s"
-      " WHERE CASE WHEN $2::text[] IS NULL"
-      "  THEN $1 = ANY (s.event_types) OR '*' = ANY (s.event_types)"
-      "  ELSE s.handler = ANY ($2) END"
-      " ORDER BY s.handler COLLATE \"C\"",
-      {TEXTOID, TEXTARRAYOID});
-  Params params;
-  params.text(type);
-  params.text_array(given);
-  const std::uint64_t n = select_handlers.run(params);
   Targets found;
-  for (std::uint64_t r = 0; r < n; ++r) {
-    found.handlers.push_back(row::text(r, 1));
-    found.in_database.push_back(row::boolean(r, 2));
+  for (const auto& s : subscription_cache::subscriptions()) {
+    const bool wanted = given ? std::find(given->begin(), given->end(), s.handler) != given->end()
+                              : core::subscribes_to(s.event_types, type);
+    if (!wanted) continue;
+    found.handlers.push_back(s.handler);
+    found.in_database.push_back(s.in_database);
   }
   if (given) {
     for (const auto& h : *given) {

@@ -29,6 +29,11 @@ SELECT line FROM (
     FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
    WHERE p.pronamespace IN (SELECT oid FROM ns)
   UNION ALL
+  -- tgenabled: 'A' fires always (also under session_replication_role = replica)
+  SELECT format('trigger %s enabled=%s %s', t.tgname, t.tgenabled, pg_get_triggerdef(t.oid))
+    FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+   WHERE c.relnamespace IN (SELECT oid FROM ns) AND NOT t.tgisinternal
+  UNION ALL
   SELECT format('table-acl %s %s', c.oid::regclass, c.relacl)
     FROM pg_class c WHERE c.relnamespace IN (SELECT oid FROM ns) AND c.relkind IN ('r', 'S')
   UNION ALL
@@ -36,13 +41,15 @@ SELECT line FROM (
     FROM pg_namespace n WHERE n.oid IN (SELECT oid FROM ns)
   UNION ALL
   -- what \d+, \df+ and \dn+ show: every description of an object in the two schemas (their
-  -- columns and constraints included), of the schemas and of the extension
+  -- columns and constraints included), of the schemas, of the extension and of the triggers
+  -- on its tables
   SELECT format('comment %s: %s', pg_describe_object(d.classoid, d.objoid, d.objsubid),
                 d.description)
     FROM pg_description d, pg_identify_object(d.classoid, d.objoid, d.objsubid) o
    WHERE o.schema IN ('relaybus', 'relaybus_internal')
       OR (o.type = 'schema' AND o.identity IN ('relaybus', 'relaybus_internal'))
       OR (o.type = 'extension' AND o.identity = 'relaybus')
+      OR (o.type = 'trigger' AND o.identity LIKE '% on relaybus.%')
   UNION ALL
   SELECT format('dumped-with-data %s filter=%s', c.oid::regclass, x.condition)
     FROM pg_extension e, unnest(e.extconfig, e.extcondition) AS x(config, condition)

@@ -102,13 +102,14 @@ SELECT is(pg_temp.starts(pg_temp.description('relaybus_internal.create_lanes(tex
 -- The internal helpers: in relaybus_internal, usable by no role
 --------------------------------------------------------------------------------
 SELECT is((SELECT array_agg(name ORDER BY name) FROM rb_api
-            WHERE name IN ('create_lanes', 'list_deliveries_impl', 'delivery_counts', 'set_paused')
+            WHERE name IN ('create_lanes', 'list_deliveries_impl', 'delivery_counts', 'set_paused',
+                           'subscriptions_changed')
                OR name LIKE '\_%'),
           NULL, 'no internal helper is in schema relaybus');
 SELECT is((SELECT array_agg(signature ORDER BY signature) FROM rb_helpers),
           ARRAY['relaybus_internal.create_lanes(text)', 'relaybus_internal.delivery_counts()',
                 'relaybus_internal.list_deliveries_impl(text,text,integer)',
-                'relaybus_internal.set_paused(text,boolean)'],
+                'relaybus_internal.set_paused(text,boolean)', 'relaybus_internal.subscriptions_changed()'],
           'the internal helpers are in schema relaybus_internal');
 SELECT ok(EXISTS (SELECT 1 FROM rb_members WHERE classid = 'pg_namespace'::regclass
                     AND objid = 'relaybus_internal'::regnamespace),
@@ -138,7 +139,7 @@ SELECT is((SELECT array_agg(signature ORDER BY signature) FROM rb_helpers
 -- creates can stand in for it.
 SELECT is((SELECT array_agg(p.oid::regprocedure::text ORDER BY 1) FROM pg_proc p
             WHERE p.pronamespace = 'relaybus'::regnamespace
-              AND p.prosrc ~ '(?<!relaybus_internal\.)\m(create_lanes|list_deliveries_impl|delivery_counts|set_paused)\M\s*\('),
+              AND p.prosrc ~ '(?<!relaybus_internal\.)\m(create_lanes|list_deliveries_impl|delivery_counts|set_paused|subscriptions_changed)\M\s*\('),
           NULL, 'the API calls the helpers schema-qualified');
 SELECT ok((SELECT prosrc FROM pg_proc WHERE oid = 'relaybus.list_deliveries(text,text,integer)'::regprocedure)
             LIKE '%relaybus_internal.list_deliveries_impl(%',
