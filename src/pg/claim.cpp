@@ -260,8 +260,11 @@ std::vector<core::CandidateRow> PgClaimStore::candidates(
       "  CROSS JOIN LATERAL (SELECT d.* FROM relaybus.deliveries d"
       "   WHERE d.handler = hl.handler AND d.lane = hl.lane AND d.status = 'pending'"
       "   AND d.available_at <= now()"
-      "   AND NOT EXISTS (SELECT 1 FROM unnest($3::text[], $4::text[]) AS f(handler, event_id)"
-      "    WHERE f.handler = d.handler AND f.event_id = d.event_id)"
+      // Uncorrelated, so a hashed subplan: built once per statement, one probe per row.
+      // (A correlated NOT EXISTS was a nested loop over every excluded id for every row
+      // read: quadratic in the deliveries a worker has in flight.) No NULL is ever in it.
+      "   AND (d.handler, d.event_id) NOT IN (SELECT f.handler, f.event_id"
+      "    FROM unnest($3::text[], $4::text[]) AS f(handler, event_id))"
       "   AND " RELAYBUS_NO_PENDING_PREDECESSOR_SQL
       "   ORDER BY d.available_at, d.event_id LIMIT least($5, hl.room)) d"
       "  ORDER BY d.available_at, d.event_id LIMIT $5) c"
