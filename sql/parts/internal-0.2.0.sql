@@ -162,14 +162,17 @@ BEGIN
 END
 $fn$;
 
--- subscriptions_changed: marks every backend's copy of the subscriptions stale, after each
+-- subscriptions_changed: marks every backend's copy of the subscriptions stale, before each
 -- statement that changes relaybus.subscriptions. Internal: run by the trigger of that name
 -- on relaybus.subscriptions.
 --
 -- publish routes events by a copy of the subscriptions kept per backend
 -- (src/pg/subscription_cache.hpp). This invalidates the table's relcache entry, which
 -- reaches the writer's backend at the end of the statement and the others when its
--- transaction commits. Writes nothing.
+-- transaction commits, and notes that the transaction changed them: until it ends, its
+-- backend keeps no copy, its commit is announced in shared memory before it becomes
+-- visible (src/pg/subscription_changes.hpp), and PREPARE TRANSACTION is refused (0A000).
+-- Writes nothing.
 CREATE FUNCTION relaybus_internal.subscriptions_changed() RETURNS trigger
   AS 'MODULE_PATHNAME', 'relaybus_subscriptions_changed' LANGUAGE C VOLATILE
   SET search_path = pg_catalog, pg_temp;
@@ -177,9 +180,11 @@ CREATE FUNCTION relaybus_internal.subscriptions_changed() RETURNS trigger
 -- subscriptions_changed: every change to the subscriptions, whoever makes it (subscribe,
 -- unsubscribe, pause, an operator's UPDATE, TRUNCATE), marks the copies publish keeps stale.
 --
+-- BEFORE: ahead of the statement's rows and of every row trigger, so that a publish from a
+-- trigger added to the table does not keep a copy with rows the statement may roll back.
 -- ENABLE ALWAYS: it fires under session_replication_role = replica too (a logical
 -- replication apply worker, for one), where an ordinary trigger would not.
-CREATE TRIGGER subscriptions_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON relaybus.subscriptions
+CREATE TRIGGER subscriptions_changed BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON relaybus.subscriptions
   FOR EACH STATEMENT EXECUTE FUNCTION relaybus_internal.subscriptions_changed();
 ALTER TABLE relaybus.subscriptions ENABLE ALWAYS TRIGGER subscriptions_changed;
 

@@ -5,6 +5,7 @@
 #include "postgres.hpp"
 #include "settings.hpp"
 #include "subscription_cache.hpp"
+#include "subscription_changes.hpp"
 #include "wakeup.hpp"
 
 extern "C" {
@@ -18,6 +19,7 @@ void _PG_init(void) {
   relaybus::pg::drop_warning::install();
   relaybus::pg::counters::install(preloading);
   relaybus::pg::subscription_cache::install();
+  relaybus::pg::subscription_changes::install(preloading);
   if (preloading) relaybus::pg::background::register_workers();
 }
 }

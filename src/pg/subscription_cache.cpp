@@ -1,12 +1,12 @@
 #include "subscription_cache.hpp"
 
 #include "spi.hpp"
+#include "subscription_changes.hpp"
 
 #include <cstdint>
 
 extern "C" {
 #include "catalog/namespace.h"
-#include "commands/trigger.h"
 #include "utils/inval.h"
 }
 
@@ -15,12 +15,14 @@ namespace relaybus::pg::subscription_cache {
 namespace {
 
 // Bumped by every invalidation of relaybus.subscriptions (or of every relation). The copy
-// is current while `loaded_at` equals it.
+// is current while `loaded_at` equals it and the shared stamp it was read under
+// (subscription_changes.hpp) has not moved.
 std::uint64_t generation = 1;
 std::uint64_t loaded_at = 0;
+std::uint64_t loaded_stamp = 0;
 Oid table = InvalidOid;  // relaybus.subscriptions, looked up before each read
 std::vector<Subscription> cached;
-std::vector<Subscription> from_snapshot;  // REPEATABLE READ and above: read every time
+std::vector<Subscription> uncached;  // read for one call only
 
 // Called while PostgreSQL processes invalidations, possibly in the middle of a read below
 // (an invalidation then marks what is being read stale): must not fail.
@@ -49,13 +51,20 @@ void install() {
 
 const std::vector<Subscription>& subscriptions() {
   if (IsolationUsesXactSnapshot()) {
-    from_snapshot = read_subscriptions();
-    return from_snapshot;
+    uncached = read_subscriptions();
+    return uncached;
   }
   // What other backends committed since this one last looked: a transaction that started
   // earlier has not taken their messages yet.
   pg_call([] { AcceptInvalidationMessages(); });
-  if (loaded_at == generation) return cached;
+  if (loaded_at == generation && subscription_changes::unchanged_since(loaded_stamp)) return cached;
+  // Before the read, as the invalidations are: what it reads is at least this new.
+  const std::optional<std::uint64_t> stamp = subscription_changes::stamp_to_keep();
+  if (!stamp) {
+    loaded_at = 0;
+    uncached = read_subscriptions();
+    return uncached;
+  }
   // The table first (a new one after DROP and CREATE EXTENSION), so that an invalidation
   // arriving during the read marks what it read stale.
   Oid found = InvalidOid;
@@ -66,29 +75,8 @@ const std::vector<Subscription>& subscriptions() {
   std::vector<Subscription> fresh = read_subscriptions();
   cached = std::move(fresh);
   loaded_at = reading_at;
+  loaded_stamp = *stamp;
   return cached;
 }
 
-namespace {
-
-// The trigger: AFTER each statement that changes relaybus.subscriptions.
-Datum subscriptions_changed_body(FunctionCallInfo fcinfo) {
-  if (!CALLED_AS_TRIGGER(fcinfo)) {
-    // PostgreSQL's own code for a trigger function called some other way.
-    pg_call([] {
-      ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-                      errmsg("subscriptions_changed() may only run as the trigger of "
-                             "relaybus.subscriptions")));
-    });
-  }
-  Relation relation = reinterpret_cast<TriggerData*>(fcinfo->context)->tg_relation;
-  pg_call([&] { CacheInvalidateRelcache(relation); });
-  return PointerGetDatum(nullptr);
-}
-
-}  // namespace
-
 }  // namespace relaybus::pg::subscription_cache
-
-RELAYBUS_SQL_FUNCTION(relaybus_subscriptions_changed,
-                      relaybus::pg::subscription_cache::subscriptions_changed_body)

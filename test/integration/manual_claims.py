@@ -132,6 +132,16 @@ while time.time() < deadline and one(adm, "SELECT count(*) FROM sink WHERE id = 
 check(W, "its in-database handler runs after COMMIT PREPARED (found by polling)",
       one(adm, "SELECT count(*) FROM sink WHERE id = '2pc-indb'") == 1)
 
+tx.execute("BEGIN")
+tx.execute("SET LOCAL relaybus.notify = off")
+tx.execute("SELECT relaybus.subscribe('prepared_sub', ARRAY['order.placed'])")
+state = sqlstate_of(lambda: tx.execute("PREPARE TRANSACTION 'm5'"))
+end_transaction(tx)
+check(W, "PREPARE TRANSACTION after a change to the subscriptions fails with 0A000",
+      state == "0A000", f"got {state}")
+check(W, "the failed PREPARE rolled the subscribe back",
+      one(adm, "SELECT count(*) FROM relaybus.subscriptions WHERE handler = 'prepared_sub'") == 0)
+
 # --- worker-guide.md, Wake-ups and polling ------------------------------------------------
 W = "worker-guide.md#wake-ups-and-polling"
 listener = connect("postgres")

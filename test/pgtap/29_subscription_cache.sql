@@ -4,10 +4,12 @@
 -- this session's next publish, also inside a READ COMMITTED transaction that had published
 -- before, and one made under session_replication_role = replica; its own uncommitted
 -- subscribe is seen at once, and forgotten when rolled back (to a savepoint or whole); a
--- REPEATABLE READ transaction routes by its snapshot. The trigger function cannot be
--- called outside the trigger.
+-- REPEATABLE READ transaction routes by its snapshot. A trigger added to the table that
+-- publishes, in a statement that then fails, leaves no copy with the failed row. The
+-- trigger function cannot be called outside the trigger. (A commit seen by others before
+-- its invalidations are sent: test/integration/subscription_commit.sh.)
 SELECT rb_reset();
-SELECT plan(14);
+SELECT plan(16);
 
 -- The handlers of one published event, in order.
 CREATE FUNCTION pg_temp.routed(id text) RETURNS text[] LANGUAGE sql AS $$
@@ -83,6 +85,24 @@ SELECT dblink_exec('c29', $$UPDATE relaybus.subscriptions SET event_types = ARRA
 SELECT dblink_exec('c29', $$RESET session_replication_role$$);
 SELECT relaybus.publish('sc.r', '{}', event_id => 'sc-14');
 SELECT is(pg_temp.routed('sc-14'), ARRAY['sc_f'], 'a change under session_replication_role = replica is seen');
+
+-- An owner's row triggers on the table: the first publishes as each subscription is
+-- added (the publish sees the new row), the second then refuses one. The failed statement
+-- must not leave this session a copy holding the row it rolled back.
+CREATE FUNCTION pg_temp.announce() RETURNS trigger LANGUAGE plpgsql AS $$
+  BEGIN PERFORM relaybus.publish('sc.r', '{}'); RETURN NULL; END $$;
+CREATE FUNCTION pg_temp.refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+  BEGIN IF NEW.handler = 'sc_g' THEN RAISE EXCEPTION 'no sc_g' USING ERRCODE = 'P0001'; END IF;
+        RETURN NULL; END $$;
+CREATE TRIGGER a_announce AFTER INSERT ON relaybus.subscriptions FOR EACH ROW EXECUTE FUNCTION pg_temp.announce();
+CREATE TRIGGER b_refuse AFTER INSERT ON relaybus.subscriptions FOR EACH ROW EXECUTE FUNCTION pg_temp.refuse();
+SELECT throws_ok($$SELECT relaybus.subscribe('sc_g', ARRAY['sc.r'])$$, 'P0001', 'no sc_g',
+                 'a subscribe refused by an owner''s trigger after another one published fails');
+-- Before the triggers are dropped: that is DDL on the table, which invalidates the copy.
+SELECT relaybus.publish('sc.r', '{}', event_id => 'sc-15');
+SELECT is(pg_temp.routed('sc-15'), ARRAY['sc_f'], 'the refused subscription is not routed to afterwards');
+DROP TRIGGER a_announce ON relaybus.subscriptions;
+DROP TRIGGER b_refuse ON relaybus.subscriptions;
 
 SELECT pg_temp.elsewhere('rb_reset()');
 SELECT relaybus.publish('sc.t', '{}', event_id => 'sc-13');
