@@ -352,8 +352,8 @@ END
 $fn$;
 
 -- subscriptions_changed: marks every backend's copy of the subscriptions stale, before each
--- statement that changes relaybus.subscriptions. Internal: run by the trigger of that name
--- on relaybus.subscriptions.
+-- row that changes in relaybus.subscriptions and before each TRUNCATE of it. Internal: run
+-- by the triggers subscriptions_changed and subscriptions_truncated on that table.
 --
 -- publish routes events by a copy of the subscriptions kept per backend
 -- (src/pg/subscription_cache.hpp). This invalidates the table's relcache entry, which
@@ -361,21 +361,31 @@ $fn$;
 -- transaction commits, and notes that the transaction changed them: until it ends, its
 -- backend keeps no copy, its commit is announced in shared memory before it becomes
 -- visible (src/pg/subscription_changes.hpp), and PREPARE TRANSACTION is refused (0A000).
--- Writes nothing.
+-- Returns the row unchanged (a row trigger) or NULL (TRUNCATE). Writes nothing.
 CREATE FUNCTION relaybus_internal.subscriptions_changed() RETURNS trigger
   AS 'MODULE_PATHNAME', 'relaybus_subscriptions_changed' LANGUAGE C VOLATILE
   SET search_path = pg_catalog, pg_temp;
 
--- subscriptions_changed: every change to the subscriptions, whoever makes it (subscribe,
--- unsubscribe, pause, an operator's UPDATE, TRUNCATE), marks the copies publish keeps stale.
+-- subscriptions_changed: every row change to the subscriptions, whoever makes it
+-- (subscribe, unsubscribe, pause, an operator's UPDATE, a logical replication apply
+-- worker), marks the copies publish keeps stale.
 --
--- BEFORE: ahead of the statement's rows and of every row trigger, so that a publish from a
--- trigger added to the table does not keep a copy with rows the statement may roll back.
--- ENABLE ALWAYS: it fires under session_replication_role = replica too (a logical
--- replication apply worker, for one), where an ordinary trigger would not.
-CREATE TRIGGER subscriptions_changed BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON relaybus.subscriptions
-  FOR EACH STATEMENT EXECUTE FUNCTION relaybus_internal.subscriptions_changed();
+-- FOR EACH ROW: a logical replication apply worker fires row triggers only, never
+-- statement triggers (TRUNCATE aside). BEFORE: ahead of the row and of every AFTER
+-- trigger, so that a publish from a trigger added to the table does not keep a copy with
+-- a row the statement may roll back. ENABLE ALWAYS: it fires under
+-- session_replication_role = replica too, where the apply worker runs and an ordinary
+-- trigger would not.
+CREATE TRIGGER subscriptions_changed BEFORE INSERT OR UPDATE OR DELETE ON relaybus.subscriptions
+  FOR EACH ROW EXECUTE FUNCTION relaybus_internal.subscriptions_changed();
 ALTER TABLE relaybus.subscriptions ENABLE ALWAYS TRIGGER subscriptions_changed;
+
+-- subscriptions_truncated: a TRUNCATE of the subscriptions (which fires no row trigger)
+-- marks the copies publish keeps stale, as subscriptions_changed does for rows. ENABLE
+-- ALWAYS, for the same reason.
+CREATE TRIGGER subscriptions_truncated BEFORE TRUNCATE ON relaybus.subscriptions
+  FOR EACH STATEMENT EXECUTE FUNCTION relaybus_internal.subscriptions_changed();
+ALTER TABLE relaybus.subscriptions ENABLE ALWAYS TRIGGER subscriptions_truncated;
 
 -- Nothing for PUBLIC: a new schema grants it nothing, but a new function grants it EXECUTE.
 -- No role gets anything either: only the owner calls these.
@@ -987,11 +997,16 @@ COMMENT ON FUNCTION relaybus_internal.set_paused(want_handler text, paused boole
   'when relaybus.notify is on. Returns false when it was so already. Internal.';
 COMMENT ON FUNCTION relaybus_internal.subscriptions_changed() IS
   'marks every backend''s copy of the subscriptions stale, before each '
-  'statement that changes relaybus.subscriptions. Internal: run by the trigger of that name '
-  'on relaybus.subscriptions.';
+  'row that changes in relaybus.subscriptions and before each TRUNCATE of it. Internal: run '
+  'by the triggers subscriptions_changed and subscriptions_truncated on that table.';
 COMMENT ON TRIGGER subscriptions_changed ON relaybus.subscriptions IS
-  'every change to the subscriptions, whoever makes it (subscribe, '
-  'unsubscribe, pause, an operator''s UPDATE, TRUNCATE), marks the copies publish keeps stale.';
+  'every row change to the subscriptions, whoever makes it '
+  '(subscribe, unsubscribe, pause, an operator''s UPDATE, a logical replication apply '
+  'worker), marks the copies publish keeps stale.';
+COMMENT ON TRIGGER subscriptions_truncated ON relaybus.subscriptions IS
+  'a TRUNCATE of the subscriptions (which fires no row trigger) '
+  'marks the copies publish keeps stale, as subscriptions_changed does for rows. ENABLE '
+  'ALWAYS, for the same reason.';
 COMMENT ON FUNCTION relaybus.lane_of(key_or_event_id text) IS
   'the lane (0..255) a delivery with that ordering key, or with '
   'that event id when it has no key, lives in: FNV-1a of the UTF-8 bytes, modulo 256.';

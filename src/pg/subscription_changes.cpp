@@ -87,9 +87,10 @@ void at_transaction_event(XactEvent event, void*) {
   }
 }
 
-// The trigger: BEFORE each statement that changes relaybus.subscriptions, so that a row
-// trigger of the same statement, or anything after it in the transaction, that publishes
-// does not keep a copy holding rows this transaction may still roll back.
+// The triggers: BEFORE each row that changes in relaybus.subscriptions, and BEFORE each
+// TRUNCATE of it. Before, so that a row trigger of the same statement, or anything after it
+// in the transaction, that publishes does not keep a copy holding rows this transaction may
+// still roll back.
 Datum subscriptions_changed_body(FunctionCallInfo fcinfo) {
   if (!CALLED_AS_TRIGGER(fcinfo)) {
     // PostgreSQL's own code for a trigger function called some other way.
@@ -99,12 +100,17 @@ Datum subscriptions_changed_body(FunctionCallInfo fcinfo) {
                              "relaybus.subscriptions")));
     });
   }
+  const auto* data = reinterpret_cast<TriggerData*>(fcinfo->context);
   changed_in_transaction = true;
   // Marks every other backend's copy stale once this transaction commits, and this
-  // backend's at the end of the statement (or a rollback's undoing of it).
-  Relation relation = reinterpret_cast<TriggerData*>(fcinfo->context)->tg_relation;
+  // backend's at the end of the statement (or a rollback's undoing of it). PostgreSQL
+  // keeps one message per relation and command, however many rows call this.
+  Relation relation = data->tg_relation;
   pg_call([&] { CacheInvalidateRelcache(relation); });
-  return PointerGetDatum(nullptr);
+  // A BEFORE ROW trigger's result is the row to write: the one given, unchanged.
+  if (!TRIGGER_FIRED_FOR_ROW(data->tg_event)) return PointerGetDatum(nullptr);
+  return PointerGetDatum(TRIGGER_FIRED_BY_UPDATE(data->tg_event) ? data->tg_newtuple
+                                                                 : data->tg_trigtuple);
 }
 
 }  // namespace

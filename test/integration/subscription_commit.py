@@ -2,17 +2,21 @@
 subscription_commit.sh).
 
 Usage: subscription_commit.py CONNINFO FIXTURE PHASE
-  CONNINFO  a libpq conninfo of the test cluster (dbname postgres)
+  CONNINFO  a libpq conninfo of the test cluster, without dbname
   FIXTURE   the path of the built commit_stall.so (test/integration/lib/commit_stall.c)
   PHASE     "preloaded" (relaybus in shared_preload_libraries, one in-database handler
-            worker) or "unpreloaded" (the same cluster restarted without it)
+            worker, wal_level = logical, synchronous_standby_names naming no standby) or
+            "unpreloaded" (the same cluster restarted without relaybus preloaded)
 
 A transaction subscribes a handler and, in the same transaction, publishes an event
 whose handling publishes the event type the new subscription wants. Its commit is held
-(the fixture) after the commit is visible and before PostgreSQL sends the cache
+(the fixture) after it became visible and before PostgreSQL sends its cache
 invalidations. Whoever handles the event in that window must route its own publish by the
-new subscription, as a read of the table would: every backend's copy of the subscriptions
-(src/pg/subscription_cache.cpp) was made before the subscription existed.
+new subscription, as a read of the table would, though every backend's copy of the
+subscriptions (src/pg/subscription_cache.cpp) was made before the subscription existed.
+A commit is also held before it becomes visible (waiting for a synchronous standby that
+never answers, until the test cancels the wait), so that a copy is read then. And a
+subscription replicated by a logical replication apply worker reaches the copies too.
 
 Prints one TAP-like line per check and exits 1 if any failed.
 """
@@ -42,36 +46,38 @@ def check(what, condition, detail=""):
         print(f"not ok - [{PHASE}] {what}" + (f": {detail}" if detail else ""))
 
 
-def connect():
-    return psycopg.connect(BASE, autocommit=True)
+def connect(db="postgres"):
+    return psycopg.connect(f"{BASE} dbname={db}", autocommit=True)
 
 
 def one(conn, sql, *args):
     return conn.execute(sql, args).fetchone()[0]
 
 
-def wait_for(conn, sql, seconds):
+def wait_for(conn, sql, seconds, *args):
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if one(conn, sql):
+        if one(conn, sql, *args):
             return True
         time.sleep(0.05)
     return False
 
 
-def held_commit(statements):
-    """Runs statements in one transaction of a new session whose COMMIT is held STALL_MS
-    after it became visible. Returns the thread and a dict that gets 'returned', the
-    server's clock_timestamp() once COMMIT returned, or 'error'."""
+def held_commit(statements, settings):
+    """Runs statements in one transaction of a new session, with the fixture loaded and
+    `settings` (SET LOCAL) applied, on a thread. Returns the thread and a dict that gets
+    'pid' (the session's backend), then 'returned' (the server's clock_timestamp() once
+    COMMIT returned) or 'error'."""
     result = {}
 
     def run():
         try:
             with connect() as w:
+                result["pid"] = w.info.backend_pid
                 w.execute(f"LOAD '{FIXTURE}'")
                 w.execute("BEGIN")
-                # LOCAL: only this transaction's commit is held.
-                w.execute(f"SET LOCAL commit_stall.ms = {STALL_MS}")
+                for setting in settings:  # LOCAL: only this transaction's commit is held
+                    w.execute(f"SET LOCAL {setting}")
                 for statement in statements:
                     w.execute(statement)
                 w.execute("COMMIT")
@@ -89,6 +95,24 @@ def deliveries(conn, event_id, handler):
                event_id, handler)
 
 
+def claim_while(worker, source, thread):
+    """The first delivery of `source` this session claims while `thread` runs (None if the
+    thread ended first)."""
+    while thread.is_alive():
+        row = worker.execute("SELECT event_id FROM relaybus.claim('reactor', 1, '30 s', ARRAY[%s])",
+                             (source,)).fetchone()
+        if row is not None:
+            return row[0]
+        time.sleep(0.01)
+    return None
+
+
+def react(worker, source, event_id):
+    """Publishes `source`.out in reaction, from the same session; the server's time."""
+    return one(worker, "SELECT clock_timestamp() FROM relaybus.publish(%s, '{}', event_id => %s)",
+               f"{source}.out", event_id)
+
+
 adm = connect()
 preloaded = "relaybus" in one(adm, "SHOW shared_preload_libraries")
 check("relaybus is preloaded" if PHASE == "preloaded" else "relaybus is not preloaded",
@@ -96,7 +120,7 @@ check("relaybus is preloaded" if PHASE == "preloaded" else "relaybus is not prel
 
 if PHASE == "preloaded":
     adm.execute("CREATE EXTENSION relaybus")
-    # The in-database worker's case: woken by the held transaction's latch at commit.
+    # An in-database handler, woken by the held transaction's latch at commit.
     adm.execute("CREATE TABLE hops (event_id text PRIMARY KEY, at timestamptz DEFAULT clock_timestamp())")
     adm.execute("""CREATE FUNCTION hop(e jsonb) RETURNS void LANGUAGE plpgsql AS $$
                    BEGIN
@@ -109,9 +133,9 @@ if PHASE == "preloaded":
           wait_for(adm, "SELECT EXISTS (SELECT 1 FROM hops WHERE event_id = 'warm')", 10))
     thread, result = held_commit([
         "SELECT relaybus.subscribe('late', ARRAY['hop.out'])",
-        "SELECT relaybus.publish('hop.in', '{}', event_id => 'a1')"])
+        "SELECT relaybus.publish('hop.in', '{}', event_id => 'a1')"], [f"commit_stall.ms = {STALL_MS}"])
     thread.join()
-    check("the held transaction commits", "returned" in result, result.get("error", ""))
+    check("the held transaction commits (in-database handler)", "returned" in result, result.get("error", ""))
     ran_at = one(adm, "SELECT at FROM hops WHERE event_id = 'a1'")
     check("the in-database handler ran a1 while the commit that published it was held",
           ran_at is not None and "returned" in result and ran_at < result["returned"],
@@ -119,32 +143,89 @@ if PHASE == "preloaded":
     check("its publish routed out-a1 to the subscription committed with a1",
           deliveries(adm, "out-a1", "late") == 1)
 
-# An external worker's case: a session that published before (so its copy exists) claims
-# the event as soon as it is visible, and publishes in reaction.
+# An external worker: a session that published before (so its copy exists) claims the
+# event as soon as it is visible, and publishes in reaction.
 source, target = f"ext_{PHASE}", f"late_{PHASE}"
 adm.execute("SELECT relaybus.subscribe(%s, ARRAY[%s])", (source, f"{source}.in"))
 worker = connect()
 worker.execute("SELECT relaybus.publish(%s, '{}')", (f"{source}.out",))
 thread, result = held_commit([
     f"SELECT relaybus.subscribe('{target}', ARRAY['{source}.out'])",
-    f"SELECT relaybus.publish('{source}.in', '{{}}', event_id => 'b-{PHASE}')"])
-claimed = None
-while claimed is None and thread.is_alive():
-    claimed = worker.execute("SELECT event_id FROM relaybus.claim('reactor', 1, '30 s', ARRAY[%s])",
-                             (source,)).fetchone()
-    if claimed is None:
-        time.sleep(0.01)
-published_at = None
-if claimed is not None:
-    published_at = one(worker, "SELECT clock_timestamp() FROM relaybus.publish(%s, '{}', event_id => %s)",
-                       f"{source}.out", f"out-b-{PHASE}")
+    f"SELECT relaybus.publish('{source}.in', '{{}}', event_id => 'b-{PHASE}')"], [f"commit_stall.ms = {STALL_MS}"])
+claimed = claim_while(worker, source, thread)
+published_at = react(worker, source, f"out-b-{PHASE}") if claimed else None
 thread.join()
-check("the held transaction commits", "returned" in result, result.get("error", ""))
+check("the held transaction commits (external worker)", "returned" in result, result.get("error", ""))
 check("a worker claimed the event and published while the commit was held",
       published_at is not None and "returned" in result and published_at < result["returned"],
       f"claimed {claimed}, published at {published_at}, commit returned at {result.get('returned')}")
-check("its publish routed to the subscription committed with the event",
+check("its publish routed to the subscription committed with the event (external worker)",
       deliveries(adm, f"out-b-{PHASE}", target) == 1)
+
+if PHASE == "preloaded":
+    # A copy read while the change's commit is announced but not visible yet (the commit
+    # waits for a synchronous standby), then a reaction once it is visible, before
+    # relaybus's own commit callbacks ran (the fixture's callback holds it there).
+    source, target = "ext_sync", "late_sync"
+    adm.execute("SELECT relaybus.subscribe(%s, ARRAY[%s])", (source, f"{source}.in"))
+    worker = connect()
+    worker.execute("SELECT relaybus.publish(%s, '{}')", (f"{source}.out",))
+    thread, result = held_commit([
+        f"SELECT relaybus.subscribe('{target}', ARRAY['{source}.out'])",
+        f"SELECT relaybus.publish('{source}.in', '{{}}', event_id => 'c1')"],
+        ["synchronous_commit = on", f"commit_stall.before_callbacks_ms = {STALL_MS}"])
+    while "pid" not in result and thread.is_alive():
+        time.sleep(0.01)
+    waiting = "pid" in result and wait_for(
+        adm, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = %s AND wait_event = 'SyncRep')",
+        10, result["pid"])
+    check("the commit waits for the synchronous standby (not visible yet)", waiting)
+    worker.execute("SELECT relaybus.publish(%s, '{}', event_id => 'c-during')", (f"{source}.out",))
+    check("a publish meanwhile does not see the subscription", deliveries(adm, "c-during", target) == 0)
+    adm.execute("SELECT pg_cancel_backend(%s)", (result.get("pid", 0),))  # the commit goes on
+    claimed = claim_while(worker, source, thread)
+    published_at = react(worker, source, "out-c1") if claimed else None
+    thread.join()
+    check("the held transaction commits (synchronous standby)", "returned" in result, result.get("error", ""))
+    check("a worker claimed the event and published before relaybus's commit callbacks ran",
+          published_at is not None and "returned" in result and published_at < result["returned"],
+          f"claimed {claimed}, published at {published_at}, commit returned at {result.get('returned')}")
+    check("its publish routed to the subscription committed with the event (copy read before it was visible)",
+          deliveries(adm, "out-c1", target) == 1)
+
+    # A logical replication apply worker writes the subscriptions of a second database; a
+    # session there that published before must see what it applies. The subscription runs
+    # only while the worker applies: the copies share one cluster, and the publisher's own
+    # commit, announced to all of them, must not be what makes the reader look again.
+    adm.execute("CREATE DATABASE replica")
+    rep = connect("replica")
+    rep.execute("CREATE EXTENSION relaybus")
+    adm.execute("CREATE PUBLICATION rb_subscriptions FOR TABLE relaybus.subscriptions")
+    adm.execute("SELECT pg_create_logical_replication_slot('rb_subscriptions', 'pgoutput')")
+    rep.execute(f"CREATE SUBSCRIPTION rb_subscriptions CONNECTION '{BASE} dbname=postgres' "
+                "PUBLICATION rb_subscriptions WITH (create_slot = false, slot_name = 'rb_subscriptions', "
+                "copy_data = false, enabled = false)")
+    reader = connect("replica")
+
+    def applied(change, condition, event_id, routed):
+        adm.execute(change)
+        reader.execute("SELECT relaybus.publish('rep.t', '{}')")  # a copy made after that commit
+        rep.execute("ALTER SUBSCRIPTION rb_subscriptions ENABLE")
+        check(f"the apply worker applies {change.split()[1]} ...",
+              wait_for(rep, f"SELECT EXISTS (SELECT 1 FROM relaybus.subscriptions WHERE {condition})", 20))
+        reader.execute("SELECT relaybus.publish('rep.t', '{}', event_id => %s)", (event_id,))
+        check(f"... and a session that published before routes by it ({event_id})",
+              deliveries(rep, event_id, "rep_h") == routed)
+        rep.execute("ALTER SUBSCRIPTION rb_subscriptions DISABLE")
+        check(f"the apply worker stops ({event_id})",
+              wait_for(rep, "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_subscription WHERE pid IS NOT NULL)", 20))
+
+    applied("SELECT relaybus.subscribe('rep_h', ARRAY['rep.t'])", "handler = 'rep_h'", "rep-1", 1)
+    applied("UPDATE relaybus.subscriptions SET event_types = ARRAY['rep.u'] WHERE handler = 'rep_h'",
+            "handler = 'rep_h' AND event_types = ARRAY['rep.u']", "rep-2", 0)
+    rep.execute("ALTER SUBSCRIPTION rb_subscriptions SET (slot_name = NONE)")
+    rep.execute("DROP SUBSCRIPTION rb_subscriptions")
+    adm.execute("SELECT pg_drop_replication_slot('rb_subscriptions')")
 
 print(f"# subscription_commit {PHASE}: {passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

@@ -7,7 +7,8 @@
 -- REPEATABLE READ transaction routes by its snapshot. A trigger added to the table that
 -- publishes, in a statement that then fails, leaves no copy with the failed row. The
 -- trigger function cannot be called outside the trigger. (A commit seen by others before
--- its invalidations are sent: test/integration/subscription_commit.sh.)
+-- its invalidations are sent, and a logical replication apply worker's changes:
+-- test/integration/subscription_commit.sh.)
 SELECT rb_reset();
 SELECT plan(16);
 
