@@ -29,32 +29,25 @@ void _PG_init(void);
 static int stall_ms = 0;
 static int before_callbacks_ms = 0;
 
-static void
-stall_in_release(ResourceReleasePhase phase, bool isCommit, bool isTopLevel, void *arg)
-{
-	if (phase == RESOURCE_RELEASE_BEFORE_LOCKS && isCommit && isTopLevel && stall_ms > 0)
-		pg_usleep((long) stall_ms * 1000L);
+static void stall_in_release(ResourceReleasePhase phase, bool isCommit, bool isTopLevel,
+                             void* arg) {
+  if (phase == RESOURCE_RELEASE_BEFORE_LOCKS && isCommit && isTopLevel && stall_ms > 0)
+    pg_usleep((long)stall_ms * 1000L);
 }
 
-static void
-stall_in_callback(XactEvent event, void *arg)
-{
-	if (event == XACT_EVENT_COMMIT && before_callbacks_ms > 0)
-		pg_usleep((long) before_callbacks_ms * 1000L);
+static void stall_in_callback(XactEvent event, void* arg) {
+  if (event == XACT_EVENT_COMMIT && before_callbacks_ms > 0)
+    pg_usleep((long)before_callbacks_ms * 1000L);
 }
 
-void
-_PG_init(void)
-{
-	DefineCustomIntVariable("commit_stall.ms",
-							"Sleep this long in each commit, after its callbacks.",
-							NULL, &stall_ms, 0, 0, 60000, PGC_USERSET, GUC_UNIT_MS,
-							NULL, NULL, NULL);
-	DefineCustomIntVariable("commit_stall.before_callbacks_ms",
-							"Sleep this long in each commit, before earlier libraries' callbacks.",
-							NULL, &before_callbacks_ms, 0, 0, 60000, PGC_USERSET, GUC_UNIT_MS,
-							NULL, NULL, NULL);
-	/* Callbacks run newest first: this one before every callback registered earlier. */
-	RegisterXactCallback(stall_in_callback, NULL);
-	RegisterResourceReleaseCallback(stall_in_release, NULL);
+void _PG_init(void) {
+  DefineCustomIntVariable("commit_stall.ms", "Sleep this long in each commit, after its callbacks.",
+                          NULL, &stall_ms, 0, 0, 60000, PGC_USERSET, GUC_UNIT_MS, NULL, NULL, NULL);
+  DefineCustomIntVariable("commit_stall.before_callbacks_ms",
+                          "Sleep this long in each commit, before earlier libraries' callbacks.",
+                          NULL, &before_callbacks_ms, 0, 0, 60000, PGC_USERSET, GUC_UNIT_MS, NULL,
+                          NULL, NULL);
+  /* Callbacks run newest first: this one before every callback registered earlier. */
+  RegisterXactCallback(stall_in_callback, NULL);
+  RegisterResourceReleaseCallback(stall_in_release, NULL);
 }
