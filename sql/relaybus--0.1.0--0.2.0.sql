@@ -382,7 +382,7 @@ ALTER TABLE relaybus.subscriptions ENABLE ALWAYS TRIGGER subscriptions_changed;
 
 -- subscriptions_truncated: a TRUNCATE of the subscriptions (which fires no row trigger)
 -- marks the copies publish keeps stale, as subscriptions_changed does for rows. ENABLE
--- ALWAYS, for the same reason.
+-- ALWAYS: it fires under session_replication_role = replica too.
 CREATE TRIGGER subscriptions_truncated BEFORE TRUNCATE ON relaybus.subscriptions
   FOR EACH STATEMENT EXECUTE FUNCTION relaybus_internal.subscriptions_changed();
 ALTER TABLE relaybus.subscriptions ENABLE ALWAYS TRIGGER subscriptions_truncated;
@@ -1006,7 +1006,7 @@ COMMENT ON TRIGGER subscriptions_changed ON relaybus.subscriptions IS
 COMMENT ON TRIGGER subscriptions_truncated ON relaybus.subscriptions IS
   'a TRUNCATE of the subscriptions (which fires no row trigger) '
   'marks the copies publish keeps stale, as subscriptions_changed does for rows. ENABLE '
-  'ALWAYS, for the same reason.';
+  'ALWAYS: it fires under session_replication_role = replica too.';
 COMMENT ON FUNCTION relaybus.lane_of(key_or_event_id text) IS
   'the lane (0..255) a delivery with that ordering key, or with '
   'that event id when it has no key, lives in: FNV-1a of the UTF-8 bytes, modulo 256.';

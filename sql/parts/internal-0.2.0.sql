@@ -193,7 +193,7 @@ ALTER TABLE relaybus.subscriptions ENABLE ALWAYS TRIGGER subscriptions_changed;
 
 -- subscriptions_truncated: a TRUNCATE of the subscriptions (which fires no row trigger)
 -- marks the copies publish keeps stale, as subscriptions_changed does for rows. ENABLE
--- ALWAYS, for the same reason.
+-- ALWAYS: it fires under session_replication_role = replica too.
 CREATE TRIGGER subscriptions_truncated BEFORE TRUNCATE ON relaybus.subscriptions
   FOR EACH STATEMENT EXECUTE FUNCTION relaybus_internal.subscriptions_changed();
 ALTER TABLE relaybus.subscriptions ENABLE ALWAYS TRIGGER subscriptions_truncated;

@@ -1,13 +1,14 @@
 // The subscriptions publish routes events by, kept per backend: reading them was one SPI
 // statement in every publish, about a tenth of its time in the server (issue 12).
 //
-// The copy is valid until relaybus.subscriptions changes. A statement trigger on the table
-// (relaybus_internal.subscriptions_changed, sql/parts/internal-0.2.0.sql) invalidates the
-// table's relcache entry, and PostgreSQL delivers that as it does for its own catalog
-// caches: to the writer's backend at the end of the writing statement, to every other
-// backend once the writer commits (before the commit returns to its client, so a publish
-// that starts after a subscribe returned sees the subscription), and a rolled-back
-// change's to the writer again at the rollback, so that it forgets what it read.
+// The copy is valid until relaybus.subscriptions changes. Triggers on the table (before
+// each row, and before a TRUNCATE: relaybus_internal.subscriptions_changed,
+// sql/parts/internal-0.2.0.sql) invalidate the table's relcache entry, and PostgreSQL
+// delivers that as it does for its own catalog caches: to the writer's backend at the end
+// of the writing statement, to every other backend once the writer commits (before the
+// commit returns to its client, so a publish that starts after a subscribe returned sees
+// the subscription), and a rolled-back change's to the writer again at the rollback, so
+// that it forgets what it read.
 //
 // That alone leaves a window: a commit is visible before its invalidations are sent, and
 // whoever reacts to what it wrote inside the window must route by it too. So the copy is

@@ -23,7 +23,7 @@
 // The relcache invalidation still follows and is harmless.
 //
 // The word lives in the shared memory of a preloaded library. Without the preload there is
-// no such word, and no copy is kept: every publish reads the table, as before 0.2.0.
+// no such word, and no copy is kept: every publish reads the table.
 #pragma once
 
 #include <cstdint>

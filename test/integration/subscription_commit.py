@@ -207,22 +207,27 @@ if PHASE == "preloaded":
                 "copy_data = false, enabled = false)")
     reader = connect("replica")
 
-    def applied(change, condition, event_id, routed):
+    def applied(what, change, condition, event_type, event_id, routed):
         adm.execute(change)
-        reader.execute("SELECT relaybus.publish('rep.t', '{}')")  # a copy made after that commit
+        reader.execute("SELECT relaybus.publish(%s, '{}')", (event_type,))  # its copy: after that commit
         rep.execute("ALTER SUBSCRIPTION rb_subscriptions ENABLE")
-        check(f"the apply worker applies {change.split()[1]} ...",
-              wait_for(rep, f"SELECT EXISTS (SELECT 1 FROM relaybus.subscriptions WHERE {condition})", 20))
-        reader.execute("SELECT relaybus.publish('rep.t', '{}', event_id => %s)", (event_id,))
-        check(f"... and a session that published before routes by it ({event_id})",
+        check(f"the apply worker applies {what}",
+              wait_for(rep, f"SELECT {condition}", 20))
+        reader.execute("SELECT relaybus.publish(%s, '{}', event_id => %s)", (event_type, event_id))
+        check(f"a session that published before routes by the applied {what} ({event_id})",
               deliveries(rep, event_id, "rep_h") == routed)
         rep.execute("ALTER SUBSCRIPTION rb_subscriptions DISABLE")
+        # Until the slot is free again: its walsender outlives the apply worker a little.
         check(f"the apply worker stops ({event_id})",
-              wait_for(rep, "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_subscription WHERE pid IS NOT NULL)", 20))
+              wait_for(adm, "SELECT NOT active FROM pg_replication_slots WHERE slot_name = 'rb_subscriptions'", 20))
 
-    applied("SELECT relaybus.subscribe('rep_h', ARRAY['rep.t'])", "handler = 'rep_h'", "rep-1", 1)
-    applied("UPDATE relaybus.subscriptions SET event_types = ARRAY['rep.u'] WHERE handler = 'rep_h'",
-            "handler = 'rep_h' AND event_types = ARRAY['rep.u']", "rep-2", 0)
+    applied("subscribe", "SELECT relaybus.subscribe('rep_h', ARRAY['rep.t'])",
+            "EXISTS (SELECT 1 FROM relaybus.subscriptions WHERE handler = 'rep_h')", "rep.t", "rep-1", 1)
+    applied("UPDATE", "UPDATE relaybus.subscriptions SET event_types = ARRAY['rep.u'] WHERE handler = 'rep_h'",
+            "EXISTS (SELECT 1 FROM relaybus.subscriptions WHERE handler = 'rep_h' AND event_types = ARRAY['rep.u'])",
+            "rep.t", "rep-2", 0)
+    applied("unsubscribe", "SELECT relaybus.unsubscribe('rep_h')",
+            "NOT EXISTS (SELECT 1 FROM relaybus.subscriptions WHERE handler = 'rep_h')", "rep.u", "rep-3", 0)
     rep.execute("ALTER SUBSCRIPTION rb_subscriptions SET (slot_name = NONE)")
     rep.execute("DROP SUBSCRIPTION rb_subscriptions")
     adm.execute("SELECT pg_drop_replication_slot('rb_subscriptions')")

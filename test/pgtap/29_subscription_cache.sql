@@ -78,7 +78,8 @@ SELECT is(pg_temp.routed('sc-11'), ARRAY['sc_a', 'sc_c'],
 SELECT relaybus.publish('sc.t', '{}', event_id => 'sc-12');
 SELECT is(pg_temp.routed('sc-12'), ARRAY['sc_a', 'sc_c', 'sc_f'], 'the next transaction sees it');
 
--- As a logical replication apply worker writes: ordinary triggers do not fire then. The
+-- Under session_replication_role = replica, where ordinary triggers do not fire (a logical
+-- replication apply worker's own changes: test/integration/subscription_commit.sh). The
 -- publish before it makes sure this session's copy is fresh.
 SELECT relaybus.publish('sc.r', '{}');
 SELECT dblink_exec('c29', $$SET session_replication_role = replica$$);
