@@ -1,14 +1,12 @@
 #include "counters.hpp"
 
 #include "guard.hpp"
+#include "shared_memory.hpp"
 
 #include "../core/error.hpp"
 
 extern "C" {
 #include "port/atomics.h"
-#include "storage/ipc.h"
-#include "storage/lwlock.h"
-#include "storage/shmem.h"
 }
 
 namespace relaybus::pg::counters {
@@ -29,8 +27,6 @@ struct SharedState {
 };
 
 SharedState* shared = nullptr;
-shmem_request_hook_type previous_request_hook = nullptr;
-shmem_startup_hook_type previous_startup_hook = nullptr;
 
 // The deltas not yet in shared memory, one frame per subtransaction nesting level that
 // counted something, innermost last. A frame is pushed only by a count at a deeper level
@@ -46,26 +42,15 @@ constexpr int kMaxFrames = 16;
 Frame frames[kMaxFrames];
 int depth = 0;
 
-void request_shared_memory() {
-  if (previous_request_hook != nullptr) previous_request_hook();
-  RequestAddinShmemSpace(MAXALIGN(sizeof(SharedState)));
-}
-
-void attach_shared_memory() {
-  if (previous_startup_hook != nullptr) previous_startup_hook();
-  LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-  bool found = false;
-  shared =
-      static_cast<SharedState*>(ShmemInitStruct("relaybus counters", sizeof(SharedState), &found));
-  if (!found) {
-    const TimestampTz now = GetCurrentTimestamp();
-    for (auto& db : shared->databases) {
-      pg_atomic_init_u32(&db.database, InvalidOid);
-      pg_atomic_init_u64(&db.since, static_cast<std::uint64_t>(now));
-      for (auto& value : db.values) pg_atomic_init_u64(&value, 0);
-    }
+void attach_shared_memory(void* memory, bool created) {
+  shared = static_cast<SharedState*>(memory);
+  if (!created) return;
+  const TimestampTz now = GetCurrentTimestamp();
+  for (auto& db : shared->databases) {
+    pg_atomic_init_u32(&db.database, InvalidOid);
+    pg_atomic_init_u64(&db.since, static_cast<std::uint64_t>(now));
+    for (auto& value : db.values) pg_atomic_init_u64(&value, 0);
   }
-  LWLockRelease(AddinShmemInitLock);
 }
 
 // This database's slot, taken if `take` and it has none yet; nullptr when every slot is
@@ -170,10 +155,7 @@ DatabaseCounters& require_slot() {
 
 void install(bool preloading) {
   if (!preloading) return;
-  previous_request_hook = shmem_request_hook;
-  shmem_request_hook = request_shared_memory;
-  previous_startup_hook = shmem_startup_hook;
-  shmem_startup_hook = attach_shared_memory;
+  shared_memory::reserve("relaybus counters", sizeof(SharedState), attach_shared_memory);
   RegisterXactCallback(at_transaction_end, nullptr);
   RegisterSubXactCallback(at_subtransaction_end, nullptr);
 }

@@ -1,14 +1,12 @@
 #include "subscription_changes.hpp"
 
 #include "guard.hpp"
+#include "shared_memory.hpp"
 
 extern "C" {
 #include "access/xact.h"
 #include "commands/trigger.h"
 #include "port/atomics.h"
-#include "storage/ipc.h"
-#include "storage/lwlock.h"
-#include "storage/shmem.h"
 #include "utils/inval.h"
 }
 
@@ -24,25 +22,13 @@ struct SharedState {
 };
 
 SharedState* shared = nullptr;
-shmem_request_hook_type previous_request_hook = nullptr;
-shmem_startup_hook_type previous_startup_hook = nullptr;
 
 bool changed_in_transaction = false;  // the trigger fired in this transaction
 bool announced = false;               // and this transaction's commit announced it
 
-void request_shared_memory() {
-  if (previous_request_hook != nullptr) previous_request_hook();
-  RequestAddinShmemSpace(MAXALIGN(sizeof(SharedState)));
-}
-
-void attach_shared_memory() {
-  if (previous_startup_hook != nullptr) previous_startup_hook();
-  LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-  bool found = false;
-  shared = static_cast<SharedState*>(
-      ShmemInitStruct("relaybus subscription changes", sizeof(SharedState), &found));
-  if (!found) pg_atomic_init_u64(&shared->word, 0);
-  LWLockRelease(AddinShmemInitLock);
+void attach_shared_memory(void* memory, bool created) {
+  shared = static_cast<SharedState*>(memory);
+  if (created) pg_atomic_init_u64(&shared->word, 0);
 }
 
 void withdraw() {
@@ -117,12 +103,9 @@ Datum subscriptions_changed_body(FunctionCallInfo fcinfo) {
 
 void install(bool preloading) {
   RegisterXactCallback(at_transaction_event, nullptr);
-  if (preloading) {
-    previous_request_hook = shmem_request_hook;
-    shmem_request_hook = request_shared_memory;
-    previous_startup_hook = shmem_startup_hook;
-    shmem_startup_hook = attach_shared_memory;
-  }
+  if (preloading)
+    shared_memory::reserve("relaybus subscription changes", sizeof(SharedState),
+                           attach_shared_memory);
 }
 
 std::optional<std::uint64_t> stamp_to_keep() {

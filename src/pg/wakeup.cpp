@@ -2,6 +2,7 @@
 
 #include "guard.hpp"
 #include "settings.hpp"
+#include "shared_memory.hpp"
 #include "worker_support.hpp"
 
 extern "C" {
@@ -10,7 +11,6 @@ extern "C" {
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
-#include "storage/shmem.h"
 #include "storage/spin.h"
 }
 
@@ -32,28 +32,16 @@ struct SharedState {
 };
 
 SharedState* shared = nullptr;
-shmem_request_hook_type previous_request_hook = nullptr;
-shmem_startup_hook_type previous_startup_hook = nullptr;
 bool wake_sql_workers_at_commit = false;
 
-void request_shared_memory() {
-  if (previous_request_hook != nullptr) previous_request_hook();
-  RequestAddinShmemSpace(MAXALIGN(sizeof(SharedState)));
-}
-
-void attach_shared_memory() {
-  if (previous_startup_hook != nullptr) previous_startup_hook();
-  LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-  bool found = false;
-  shared = static_cast<SharedState*>(ShmemInitStruct("relaybus", sizeof(SharedState), &found));
-  if (!found) {
-    SpinLockInit(&shared->mutex);
-    for (auto& row : shared->databases) {
-      row.database = InvalidOid;
-      for (auto& latch : row.sql_worker_latches) latch = nullptr;
-    }
+void attach_shared_memory(void* memory, bool created) {
+  shared = static_cast<SharedState*>(memory);
+  if (!created) return;
+  SpinLockInit(&shared->mutex);
+  for (auto& row : shared->databases) {
+    row.database = InvalidOid;
+    for (auto& latch : row.sql_worker_latches) latch = nullptr;
   }
-  LWLockRelease(AddinShmemInitLock);
 }
 
 // Runs in every backend at the end of every transaction: must not fail.
@@ -91,12 +79,7 @@ void unregister_sql_worker(int, Datum slot) {
 
 void install(bool preloading) {
   RegisterXactCallback(at_transaction_end, nullptr);
-  if (preloading) {
-    previous_request_hook = shmem_request_hook;
-    shmem_request_hook = request_shared_memory;
-    previous_startup_hook = shmem_startup_hook;
-    shmem_startup_hook = attach_shared_memory;
-  }
+  if (preloading) shared_memory::reserve("relaybus", sizeof(SharedState), attach_shared_memory);
 }
 
 void published(const std::vector<std::string>& handlers, bool in_database) {
