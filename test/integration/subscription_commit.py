@@ -16,7 +16,8 @@ new subscription, as a read of the table would, though every backend's copy of t
 subscriptions (src/pg/subscription_cache.cpp) was made before the subscription existed.
 A commit is also held before it becomes visible (waiting for a synchronous standby that
 never answers, until the test cancels the wait), so that a copy is read then. And a
-subscription replicated by a logical replication apply worker reaches the copies too.
+subscription replicated by a logical replication apply worker, or copied in by a new
+subscription's initial table synchronization, reaches the copies too.
 
 Prints one TAP-like line per check and exits 1 if any failed.
 """
@@ -231,6 +232,32 @@ if PHASE == "preloaded":
     rep.execute("ALTER SUBSCRIPTION rb_subscriptions SET (slot_name = NONE)")
     rep.execute("DROP SUBSCRIPTION rb_subscriptions")
     adm.execute("SELECT pg_drop_replication_slot('rb_subscriptions')")
+
+    # A new subscription's initial copy: the table synchronization worker inserts the
+    # publisher's rows with COPY, which fires the row trigger (ENABLE ALWAYS), so a
+    # session that published before the copy routes by the copied rows. Only that row is
+    # published: the publisher's in-database handlers name functions this database lacks.
+    adm.execute("SELECT relaybus.subscribe('copy_h', ARRAY['rep.c'])")
+    adm.execute("CREATE PUBLICATION rb_copy FOR TABLE relaybus.subscriptions WHERE (handler = 'copy_h')")
+    adm.execute("CREATE DATABASE replica_copy")
+    copy = connect("replica_copy")
+    copy.execute("CREATE EXTENSION relaybus")
+    copy_reader = connect("replica_copy")
+    copy_reader.execute("SELECT relaybus.publish('rep.c', '{}')")  # its copy: no subscription
+    adm.execute("SELECT pg_create_logical_replication_slot('rb_copy', 'pgoutput')")
+    copy.execute(f"CREATE SUBSCRIPTION rb_copy CONNECTION '{BASE} dbname=postgres' "
+                 "PUBLICATION rb_copy WITH (create_slot = false, slot_name = 'rb_copy', "
+                 "copy_data = true)")
+    check("the initial copy brings the publisher's subscription",
+          wait_for(copy, "SELECT EXISTS (SELECT 1 FROM relaybus.subscriptions WHERE handler = 'copy_h')", 20))
+    copy_reader.execute("SELECT relaybus.publish('rep.c', '{}', event_id => 'copy-1')")
+    check("a session that published before routes by the copied subscription (copy-1)",
+          deliveries(copy, "copy-1", "copy_h") == 1)
+    copy.execute("ALTER SUBSCRIPTION rb_copy DISABLE")
+    copy.execute("ALTER SUBSCRIPTION rb_copy SET (slot_name = NONE)")
+    copy.execute("DROP SUBSCRIPTION rb_copy")
+    wait_for(adm, "SELECT NOT active FROM pg_replication_slots WHERE slot_name = 'rb_copy'", 20)
+    adm.execute("SELECT pg_drop_replication_slot('rb_copy')")
 
 print(f"# subscription_commit {PHASE}: {passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
