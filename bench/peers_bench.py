@@ -22,6 +22,8 @@ SYSTEMS = {
     "relaybus 0.2.0": ("db_020", None, None),
     "relaybus 0.2.0 loop": ("db_loop", "relaybus_loop.py", None),
     "floor": ("db_floor", "floor.py", None),
+    # Not relaybus: the next storage phase's design, measured before it is built (positions.py).
+    "positions prototype": ("db_positions", "positions.py", None),
     "PgQ (tuned ticker)": ("db_pgq", "pgq.py", "tuned"),
     "PgQ (pgqd defaults)": ("db_pgq", "pgq.py", "defaults"),
     "graphile-worker (tuned)": ("db_graphile", "graphile.mjs", "tuned"),
@@ -35,17 +37,18 @@ def plans(mode):
     """(scenario, config, params, systems, reference): the peer comparisons of a mode."""
     if mode == "validity":
         return [("drain", "peers validity drain", dict(events=300, consumers=1, batch=50),
-                 ["relaybus 0.2.0 loop", "floor", "PgQ (tuned ticker)", "graphile-worker (tuned)",
-                  "pg-boss (tuned)"], "relaybus 0.2.0 loop")]
+                 ["relaybus 0.2.0 loop", "floor", "positions prototype", "PgQ (tuned ticker)",
+                  "graphile-worker (tuned)", "pg-boss (tuned)"], "relaybus 0.2.0 loop")]
     n = 20000
     dur = 20 if mode == "quick" else 30
     one = dict(events=n, consumers=1, batch=500)
     return [
         ("drain", "one consumer, batch 500", one,
-         ["relaybus 0.2.0 loop", "floor", "PgQ (tuned ticker)", "graphile-worker (tuned)", "pg-boss (tuned)"],
+         ["relaybus 0.2.0 loop", "floor", "positions prototype", "PgQ (tuned ticker)", "graphile-worker (tuned)",
+          "pg-boss (tuned)"],
          "relaybus 0.2.0 loop"),
         ("drain", "two consumers, batch 500", dict(one, consumers=2),
-         ["relaybus 0.2.0 loop", "floor"], "relaybus 0.2.0 loop"),
+         ["relaybus 0.2.0 loop", "floor", "positions prototype"], "relaybus 0.2.0 loop"),
         # The dispatcher as the harness's TUNED (bench/harness.py): c200 b200 t2 poll 50 ms.
         ("drain", "1 process, tuned", dict(events=n, dispatchers=1, concurrency=200, batch=200, poll_ms=50,
                                            handler_threads=2, consumers=1),
