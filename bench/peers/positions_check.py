@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""What the positions prototype (positions.py) must keep when completions come out of order,
+which a benchmark drain never shows (it completes every batch whole):
+
+- completions in random order: a third of the outstanding deliveries, chosen at random,
+  complete after each claim. Every event is delivered and completed exactly once, no key
+  has two deliveries in flight, a key's deliveries are claimed in publish order, a lane
+  never holds more than 32 in flight, and its out-of-order set stays inside the claim
+  window (fewer than 64 positions above the cursor);
+- a completion twice is a no-op (complete_many returns 0);
+- a lane hands out at most 32 deliveries at a time, however large the claim;
+- fencing: a worker whose lease expired and was taken over completes nothing, and the new
+  holder gets its deliveries again.
+
+Usage: positions_check.py --conn CONNINFO [--events N] [--seed S]. It recreates the
+relaybus_next schema in that database. Prints TAP lines; exits 1 on the first broken rule.
+"""
+import argparse
+import json
+import os
+import random
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import positions  # noqa: E402
+import runner  # noqa: E402
+import psycopg  # noqa: E402
+
+CLAIM = ("SELECT token, event_id, key FROM relaybus_next.claim(%s, %s, %s, %s::interval)")
+COMPLETE = "SELECT relaybus_next.complete_many(%s, %s)"
+
+
+def fail(msg):
+    print(f"not ok - {msg}")
+    sys.exit(1)
+
+
+def events(count, keys):
+    """c-1 .. c-N, every other one keyed over `keys` keys, so that keys repeat often."""
+    return [runner.Event(f"c-{i}", f"k{i % keys}" if i % 2 == 0 else None, i, json.dumps({"n": i}))
+            for i in range(1, count + 1)]
+
+
+def publish(system, conn, evs):
+    # Both publish paths: the first half one statement per event, the rest 100 per statement.
+    half = len(evs) // 2
+    for e in evs[:half]:
+        system.publish(conn, [e])
+    for i in range(half, len(evs), 100):
+        system.publish(conn, evs[i:i + 100])
+
+
+def out_of_order(conn, count, rng):
+    system = positions.Positions()
+    system.reset(conn)
+    evs = events(count, 20)
+    publish(system, conn, evs)
+    order = {e.id: (e.key, e.n) for e in evs}
+    completed, outstanding = set(), {}  # outstanding: token -> event id
+    claimed_per_key = {}
+    steps = 0
+    while len(completed) < count:
+        steps += 1
+        if steps > 20 * count:
+            fail(f"no progress: {len(completed)} of {count} completed after {steps} steps")
+        rows = conn.execute(CLAIM, (runner.HANDLER, "check", 200, "30 seconds")).fetchall()
+        in_flight_keys = {order[e][0] for e in outstanding.values() if order[e][0] is not None}
+        for token, event_id, key in rows:
+            if event_id in completed or event_id in outstanding.values():
+                fail(f"{event_id} claimed again while completed or in flight")
+            if key is not None:
+                if key in in_flight_keys:
+                    fail(f"key {key}: two deliveries in flight ({event_id})")
+                n = order[event_id][1]
+                if claimed_per_key.get(key, 0) > n:
+                    fail(f"key {key}: {event_id} claimed after a later event of the key")
+                claimed_per_key[key] = n
+                in_flight_keys.add(key)
+            outstanding[token] = event_id
+        if not rows and not outstanding:
+            fail(f"claim returned nothing with {count - len(completed)} events not completed")
+        bounds = conn.execute(
+            "SELECT coalesce(max(cardinality(in_flight)), 0), "
+            "coalesce(max((SELECT max(p) FROM unnest(done) p) - acked_upto), 0) FROM relaybus_next.lanes").fetchone()
+        if bounds[0] > 32 or bounds[1] > 64:
+            fail(f"a lane holds {bounds[0]} in flight or a done position {bounds[1]} above its cursor")
+        tokens = list(outstanding)
+        pick = rng.sample(tokens, max(1, len(tokens) // 3)) if tokens else []
+        got = conn.execute(COMPLETE, (runner.HANDLER, pick)).fetchone()[0]
+        if got != len(pick):
+            fail(f"complete_many completed {got} of {len(pick)} held tokens")
+        for t in pick:
+            completed.add(outstanding.pop(t))
+    if completed != set(order):
+        fail("the completed events are not the published ones")
+    left = system.unfinished(conn)
+    if left != 0:
+        fail(f"every event completed but the cursors count {left} unfinished")
+    print(f"ok - {count} events completed out of order in {steps} steps: each once, "
+          "no key twice in flight, keys in publish order, lanes inside their bounds")
+    # `pick` of the last step: completed already.
+    if conn.execute(COMPLETE, (runner.HANDLER, pick)).fetchone()[0] != 0:
+        fail("a second completion of the same tokens completed something")
+    print("ok - completing the same tokens again is a no-op")
+
+
+def fencing(conn):
+    system = positions.Positions()
+    system.reset(conn)
+    system.publish(conn, events(10, 1))  # one key: c-2 .. c-10 even, plus unkeyed ones
+    old = conn.execute(CLAIM, (runner.HANDLER, "old", 100, "0 seconds")).fetchall()
+    if not old:
+        fail("the first worker claimed nothing")
+    new = conn.execute(CLAIM, (runner.HANDLER, "new", 100, "30 seconds")).fetchall()
+    if {r[1] for r in new} != {r[1] for r in old}:
+        fail("the new holder did not get the expired worker's deliveries again")
+    if conn.execute(COMPLETE, (runner.HANDLER, [r[0] for r in old])).fetchone()[0] != 0:
+        fail("a worker whose lanes were taken over completed its stale tokens")
+    if conn.execute(COMPLETE, (runner.HANDLER, [r[0] for r in new])).fetchone()[0] != len(new):
+        fail("the new holder could not complete its deliveries")
+    print("ok - a taken-over worker's tokens complete nothing; the new holder runs them")
+
+
+def lane_cap(conn):
+    system = positions.Positions()
+    system.reset(conn)
+    # 100 unkeyed events in one lane: ids that hash to lane 0, as publish places them.
+    ids = [r[0] for r in conn.execute(
+        "SELECT id FROM (SELECT 'cap-' || g AS id FROM generate_series(1, 100000) g) x "
+        "WHERE (hashtext(id) & 255) = 0 LIMIT 100")]
+    system.publish(conn, [runner.Event(i, None, n, "{}") for n, i in enumerate(ids)])
+    got = conn.execute(CLAIM, (runner.HANDLER, "cap", 500, "30 seconds")).fetchall()
+    if len(got) != 32:
+        fail(f"a claim of 500 from one lane of 100 events took {len(got)}, not its cap of 32")
+    print("ok - a lane of 100 unkeyed events gives a claim of 500 its cap of 32")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--conn", required=True)
+    ap.add_argument("--events", type=int, default=5000)
+    ap.add_argument("--seed", type=int, default=12)
+    o = ap.parse_args()
+    with psycopg.connect(o.conn, autocommit=True) as conn:
+        out_of_order(conn, o.events, random.Random(o.seed))
+        fencing(conn)
+        lane_cap(conn)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
