@@ -5,10 +5,12 @@ which a benchmark drain never shows (it completes every batch whole):
 - completions in random order: a third of the outstanding deliveries, chosen at random,
   complete after each claim. Every event is delivered and completed exactly once, no key
   has two deliveries in flight, a key's deliveries are claimed in publish order, a lane
-  never holds more than 32 in flight, and its out-of-order set stays inside the claim
-  window (fewer than 64 positions above the cursor);
+  never holds more than 32 in flight (one lane is given 150 unkeyed events, so that the cap
+  binds), and its out-of-order set stays inside the claim window (at most 64 positions
+  above the cursor);
 - a completion twice is a no-op (complete_many returns 0);
 - a lane hands out at most 32 deliveries at a time, however large the claim;
+- a live lease is not taken: a second worker claims nothing from lanes another holds;
 - fencing: a worker whose lease expired and was taken over completes nothing, and the new
   holder gets its deliveries again.
 
@@ -36,9 +38,18 @@ def fail(msg):
 
 
 def events(count, keys):
-    """c-1 .. c-N, every other one keyed over `keys` keys, so that keys repeat often."""
+    """c-1 .. c-N, the even ones keyed k<i mod keys> (keys/2 distinct keys for an even
+    `keys`), so that keys repeat often."""
     return [runner.Event(f"c-{i}", f"k{i % keys}" if i % 2 == 0 else None, i, json.dumps({"n": i}))
             for i in range(1, count + 1)]
+
+
+def one_lane(conn, prefix, count):
+    """`count` unkeyed events whose ids hash to lane 0, as publish places them."""
+    ids = [r[0] for r in conn.execute(
+        "SELECT id FROM (SELECT %s || g AS id FROM generate_series(1, 100000) g) x "
+        "WHERE (hashtext(id) & 255) = 0 LIMIT %s", (prefix, count))]
+    return [runner.Event(i, None, n, "{}") for n, i in enumerate(ids, 1)]
 
 
 def publish(system, conn, evs):
@@ -53,8 +64,9 @@ def publish(system, conn, evs):
 def out_of_order(conn, count, rng):
     system = positions.Positions()
     system.reset(conn)
-    evs = events(count, 20)
+    evs = events(count, 20) + one_lane(conn, "hot-", 150)
     publish(system, conn, evs)
+    count = len(evs)
     order = {e.id: (e.key, e.n) for e in evs}
     completed, outstanding = set(), {}  # outstanding: token -> event id
     claimed_per_key = {}
@@ -63,7 +75,7 @@ def out_of_order(conn, count, rng):
         steps += 1
         if steps > 20 * count:
             fail(f"no progress: {len(completed)} of {count} completed after {steps} steps")
-        rows = conn.execute(CLAIM, (runner.HANDLER, "check", 200, "30 seconds")).fetchall()
+        rows = conn.execute(CLAIM, (runner.HANDLER, "check", 200, "1 hour")).fetchall()
         in_flight_keys = {order[e][0] for e in outstanding.values() if order[e][0] is not None}
         for token, event_id, key in rows:
             if event_id in completed or event_id in outstanding.values():
@@ -104,6 +116,17 @@ def out_of_order(conn, count, rng):
     print("ok - completing the same tokens again is a no-op")
 
 
+def live_lease(conn):
+    system = positions.Positions()
+    system.reset(conn)
+    system.publish(conn, events(10, 1))
+    held = conn.execute(CLAIM, (runner.HANDLER, "holder", 100, "1 hour")).fetchall()
+    other = conn.execute(CLAIM, (runner.HANDLER, "other", 100, "1 hour")).fetchall()
+    if not held or other:
+        fail(f"the holder claimed {len(held)}, a second worker {len(other)} from the held lanes")
+    print("ok - a second worker claims nothing from lanes another worker holds")
+
+
 def fencing(conn):
     system = positions.Positions()
     system.reset(conn)
@@ -124,11 +147,7 @@ def fencing(conn):
 def lane_cap(conn):
     system = positions.Positions()
     system.reset(conn)
-    # 100 unkeyed events in one lane: ids that hash to lane 0, as publish places them.
-    ids = [r[0] for r in conn.execute(
-        "SELECT id FROM (SELECT 'cap-' || g AS id FROM generate_series(1, 100000) g) x "
-        "WHERE (hashtext(id) & 255) = 0 LIMIT 100")]
-    system.publish(conn, [runner.Event(i, None, n, "{}") for n, i in enumerate(ids)])
+    system.publish(conn, one_lane(conn, "cap-", 100))
     got = conn.execute(CLAIM, (runner.HANDLER, "cap", 500, "30 seconds")).fetchall()
     if len(got) != 32:
         fail(f"a claim of 500 from one lane of 100 events took {len(got)}, not its cap of 32")
@@ -143,6 +162,7 @@ def main():
     o = ap.parse_args()
     with psycopg.connect(o.conn, autocommit=True) as conn:
         out_of_order(conn, o.events, random.Random(o.seed))
+        live_lease(conn)
         fencing(conn)
         lane_cap(conn)
     return 0
