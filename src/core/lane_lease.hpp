@@ -56,6 +56,14 @@ bool due_for_takeover(bool has_owner, bool lease_expired) noexcept;
 // delivery is still pending (lists are pruned lazily; a completion deletes the delivery
 // but does not write the lane). SQL copies: src/pg/in_flight.hpp, and statistics() and
 // list_deliveries() in sql/parts/api-0.2.0.sql.
+//
+// That holds only while an entry's id cannot name a newer delivery, so the purge that
+// deletes an event also takes its id off every lane's lists, in the same write: once the
+// event is gone, a publish of the id is a new event with a new delivery, and an entry left
+// from the old one would pass it off as a running attempt (the lane's worker would keep it
+// "in flight" and never hand it out; a takeover would charge it an attempt it never had).
+// Every store's purge_expired does so; the contract suite checks it
+// (RepublishAfterPurgeIsDeliveredToTheWorkerThatRanTheOld).
 bool counts_in_flight(bool delivery_pending) noexcept;
 
 // A takeover charges the in-flight deliveries of the previous holder one attempt each.

@@ -1,5 +1,7 @@
 #include "maintenance_commands.hpp"
 
+#include <map>
+
 #include "command_parts.hpp"
 #include "commands.hpp"
 
@@ -97,6 +99,32 @@ Bson delete_events(const std::vector<ReadEvent>& events) {
   BSON_APPEND_BOOL(cmd.get(), "ordered", false);
   append_majority(cmd.get());
   return cmd;
+}
+
+Bson prune_purged(const std::vector<ReadEvent>& events) {
+  std::map<std::string, std::vector<std::string>> ids_by_handler;
+  for (const auto& e : events)
+    for (const auto& h : e.handlers) ids_by_handler[h].push_back(e.id);
+  std::vector<Bson> statements;
+  for (const auto& [handler, ids] : ids_by_handler) {
+    Bson listed_in_flight, listed_lost;
+    append_strings_op(listed_in_flight.get(), field::kInFlight, "$in", ids);
+    append_strings_op(listed_lost.get(), field::kLost, "$in", ids);
+    Bson q;
+    append_string(q.get(), field::kHandler, handler);
+    append_documents(q.get(), "$or", {&listed_in_flight, &listed_lost});
+    Bson u;
+    bson_t pull;
+    bson_append_document_begin(u.get(), "$pullAll", -1, &pull);
+    append_strings(&pull, field::kInFlight, ids);
+    append_strings(&pull, field::kLost, ids);
+    bson_append_document_end(u.get(), &pull);
+    append_version_bump(u.get());
+    Bson s = statement(q, u, false);
+    BSON_APPEND_BOOL(s.get(), "multi", true);
+    statements.push_back(std::move(s));
+  }
+  return with_majority(update(kLanes, pointers_to(statements), false));
 }
 
 }  // namespace relaybus::mongo::commands

@@ -100,7 +100,12 @@ std::int64_t MongoStore::purge_expired() {
   events.erase(std::remove_if(events.begin(), events.end(),
                               [&](const commands::ReadEvent& e) { return kept.count(e.id) > 0; }),
                events.end());
-  if (!events.empty()) n += deleted(commands::delete_events(events), "purge events");
+  if (events.empty()) return n;
+  // Their ids off the lanes' lists first (commands::prune_purged says why before).
+  if (std::any_of(events.begin(), events.end(),
+                  [](const commands::ReadEvent& e) { return !e.handlers.empty(); }))
+    run(client_, database_, nullptr, commands::prune_purged(events), "prune purged events");
+  n += deleted(commands::delete_events(events), "purge events");
   return n;
 }
 

@@ -199,13 +199,25 @@ std::int64_t MemoryStore::purge_expired() {
   // Events without deliveries, published before the completed retention.
   std::set<std::string> referenced;
   for (const auto& [key, d] : bus_->deliveries_) referenced.insert(key.second);
+  std::set<std::string> purged;
   for (auto it = bus_->events_.begin(); it != bus_->events_.end();) {
     if (referenced.count(it->first) == 0 && it->second.published < now - retention_completed_) {
+      purged.insert(it->first);
       it = bus_->events_.erase(it);
       ++deleted;
     } else {
       ++it;
     }
+  }
+  // A purged event's id leaves every lane's lists (core::counts_in_flight, lane_lease.hpp).
+  if (purged.empty()) return deleted;
+  const auto gone = [&](const std::string& id) { return purged.count(id) > 0; };
+  for (auto& [key, lane] : bus_->lanes_) {
+    const std::size_t listed = lane.in_flight.size() + lane.lost.size();
+    lane.in_flight.erase(std::remove_if(lane.in_flight.begin(), lane.in_flight.end(), gone),
+                         lane.in_flight.end());
+    lane.lost.erase(std::remove_if(lane.lost.begin(), lane.lost.end(), gone), lane.lost.end());
+    if (lane.in_flight.size() + lane.lost.size() != listed) ++lane.version;
   }
   return deleted;
 }

@@ -197,5 +197,34 @@ TEST_P(Contract, PurgeRemovesOnlyWhatExpired) {
   EXPECT_EQ(s->lookup(buried, h), (store::DeliveryState{"pending", 0}));
 }
 
+// A delivery's id comes back after its event is purged: a publish of the id is a new event.
+// The worker that completed the old delivery may still hold its lane, whose in-flight list
+// still names the id (a completion deletes the delivery and leaves the list to the next
+// claim). The new delivery is not that attempt: it must be handed out, not taken for one
+// still running. (PostgreSQL before the fix: every later claim of the worker returned
+// nothing and kept the lane, with the new delivery counted as processing.)
+TEST_P(Contract, RepublishAfterPurgeIsDeliveredToTheWorkerThatRanTheOld) {
+  auto s = open();
+  const std::string type = unique_name("type");
+  const std::string h = subscribe(*s, "h", {type});
+  const std::string id = s->publish(event(type, unique_name("again")));
+  const Worker w = worker("w");
+  const auto first = claim(*s, w, {h});
+  ASSERT_EQ(ids(first), std::vector<std::string>{id});
+  ASSERT_EQ(s->complete_many({first[0].token}), 1);
+
+  auto expiring = backend().open_expiring();
+  std::this_thread::sleep_for(5ms);  // strictly older than "now minus zero"
+  while (expiring->purge_expired() > 0) {
+  }
+  s->publish(event(type, id));
+  ASSERT_EQ(s->lookup(id, h), (store::DeliveryState{"pending", 0})) << "not a new event";
+  const auto second = claim(*s, w, {h});
+  ASSERT_EQ(ids(second), std::vector<std::string>{id})
+      << "the new delivery was taken for the completed attempt still in flight";
+  EXPECT_EQ(s->complete_many({second[0].token}), 1);
+  EXPECT_EQ(s->lookup(id, h), std::nullopt);
+}
+
 }  // namespace
 }  // namespace relaybus::contract
