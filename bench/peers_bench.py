@@ -61,13 +61,15 @@ def plans(mode):
         # PgQ do, so their ratios compare servers, not clients; "relaybus 0.2.0" is the tool
         # (C++, libpq). Single publish is 20,000 events in both modes: the goal (0.95x the
         # floor) is a 5% margin, and rounds of 5,000 (about a second) differed by 15%.
+        # The positions prototype publishes too: what its lane-row counter costs a publisher
+        # (docs/design.md, "The next storage phase").
         ("publish", "single publish, P=1", dict(publishers=1, batch=1, events=20000),
-         ["relaybus 0.2.0 loop", "relaybus 0.2.0", "floor", "PgQ (pgqd defaults)", "graphile-worker (defaults)",
-          "pg-boss (defaults)"],
+         ["relaybus 0.2.0 loop", "relaybus 0.2.0", "floor", "positions prototype", "PgQ (pgqd defaults)",
+          "graphile-worker (defaults)", "pg-boss (defaults)"],
          "relaybus 0.2.0 loop"),
         ("publish", "100 per statement, P=1", dict(publishers=1, batch=100, events=20000 if mode == "quick" else 100000),
-         ["relaybus 0.2.0 loop", "relaybus 0.2.0", "floor", "PgQ (pgqd defaults)", "graphile-worker (defaults)",
-          "pg-boss (defaults)"],
+         ["relaybus 0.2.0 loop", "relaybus 0.2.0", "floor", "positions prototype", "PgQ (pgqd defaults)",
+          "graphile-worker (defaults)", "pg-boss (defaults)"],
          "relaybus 0.2.0 loop"),
         ("mixed", f"1000/s for {dur} s, defaults", dict(rate=1000, duration_s=dur, dispatchers=1, concurrency=10,
                                                        batch=10, poll_ms=1000, consumers=1),
