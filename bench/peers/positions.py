@@ -12,9 +12,10 @@ deliveries in flight per lane, per-key order (no delivery of a key while an earl
 the key is not complete), acknowledgement per delivery, one claim and one complete_many per
 batch.
 
-What a delivery costs: publish takes the next position of its lane from the lane row (its
-row lock orders the lane's publishers, so positions follow commit order) and inserts the
-event and the delivery; a claim reads the positions above the lane's cursor
+What a delivery costs: publish takes the next position of its lane from the lane's counter
+row, in a table of its own (its row lock orders the lane's publishers, so positions follow
+commit order; in the lane row it made publishers and the lane's claims and completions wait
+for each other) and inserts the event and the delivery; a claim reads the positions above the lane's cursor
 (acked_upto) along the primary key and appends the picked ones to the lane's in-flight
 list; a completion removes them from it and either moves the cursor (every position up
 to it complete) or adds them to the lane's out-of-order set (done). The delivery row is
@@ -45,13 +46,18 @@ CREATE SCHEMA relaybus_next;
 CREATE TABLE relaybus_next.events (
   id text PRIMARY KEY, type text NOT NULL, key text, payload jsonb NOT NULL,
   published_at timestamptz NOT NULL DEFAULT now());
--- next_position: the last position handed out; every position <= acked_upto is complete;
--- done: the complete positions above it; in_flight: claimed, not complete.
+-- Every position <= acked_upto is complete; done: the complete positions above it;
+-- in_flight: claimed, not complete.
 CREATE TABLE relaybus_next.lanes (
-  handler text NOT NULL, lane int2 NOT NULL,
-  next_position int8 NOT NULL DEFAULT 0, acked_upto int8 NOT NULL DEFAULT 0,
+  handler text NOT NULL, lane int2 NOT NULL, acked_upto int8 NOT NULL DEFAULT 0,
   done int8[] NOT NULL DEFAULT '{}', in_flight int8[] NOT NULL DEFAULT '{}',
   lease_owner text, lease_expires_at timestamptz, epoch int8 NOT NULL DEFAULT 0,
+  PRIMARY KEY (handler, lane)) WITH (fillfactor = 50);
+-- next_position: the last position handed out. A row of its own, so that a publisher's
+-- lock on it (held to commit) never meets a claim's or a completion's lock on the lane
+-- row; readers of it (claim, below) take no lock.
+CREATE TABLE relaybus_next.lane_counters (
+  handler text NOT NULL, lane int2 NOT NULL, next_position int8 NOT NULL DEFAULT 0,
   PRIMARY KEY (handler, lane)) WITH (fillfactor = 50);
 CREATE TABLE relaybus_next.deliveries (
   handler text NOT NULL, lane int2 NOT NULL, position int8 NOT NULL, event_id text NOT NULL,
@@ -89,12 +95,13 @@ BEGIN
       -- of a join it could be scanned again and lock more lanes.
       WITH pick AS MATERIALIZED (
         SELECT f.lane FROM relaybus_next.lanes f
+          JOIN relaybus_next.lane_counters n ON n.handler = f.handler AND n.lane = f.lane
          WHERE f.handler = p_handler AND f.lane <> ALL (tried)
            AND (f.lease_owner IS NULL OR f.lease_expires_at <= now())
-           AND f.next_position > f.acked_upto + cardinality(f.done)
+           AND n.next_position > f.acked_upto + cardinality(f.done)
          ORDER BY f.lane
          LIMIT greatest(2 << round, (p_batch - picked + 31) / 32)
-         FOR UPDATE SKIP LOCKED),
+         FOR UPDATE OF f SKIP LOCKED),
       taken AS (
         UPDATE relaybus_next.lanes l
            SET lease_owner = p_worker, lease_expires_at = now() + p_lease, epoch = l.epoch + 1,
@@ -136,8 +143,10 @@ BEGIN
   END LOOP;
   -- A lane with nothing in flight and nothing left goes back.
   UPDATE relaybus_next.lanes l SET lease_owner = NULL, lease_expires_at = NULL
+    FROM relaybus_next.lane_counters n
    WHERE l.handler = p_handler AND l.lease_owner = p_worker AND l.lane = ANY (tried)
-     AND cardinality(l.in_flight) = 0 AND l.next_position = l.acked_upto + cardinality(l.done);
+     AND n.handler = l.handler AND n.lane = l.lane
+     AND cardinality(l.in_flight) = 0 AND n.next_position = l.acked_upto + cardinality(l.done);
 END $f$;
 
 -- complete_many: per lane of the tokens, if its epoch is still theirs, the positions that
@@ -190,11 +199,11 @@ BEGIN
 END $f$;
 """
 
-# One event: its lane's next position (the row lock orders the lane's publishers until
-# commit), the event, its delivery; one statement.
+# One event: its lane's next position (the counter's row lock orders the lane's publishers
+# until commit), the event, its delivery; one statement.
 PUBLISH_ONE = """
 WITH lane AS (
-  UPDATE relaybus_next.lanes SET next_position = next_position + 1
+  UPDATE relaybus_next.lane_counters SET next_position = next_position + 1
    WHERE handler = %(handler)s::text AND lane = (hashtext(coalesce(%(key)s::text, %(id)s::text)) & 255)::int2
   RETURNING lane, next_position),
 event AS (
@@ -211,11 +220,11 @@ WITH input AS (
     FROM unnest(%(ids)s::text[], %(keys)s::text[], %(payloads)s::jsonb[]) WITH ORDINALITY AS u(id, key, payload, n)),
 counts AS (SELECT lane, count(*) AS k FROM input GROUP BY lane),
 locked AS (
-  SELECT l.lane FROM relaybus_next.lanes l
+  SELECT l.lane FROM relaybus_next.lane_counters l
    WHERE l.handler = %(handler)s::text AND l.lane IN (SELECT lane FROM counts)
    ORDER BY l.lane FOR NO KEY UPDATE),
 bumped AS (
-  UPDATE relaybus_next.lanes l SET next_position = l.next_position + c.k
+  UPDATE relaybus_next.lane_counters l SET next_position = l.next_position + c.k
     FROM counts c WHERE l.handler = %(handler)s::text AND l.lane = c.lane
      AND l.lane IN (SELECT lane FROM locked)
   RETURNING l.lane, l.next_position),
@@ -232,8 +241,8 @@ SELECT %(handler)s::text, i.lane,
 CLAIM = ("SELECT token, event_id, key, payload->>'n', attempts "
          "FROM relaybus_next.claim(%s, %s, %s, '30 seconds')")
 
-UNFINISHED = (f"SELECT {runner.HARNESS} coalesce(sum(next_position - acked_upto - cardinality(done)), 0)::int8 "
-              "FROM relaybus_next.lanes")
+UNFINISHED = (f"SELECT {runner.HARNESS} coalesce(sum(n.next_position - l.acked_upto - cardinality(l.done)), 0)::int8 "
+              "FROM relaybus_next.lanes l JOIN relaybus_next.lane_counters n USING (handler, lane)")
 
 
 class Positions:
@@ -246,7 +255,8 @@ class Positions:
         return dict(
             name="positions prototype", version="prototype", ordered_keys=True, acknowledges="deliveries",
             notes="a prototype of the next storage phase (docs/design.md), not relaybus: schema relaybus_next; "
-                  "lanes with a cursor (acked_upto), an out-of-order done set and an in-flight list; deliveries "
+                  "lanes with a cursor (acked_upto), an out-of-order done set and an in-flight list, their "
+                  "position counters in a table of their own; deliveries "
                   "written once at publish and never deleted; claim (plpgsql) renews the worker's lanes, takes "
                   "free lanes with work, picks the lowest claimable positions above the cursor (32 in flight a "
                   "lane, 64 positions above the cursor at most, per-key order) and appends them to the lane; "
@@ -263,12 +273,13 @@ class Positions:
                 if attempt == 4:
                     raise
                 time.sleep(0.2 * (attempt + 1))
-        conn.execute("INSERT INTO relaybus_next.lanes (handler, lane) SELECT %s, g FROM generate_series(0, %s) g",
-                     (runner.HANDLER, LANES - 1))
+        for table in ("lanes", "lane_counters"):
+            conn.execute(f"INSERT INTO relaybus_next.{table} (handler, lane) SELECT %s, g FROM generate_series(0, %s) g",
+                         (runner.HANDLER, LANES - 1))
         # Its lane rows are fixed from here on: statistics now, so that the plans of claim and
         # complete_many join them by key from the first call (the harness vacuums without
         # ANALYZE).
-        conn.execute("ANALYZE relaybus_next.lanes")
+        conn.execute("ANALYZE relaybus_next.lanes, relaybus_next.lane_counters")
 
     def publish(self, conn, events):
         params = dict(type=TYPE, handler=runner.HANDLER)

@@ -12,7 +12,11 @@ which a benchmark drain never shows (it completes every batch whole):
 - a lane hands out at most 32 deliveries at a time, however large the claim;
 - a live lease is not taken: a second worker claims nothing from lanes another holds;
 - fencing: a worker whose lease expired and was taken over completes nothing, and the new
-  holder gets its deliveries again.
+  holder gets its deliveries again;
+- publishers and the lane's worker do not wait for each other: with a publish to a lane
+  open (its counter row locked until commit), the lane's worker completes and claims under
+  a lock_timeout; and a REPEATABLE READ publisher whose snapshot predates those writes to
+  the lane publishes to it without a serialization failure.
 
 Usage: positions_check.py --conn CONNINFO [--events N] [--seed S]. It recreates the
 relaybus_next schema in that database. Prints TAP lines; exits 1 on the first broken rule.
@@ -154,6 +158,44 @@ def lane_cap(conn):
     print("ok - a lane of 100 unkeyed events gives a claim of 500 its cap of 32")
 
 
+def publishers_apart(conn, conninfo):
+    system = positions.Positions()
+    system.reset(conn)
+    evs = one_lane(conn, "apart-", 12)
+    system.publish(conn, evs[:10])
+    first = conn.execute(CLAIM, (runner.HANDLER, "apart", 5, "30 seconds")).fetchall()
+    with psycopg.connect(conninfo) as publisher:
+        system.publish(publisher, [evs[10]])  # not committed: its counter row stays locked
+        conn.execute("SET lock_timeout = '2s'")
+        try:
+            done = conn.execute(COMPLETE, (runner.HANDLER, [r[0] for r in first])).fetchone()[0]
+            more = conn.execute(CLAIM, (runner.HANDLER, "apart", 5, "30 seconds")).fetchall()
+        except psycopg.errors.LockNotAvailable:
+            fail("the lane's worker waited for an open publisher of its lane")
+        finally:
+            conn.execute("RESET lock_timeout")
+        if done != len(first) or len(more) != 5:
+            fail(f"with a publisher open, {done} of {len(first)} completed and a claim took {len(more)} of 5")
+        publisher.commit()
+        # A snapshot older than the lane's next write: publishing to the lane must not
+        # conflict with that write (only with another publisher of the lane, as a keyed
+        # publish with the key's counter today).
+        publisher.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        publisher.execute("SELECT count(*) FROM relaybus_next.events")  # takes the snapshot
+        if conn.execute(COMPLETE, (runner.HANDLER, [r[0] for r in more])).fetchone()[0] != 5:
+            fail("the second batch did not complete")
+        try:
+            system.publish(publisher, [evs[11]])
+            publisher.commit()
+        except psycopg.errors.SerializationFailure:
+            fail("a REPEATABLE READ publisher failed because the lane's worker wrote the lane")
+    left = conn.execute(CLAIM, (runner.HANDLER, "apart", 100, "30 seconds")).fetchall()
+    if {r[1] for r in left} != {e.id for e in evs[10:]}:
+        fail(f"the two late events were not claimable after their commits: {sorted(r[1] for r in left)}")
+    print("ok - an open publisher and the lane's worker do not wait for each other; "
+          "a REPEATABLE READ publisher is not failed by the lane's writes")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--conn", required=True)
@@ -165,6 +207,7 @@ def main():
         live_lease(conn)
         fencing(conn)
         lane_cap(conn)
+        publishers_apart(conn, o.conn)
     return 0
 
 
