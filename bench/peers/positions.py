@@ -24,9 +24,9 @@ the done set.
 
 Left out, on purpose (see docs/design.md for what the real phase needs): failures, retries
 and dead letters (exception rows), takeover charges (a lane taken over here simply has its
-in-flight list cleared, so those deliveries run again, uncharged), oldest-first across lanes
-(lanes with work are taken in lane order), partitions rotated instead of the delivered rows
-kept, fan-out to more than one handler, SECURITY DEFINER and input checks.
+in-flight list cleared, so those deliveries run again, uncharged), partitions rotated
+instead of the delivered rows kept, fan-out to more than one handler, SECURITY DEFINER and
+input checks. Free lanes are taken oldest work first, as relaybus takes them.
 """
 import json
 import os
@@ -89,17 +89,24 @@ BEGIN
   SELECT coalesce(array_agg(r.lane), '{}') INTO ls FROM renewed r;
   FOR round IN 0..3 LOOP
     IF round > 0 THEN
-      -- Lanes with work that no live lease holds: rounds of 4, 8, 16 lanes, as relaybus's
-      -- claim acquires, or what the batch's room needs at 32 a lane if more.
+      -- Lanes with work that no live lease holds, oldest work first (the due time of the
+      -- first incomplete position above the cursor, one probe along the primary key per
+      -- free lane with work), as relaybus's claim takes them: rounds of 4, 8, 16 lanes,
+      -- or what the batch's room needs at 32 a lane if more.
       -- The pick is a CTE of its own, so its LIMIT and SKIP LOCKED hold: as the inner side
       -- of a join it could be scanned again and lock more lanes.
       WITH pick AS MATERIALIZED (
         SELECT f.lane FROM relaybus_next.lanes f
           JOIN relaybus_next.lane_counters n ON n.handler = f.handler AND n.lane = f.lane
+          CROSS JOIN LATERAL (
+            SELECT d.available_at FROM relaybus_next.deliveries d
+             WHERE d.handler = f.handler AND d.lane = f.lane AND d.position > f.acked_upto
+               AND d.position <> ALL (f.done)
+             ORDER BY d.position LIMIT 1) o
          WHERE f.handler = p_handler AND f.lane <> ALL (tried)
            AND (f.lease_owner IS NULL OR f.lease_expires_at <= now())
            AND n.next_position > f.acked_upto + cardinality(f.done)
-         ORDER BY f.lane
+         ORDER BY o.available_at, f.lane
          LIMIT greatest(2 << round, (p_batch - picked + 31) / 32)
          FOR UPDATE OF f SKIP LOCKED),
       taken AS (
@@ -258,10 +265,10 @@ class Positions:
                   "lanes with a cursor (acked_upto), an out-of-order done set and an in-flight list, their "
                   "position counters in a table of their own; deliveries "
                   "written once at publish and never deleted; claim (plpgsql) renews the worker's lanes, takes "
-                  "free lanes with work, picks the lowest claimable positions above the cursor (32 in flight a "
+                  "free lanes with work (oldest work first), picks the lowest claimable positions above the cursor (32 in flight a "
                   "lane, 64 positions above the cursor at most, per-key order) and appends them to the lane; "
                   "complete_many (plpgsql) moves them to the done set and the cursor. No failures, retries, "
-                  "takeover charges, oldest-first across lanes, fan-out or partitions; polls every 10 ms when a "
+                  "takeover charges, fan-out or partitions; polls every 10 ms when a "
                   "claim comes back empty.")
 
     def reset(self, conn):

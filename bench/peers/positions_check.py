@@ -13,6 +13,8 @@ which a benchmark drain never shows (it completes every batch whole):
 - a live lease is not taken: a second worker claims nothing from lanes another holds;
 - fencing: a worker whose lease expired and was taken over completes nothing, and the new
   holder gets its deliveries again;
+- free lanes are taken oldest work first: with five lanes of work, the oldest in the highest
+  lane, a claim of one gets the oldest;
 - publishers and the lane's worker do not wait for each other: with a publish to a lane
   open (its counter row locked until commit), the lane's worker completes and claims under
   a lock_timeout; and a REPEATABLE READ publisher whose snapshot predates those writes to
@@ -196,6 +198,25 @@ def publishers_apart(conn, conninfo):
           "a REPEATABLE READ publisher is not failed by the lane's writes")
 
 
+def oldest_first(conn):
+    system = positions.Positions()
+    system.reset(conn)
+    by_lane = {}  # lane -> an unkeyed event id in it
+    for i in range(1, 2000):
+        lane = conn.execute("SELECT hashtext(%s) & 255", (f"old-{i}",)).fetchone()[0]
+        by_lane.setdefault(lane, f"old-{i}")
+        if len(by_lane) == 256:
+            break
+    high = max(by_lane)
+    system.publish(conn, [runner.Event(by_lane[high], None, 0, "{}")])
+    conn.execute("SELECT pg_sleep(0.01)")  # later due times for the rest
+    system.publish(conn, [runner.Event(by_lane[lane], None, n, "{}") for n, lane in enumerate(sorted(by_lane)[:5], 1)])
+    got = conn.execute(CLAIM, (runner.HANDLER, "oldest", 1, "30 seconds")).fetchall()
+    if [r[1] for r in got] != [by_lane[high]]:
+        fail(f"a claim of one took {[r[1] for r in got]}, not the oldest event {by_lane[high]} (lane {high})")
+    print(f"ok - a claim of one takes the oldest work (lane {high}) before five newer lanes below it")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--conn", required=True)
@@ -207,6 +228,7 @@ def main():
         live_lease(conn)
         fencing(conn)
         lane_cap(conn)
+        oldest_first(conn)
         publishers_apart(conn, o.conn)
     return 0
 

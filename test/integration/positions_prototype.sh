@@ -3,7 +3,8 @@
 # relaybus, so what it claims to keep is checked, not only timed: completions in random
 # order (each event once, no key twice in flight, keys in publish order, lanes inside their
 # bounds), a completion twice, a lane's cap of 32, a live lease, fencing after a
-# takeover, and publishers that do not wait for the lane's worker nor fail on its writes
+# takeover, oldest work first across lanes, and publishers that do not wait for the
+# lane's worker nor fail on its writes
 # (bench/peers/positions_check.py). It needs a database only, not the extension.
 # Needs /usr/bin/python3 with python3-psycopg.
 set -euo pipefail
