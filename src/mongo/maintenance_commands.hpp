@@ -66,10 +66,14 @@ struct ReadEvent {
 Bson delete_events(const std::vector<ReadEvent>& events);
 // Takes these events' ids off the inFlight and lost lists of their handlers' lanes, each
 // lane's version bumped (core::counts_in_flight, lane_lease.hpp: a purged id leaves every
-// lane's lists). Sent before delete_events: none of these handlers has a delivery of the
-// event left, and none can get one while the event exists (a republish adds only handlers
-// it never had), so no entry of them can appear after this, and none it removes is live.
-// One statement per handler, every lane of it (multi).
+// lane's lists). One statement per handler, every lane of it (multi). purge_expired sends
+// it twice:
+// - before delete_events: none of these handlers has a delivery of the event left, and
+//   none can get one while the event exists (a republish adds only handlers it never had),
+//   so no entry of them can appear after this, and none it removes is live;
+// - after deleting an unsubscribed handler's pending deliveries: a claim that read one
+//   before the delete either wrote its lane before this (pruned here) or writes after
+//   (refused: the version moved).
 Bson prune_purged(const std::vector<ReadEvent>& events);
 
 }  // namespace relaybus::mongo::commands

@@ -62,9 +62,16 @@ std::int64_t MongoStore::purge_expired() {
     ids = delivery_ids_of(
         found(commands::find_expired_unsubscribed(gone, dead_cutoff, commands::kPurgeSlice),
               "find unsubscribed deliveries"));
-    if (!ids.empty())
+    if (!ids.empty()) {
       n += deleted(commands::delete_expired_unsubscribed(ids, dead_cutoff),
                    "purge unsubscribed deliveries");
+      // Then their ids off their lanes, each lane's version bumped: a claim that read one
+      // of them before the delete and writes its lane after this is refused (its write is
+      // conditional on the version it read); one that wrote before is pruned here.
+      std::vector<commands::ReadEvent> listed;
+      for (const auto& [handler, event] : ids) listed.push_back({event, {handler}});
+      run(client_, database_, nullptr, commands::prune_purged(listed), "prune purged deliveries");
+    }
   }
 
   // Completion history (0.1.0's completed deliveries included).

@@ -2,8 +2,12 @@
 // many row locks or writes a huge transaction; the background worker calls it every round.
 // Planned per call: the best plan depends on the cutoff (usually nothing is old enough,
 // and an index or BRIN range says so at once) and on the statistics of the moment.
+#include "lane_list.hpp"
 #include "settings.hpp"
 #include "spi.hpp"
+
+#include <string>
+#include <vector>
 
 namespace relaybus::pg {
 
@@ -23,49 +27,99 @@ Datum purge_expired_body(FunctionCallInfo) {
       {INTERVALOID, INT4OID}, Planning::kPerCall);
   // Pending deliveries of a handler that was unsubscribed (its lanes remain, so they name
   // it cheaply) go after the dead-letter retention; a re-subscribe before then resumes them.
-  static Statement unsubscribed(
-      "DELETE FROM relaybus.deliveries d WHERE (d.event_id, d.handler) IN ("
-      " SELECT x.event_id, x.handler FROM (SELECT DISTINCT l.handler FROM relaybus.lanes l"
-      "  WHERE NOT EXISTS (SELECT 1 FROM relaybus.subscriptions s WHERE s.handler = l.handler)) u"
-      " JOIN relaybus.deliveries x ON x.handler = u.handler AND x.status = 'pending'"
-      " WHERE x.created_at < now() - $1 LIMIT $2 FOR UPDATE OF x SKIP LOCKED)",
-      {INTERVALOID, INT4OID}, Planning::kPerCall);
-  // An event goes once no delivery of it is left. A delivery inserted for it concurrently
-  // (a republish adding a handler) locks the event first, so it is skipped here.
   //
-  // Its id leaves every lane's in-flight list in the same statement (core::counts_in_flight,
-  // lane_lease.hpp): a completion leaves its entry to the lane's next claim, and once the
-  // event is gone a publish of the id makes a new delivery that the entry would pass off as
-  // the old attempt, still running. The lanes are updated, not locked first: a claim holding
-  // one (FOR NO KEY UPDATE) is waited for and its list re-read; a completion in progress
-  // (FOR KEY SHARE) does not conflict. No entry of a purged id can appear after the scan:
-  // nothing of the event is left to claim. The one-time filter skips the scan when no event
+  // Their lanes are locked first, in a statement of their own: a claim that read one of
+  // these deliveries as a candidate holds its lane (FOR NO KEY UPDATE or FOR UPDATE) until
+  // it has written the lane, so this waits for it, and the delete, in the next statement,
+  // sees what it wrote. The delete takes the deliveries' ids off their lanes' in-flight
+  // lists too (core::counts_in_flight, lane_lease.hpp): once they are gone and their events
+  // purged, a publish of an id must not find an entry left for it. Deleting without the
+  // lock let a claim that had read a delivery before the delete list it after, with no
+  // delivery and soon no event behind it.
+  static Statement lock_unsubscribed(
+      "SELECT l.handler, l.lane FROM relaybus.lanes l WHERE (l.handler, l.lane) IN ("
+      " SELECT x.handler, x.lane FROM (SELECT DISTINCT u.handler FROM relaybus.lanes u"
+      "  WHERE NOT EXISTS (SELECT 1 FROM relaybus.subscriptions s WHERE s.handler = u.handler)) u"
+      " JOIN relaybus.deliveries x ON x.handler = u.handler AND x.status = 'pending'"
+      " WHERE x.created_at < now() - $1 LIMIT $2)"
+      " ORDER BY l.handler COLLATE \"C\", l.lane FOR NO KEY UPDATE OF l",
+      {INTERVALOID, INT4OID}, Planning::kPerCall);
+  static Statement unsubscribed(
+      "WITH gone AS (DELETE FROM relaybus.deliveries d WHERE (d.event_id, d.handler) IN ("
+      "  SELECT x.event_id, x.handler FROM unnest($3::text[], $4::int2[]) AS k(handler, lane)"
+      "  JOIN relaybus.deliveries x ON x.handler = k.handler AND x.lane = k.lane"
+      "   AND x.status = 'pending'"
+      "  WHERE x.created_at < now() - $1"
+      "   AND NOT EXISTS (SELECT 1 FROM relaybus.subscriptions s WHERE s.handler = k.handler)"
+      "  LIMIT $2 FOR UPDATE OF x SKIP LOCKED) RETURNING d.handler, d.lane, d.event_id),"
+      " pruned AS (UPDATE relaybus.lanes l"
+      "  SET in_flight = ARRAY(SELECT f FROM unnest(l.in_flight) f WHERE f <> ALL (g.ids))"
+      "  FROM (SELECT g.handler, g.lane, array_agg(g.event_id) AS ids FROM gone g"
+      "   GROUP BY g.handler, g.lane) g"
+      "  WHERE l.handler = g.handler AND l.lane = g.lane AND l.in_flight && g.ids RETURNING 1)"
+      " SELECT count(*) FROM gone",
+      {INTERVALOID, INT4OID, TEXTARRAYOID, INT2ARRAYOID}, Planning::kPerCall);
+  // An event goes once no delivery of it is left: the events are locked first (SKIP
+  // LOCKED: one a republish is adding a handler to is left for the next round), then
+  // deleted in the next statement, whose snapshot is taken after the locks, if they still
+  // have no delivery. In one statement, the check ran on the statement's snapshot even for
+  // a row it had to wait for or re-read, so a republish that committed a new delivery
+  // between that snapshot and the lock lost its event.
+  //
+  // The deleted ids leave every lane's in-flight list in the same statement
+  // (core::counts_in_flight, lane_lease.hpp): a completion leaves its entry to the lane's
+  // next claim, and once the event is gone a publish of the id makes a new delivery that
+  // the entry would pass off as the old attempt, still running. The lanes are updated, not
+  // locked first: a claim holding one (FOR NO KEY UPDATE) is waited for and its list
+  // re-read; a completion in progress (FOR KEY SHARE) does not conflict. No entry of a
+  // deleted id can appear after the scan: no delivery of the event is left to claim, and
+  // none can be added while it is locked. The one-time filter skips the scan when no event
   // went, the usual round.
+  static Statement lock_events(
+      "SELECT x.id FROM relaybus.events x WHERE x.published_at < now() - $1"
+      " AND NOT EXISTS (SELECT 1 FROM relaybus.deliveries d WHERE d.event_id = x.id)"
+      " LIMIT $2 FOR UPDATE SKIP LOCKED",
+      {INTERVALOID, INT4OID}, Planning::kPerCall);
   static Statement events(
-      "WITH gone AS (DELETE FROM relaybus.events e WHERE e.id IN (SELECT x.id"
-      "  FROM relaybus.events x WHERE x.published_at < now() - $1 AND NOT EXISTS"
-      "  (SELECT 1 FROM relaybus.deliveries d WHERE d.event_id = x.id)"
-      "  LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING e.id),"
+      "WITH gone AS (DELETE FROM relaybus.events e WHERE e.id = ANY ($1) AND NOT EXISTS"
+      "  (SELECT 1 FROM relaybus.deliveries d WHERE d.event_id = e.id) RETURNING e.id),"
       " ids AS (SELECT array_agg(g.id) AS ids FROM gone g),"
       " pruned AS (UPDATE relaybus.lanes l"
       "  SET in_flight = ARRAY(SELECT f FROM unnest(l.in_flight) f WHERE f <> ALL (i.ids))"
       "  FROM ids i WHERE i.ids IS NOT NULL AND l.in_flight && i.ids RETURNING 1)"
       " SELECT count(*) FROM gone",
-      {INTERVALOID, INT4OID}, Planning::kPerCall);
+      {TEXTARRAYOID}, Planning::kPerCall);
 
   SpiConnection spi;
   std::uint64_t deleted = 0;
-  auto run = [&](Statement& statement, int retention_s) {
-    Params params;
+  auto retention = [](Params& params, int retention_s) {
     params.interval_us(static_cast<std::int64_t>(retention_s) * 1'000'000);
     params.int4(kPurgeSlice);
+  };
+  auto run = [&](Statement& statement, int retention_s) {
+    Params params;
+    retention(params, retention_s);
     return statement.run(params);
   };
   deleted += run(dead, settings::retention_dead_s());
-  deleted += run(unsubscribed, settings::retention_dead_s());
+  if (const std::uint64_t n = run(lock_unsubscribed, settings::retention_dead_s()); n > 0) {
+    const LaneList locked = LaneList::from_rows(n);
+    Params params;
+    retention(params, settings::retention_dead_s());
+    locked.bind(params);
+    unsubscribed.run(params);
+    deleted += static_cast<std::uint64_t>(row::int8(0, 1));
+  }
   deleted += run(history, settings::retention_completed_s());
-  run(events, settings::retention_completed_s());
-  deleted += static_cast<std::uint64_t>(row::int8(0, 1));  // the events statement's count
+  if (const std::uint64_t n = run(lock_events, settings::retention_completed_s()); n > 0) {
+    std::vector<std::string> ids;
+    ids.reserve(n);
+    for (std::uint64_t r = 0; r < n; ++r) ids.push_back(row::text(r, 1));
+    Params params;
+    params.text_array(ids);
+    events.run(params);
+    deleted += static_cast<std::uint64_t>(row::int8(0, 1));
+  }
   spi.finish();
   return Int64GetDatum(static_cast<std::int64_t>(deleted));
 }

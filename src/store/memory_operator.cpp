@@ -182,6 +182,7 @@ std::int64_t MemoryStore::purge_expired() {
   std::lock_guard<std::mutex> lock(bus_->mutex_);
   const auto now = bus_->now();
   std::int64_t deleted = 0;
+  std::set<std::pair<std::string, std::string>> purged;  // (handler, event id) off the lanes
   // Dead letters not updated within the dead-letter retention, and the pending deliveries
   // of unsubscribed handlers created before it (a re-subscribe before then resumes them).
   for (auto it = bus_->deliveries_.begin(); it != bus_->deliveries_.end();) {
@@ -190,6 +191,7 @@ std::int64_t MemoryStore::purge_expired() {
     const bool expired = d.dead ? d.updated_at < now - retention_dead_
                                 : unsubscribed && d.created_at < now - retention_dead_;
     if (expired && !d.completing) {
+      if (!d.dead) purged.insert(it->first);
       it = bus_->deliveries_.erase(it);
       ++deleted;
     } else {
@@ -199,20 +201,24 @@ std::int64_t MemoryStore::purge_expired() {
   // Events without deliveries, published before the completed retention.
   std::set<std::string> referenced;
   for (const auto& [key, d] : bus_->deliveries_) referenced.insert(key.second);
-  std::set<std::string> purged;
+  std::set<std::string> purged_events;
   for (auto it = bus_->events_.begin(); it != bus_->events_.end();) {
     if (referenced.count(it->first) == 0 && it->second.published < now - retention_completed_) {
-      purged.insert(it->first);
+      purged_events.insert(it->first);
       it = bus_->events_.erase(it);
       ++deleted;
     } else {
       ++it;
     }
   }
-  // A purged event's id leaves every lane's lists (core::counts_in_flight, lane_lease.hpp).
-  if (purged.empty()) return deleted;
-  const auto gone = [&](const std::string& id) { return purged.count(id) > 0; };
+  // The ids of purged events and of purged pending deliveries leave the lanes' lists
+  // (core::counts_in_flight, lane_lease.hpp), the lanes' versions bumped: a conditional
+  // claim that read one of them before is refused.
+  if (purged.empty() && purged_events.empty()) return deleted;
   for (auto& [key, lane] : bus_->lanes_) {
+    const auto gone = [&](const std::string& id) {
+      return purged_events.count(id) > 0 || purged.count({key.first, id}) > 0;
+    };
     const std::size_t listed = lane.in_flight.size() + lane.lost.size();
     lane.in_flight.erase(std::remove_if(lane.in_flight.begin(), lane.in_flight.end(), gone),
                          lane.in_flight.end());

@@ -171,6 +171,16 @@ class MaintenanceTest(WireTest):
         self.assert_cutoff(f["createdAt"]["$lt"], 600)
         self.cursor(unsubscribed, ids(("gone", "p1")), "deliveries")
         rs.expect("delete").ok(n=1)
+        # Then their ids off their lanes, versions bumped: a claim that read p1 before the
+        # delete must not list it after.
+        pruned = rs.expect("update")
+        self.assertEqual(pruned.doc["update"], "lanes")
+        (p,) = pruned.doc["updates"]
+        self.assertEqual(p["q"], {"handler": "gone", "$or": [{"inFlight": {"$in": ["p1"]}},
+                                                             {"lost": {"$in": ["p1"]}}]})
+        self.assertEqual(p["u"], {"$pullAll": {"inFlight": ["p1"], "lost": ["p1"]},
+                                  "$inc": {"version": 1}})
+        pruned.ok(n=0, nModified=0)
         # History, by completedAt, retention_completed.
         history = rs.expect("find")
         self.assertEqual(history.doc["find"], "completions")
