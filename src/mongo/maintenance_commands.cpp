@@ -101,7 +101,7 @@ Bson delete_events(const std::vector<ReadEvent>& events) {
   return cmd;
 }
 
-Bson prune_purged(const std::vector<ReadEvent>& events) {
+Bson prune_purged(const std::vector<ReadEvent>& events, bool every_lane) {
   std::map<std::string, std::vector<std::string>> ids_by_handler;
   for (const auto& e : events)
     for (const auto& h : e.handlers) ids_by_handler[h].push_back(e.id);
@@ -112,7 +112,7 @@ Bson prune_purged(const std::vector<ReadEvent>& events) {
     append_strings_op(listed_lost.get(), field::kLost, "$in", ids);
     Bson q;
     append_string(q.get(), field::kHandler, handler);
-    append_documents(q.get(), "$or", {&listed_in_flight, &listed_lost});
+    if (!every_lane) append_documents(q.get(), "$or", {&listed_in_flight, &listed_lost});
     Bson u;
     bson_t pull;
     bson_append_document_begin(u.get(), "$pullAll", -1, &pull);

@@ -64,16 +64,17 @@ struct ReadEvent {
   std::vector<std::string> handlers;
 };
 Bson delete_events(const std::vector<ReadEvent>& events);
-// Takes these events' ids off the inFlight and lost lists of their handlers' lanes, each
-// lane's version bumped (core::counts_in_flight, lane_lease.hpp: a purged id leaves every
-// lane's lists). One statement per handler, every lane of it (multi). purge_expired sends
-// it twice:
-// - before delete_events: none of these handlers has a delivery of the event left, and
-//   none can get one while the event exists (a republish adds only handlers it never had),
-//   so no entry of them can appear after this, and none it removes is live;
-// - after deleting an unsubscribed handler's pending deliveries: a claim that read one
-//   before the delete either wrote its lane before this (pruned here) or writes after
-//   (refused: the version moved).
-Bson prune_purged(const std::vector<ReadEvent>& events);
+// Takes these events' ids off the inFlight and lost lists of their handlers' lanes, with
+// the lanes' versions bumped (core::counts_in_flight, lane_lease.hpp: a purged id leaves
+// every lane's lists). One statement per handler (multi). purge_expired sends it twice:
+// - before delete_events, to the lanes that list one of the ids: none of these handlers
+//   has a delivery of the event left, and none can get one while the event exists (a
+//   republish adds only handlers it never had), so no entry of them can appear after
+//   this, and none it removes is live;
+// - after deleting an unsubscribed handler's pending deliveries, to every lane of the
+//   handler (every_lane): a claim that read one of them before the delete either wrote
+//   its lane before this (pruned here) or writes after and is refused, its write being
+//   conditional on the version it read, which moved whether or not the lane listed the id.
+Bson prune_purged(const std::vector<ReadEvent>& events, bool every_lane);
 
 }  // namespace relaybus::mongo::commands

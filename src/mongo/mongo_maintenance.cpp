@@ -65,12 +65,13 @@ std::int64_t MongoStore::purge_expired() {
     if (!ids.empty()) {
       n += deleted(commands::delete_expired_unsubscribed(ids, dead_cutoff),
                    "purge unsubscribed deliveries");
-      // Then their ids off their lanes, each lane's version bumped: a claim that read one
-      // of them before the delete and writes its lane after this is refused (its write is
-      // conditional on the version it read); one that wrote before is pruned here.
+      // Then their ids off their handlers' lanes, every lane's version bumped: a claim that
+      // read one of them before the delete and writes its lane after this is refused (its
+      // write is conditional on the version it read); one that wrote before is pruned here.
       std::vector<commands::ReadEvent> listed;
       for (const auto& [handler, event] : ids) listed.push_back({event, {handler}});
-      run(client_, database_, nullptr, commands::prune_purged(listed), "prune purged deliveries");
+      run(client_, database_, nullptr, commands::prune_purged(listed, /*every_lane=*/true),
+          "prune purged deliveries");
     }
   }
 
@@ -111,7 +112,8 @@ std::int64_t MongoStore::purge_expired() {
   // Their ids off the lanes' lists first (commands::prune_purged says why before).
   if (std::any_of(events.begin(), events.end(),
                   [](const commands::ReadEvent& e) { return !e.handlers.empty(); }))
-    run(client_, database_, nullptr, commands::prune_purged(events), "prune purged events");
+    run(client_, database_, nullptr, commands::prune_purged(events, /*every_lane=*/false),
+        "prune purged events");
   n += deleted(commands::delete_events(events), "purge events");
   return n;
 }

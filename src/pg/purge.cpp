@@ -30,9 +30,12 @@ Datum purge_expired_body(FunctionCallInfo) {
   //
   // Their lanes are locked first, in a statement of their own: a claim that read one of
   // these deliveries as a candidate holds its lane (FOR NO KEY UPDATE or FOR UPDATE) until
-  // it has written the lane, so this waits for it, and the delete, in the next statement,
-  // sees what it wrote. The delete takes the deliveries' ids off their lanes' in-flight
-  // lists too (core::counts_in_flight, lane_lease.hpp): once they are gone and their events
+  // it has written the lane, and only the deliveries of lanes locked here are deleted, by
+  // the next statement, which sees what such a claim wrote. SKIP LOCKED: a lane in use is
+  // left for a later round, so the purge never waits for a lane while it holds others (a
+  // wait here deadlocked with a transaction cancelling in two lanes) and never hangs on an
+  // open transaction. The delete takes the deliveries' ids off their lanes' in-flight lists
+  // too (core::counts_in_flight, lane_lease.hpp): once they are gone and their events
   // purged, a publish of an id must not find an entry left for it. Deleting without the
   // lock let a claim that had read a delivery before the delete list it after, with no
   // delivery and soon no event behind it.
@@ -42,7 +45,7 @@ Datum purge_expired_body(FunctionCallInfo) {
       "  WHERE NOT EXISTS (SELECT 1 FROM relaybus.subscriptions s WHERE s.handler = u.handler)) u"
       " JOIN relaybus.deliveries x ON x.handler = u.handler AND x.status = 'pending'"
       " WHERE x.created_at < now() - $1 LIMIT $2)"
-      " ORDER BY l.handler COLLATE \"C\", l.lane FOR NO KEY UPDATE OF l",
+      " FOR NO KEY UPDATE OF l SKIP LOCKED",
       {INTERVALOID, INT4OID}, Planning::kPerCall);
   static Statement unsubscribed(
       "WITH gone AS (DELETE FROM relaybus.deliveries d WHERE (d.event_id, d.handler) IN ("
@@ -74,7 +77,9 @@ Datum purge_expired_body(FunctionCallInfo) {
   // re-read; a completion in progress (FOR KEY SHARE) does not conflict. No entry of a
   // deleted id can appear after the scan: no delivery of the event is left to claim, and
   // none can be added while it is locked. The one-time filter skips the scan when no event
-  // went, the usual round.
+  // went, the usual round. It runs first in a call, so that the only wait of the purge
+  // (this update's, for a lane a claim holds) happens while it holds no lane and no
+  // delivery, only the events it deletes.
   static Statement lock_events(
       "SELECT x.id FROM relaybus.events x WHERE x.published_at < now() - $1"
       " AND NOT EXISTS (SELECT 1 FROM relaybus.deliveries d WHERE d.event_id = x.id)"
@@ -101,16 +106,7 @@ Datum purge_expired_body(FunctionCallInfo) {
     retention(params, retention_s);
     return statement.run(params);
   };
-  deleted += run(dead, settings::retention_dead_s());
-  if (const std::uint64_t n = run(lock_unsubscribed, settings::retention_dead_s()); n > 0) {
-    const LaneList locked = LaneList::from_rows(n);
-    Params params;
-    retention(params, settings::retention_dead_s());
-    locked.bind(params);
-    unsubscribed.run(params);
-    deleted += static_cast<std::uint64_t>(row::int8(0, 1));
-  }
-  deleted += run(history, settings::retention_completed_s());
+  // The events first (see above), then the rest, none of which waits for a lock.
   if (const std::uint64_t n = run(lock_events, settings::retention_completed_s()); n > 0) {
     std::vector<std::string> ids;
     ids.reserve(n);
@@ -118,6 +114,16 @@ Datum purge_expired_body(FunctionCallInfo) {
     Params params;
     params.text_array(ids);
     events.run(params);
+    deleted += static_cast<std::uint64_t>(row::int8(0, 1));
+  }
+  deleted += run(history, settings::retention_completed_s());
+  deleted += run(dead, settings::retention_dead_s());
+  if (const std::uint64_t n = run(lock_unsubscribed, settings::retention_dead_s()); n > 0) {
+    const LaneList locked = LaneList::from_rows(n);
+    Params params;
+    retention(params, settings::retention_dead_s());
+    locked.bind(params);
+    unsubscribed.run(params);
     deleted += static_cast<std::uint64_t>(row::int8(0, 1));
   }
   spi.finish();

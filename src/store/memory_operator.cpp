@@ -212,9 +212,13 @@ std::int64_t MemoryStore::purge_expired() {
     }
   }
   // The ids of purged events and of purged pending deliveries leave the lanes' lists
-  // (core::counts_in_flight, lane_lease.hpp), the lanes' versions bumped: a conditional
-  // claim that read one of them before is refused.
+  // (core::counts_in_flight, lane_lease.hpp), as in the MongoDB store: a lane that listed
+  // one is written (its version moves); so is every lane of a handler whose pending
+  // deliveries went, listed or not, so that a conditional claim that read one of them
+  // before is refused.
   if (purged.empty() && purged_events.empty()) return deleted;
+  std::set<std::string> handlers_purged;
+  for (const auto& [handler, id] : purged) handlers_purged.insert(handler);
   for (auto& [key, lane] : bus_->lanes_) {
     const auto gone = [&](const std::string& id) {
       return purged_events.count(id) > 0 || purged.count({key.first, id}) > 0;
@@ -223,7 +227,8 @@ std::int64_t MemoryStore::purge_expired() {
     lane.in_flight.erase(std::remove_if(lane.in_flight.begin(), lane.in_flight.end(), gone),
                          lane.in_flight.end());
     lane.lost.erase(std::remove_if(lane.lost.begin(), lane.lost.end(), gone), lane.lost.end());
-    if (lane.in_flight.size() + lane.lost.size() != listed) ++lane.version;
+    if (lane.in_flight.size() + lane.lost.size() != listed || handlers_purged.count(key.first))
+      ++lane.version;
   }
   return deleted;
 }

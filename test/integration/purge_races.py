@@ -6,13 +6,18 @@
    purge with zero retention deleted that delivery and its event. Before, the claim then
    listed the deleted delivery in its lane, and once the handler was subscribed again and
    the id published again, the new delivery passed for that attempt: never handed out and
-   counted as processing. Now the purge waits for the claim and takes the id off the lane
-   with the delivery.
+   counted as processing. Now the purge leaves the deliveries of a lane in use to a later
+   call (it locks their lanes first, SKIP LOCKED), and takes their ids off the lanes with
+   them.
 2. events: a purge of old events that is still scanning when a publish adds a handler to
    one of them (a repeat of its id) and commits. Before, the event was deleted under the
    new delivery. Now it stays. The scan is made long by 1,500,000 old events of another
    handler; a trial in which the purge ended before the publish committed proves nothing
    and is run again (at most 3 times).
+3. cancel: a transaction that cancels an unsubscribed handler's pending delivery (its lane
+   locked), then a dead one in another lane, while a purge with zero retention runs. A
+   first version of (1) made the purge lock the dead delivery and then wait for the first
+   lane: the second cancel deadlocked. Now the purge passes over the lane in use.
 
 Usage: purge_races.py CONNINFO (a database with the extension and nothing else in it).
 Prints TAP lines; exits 1 on the first broken rule.
@@ -78,13 +83,15 @@ def unsubscribed(adm):
             p.execute("SELECT relaybus.unsubscribe('ru')")
             p.execute("SET relaybus.retention_dead = 0")
             p.execute("SET relaybus.retention_completed = 0")
-            purge, purged = in_background(lambda: [rows(p, "SELECT relaybus.purge_expired()") for _ in range(3)])
-            time.sleep(0.5)
+            # While the claim is between its read and its write.
+            during = [rows(p, "SELECT relaybus.purge_expired()")[0][0] for _ in range(3)]
             blocker.commit()
             claim.join(10)
-            purge.join(10)
-        if "error" in claimed or "error" in purged:
-            fail(f"the claim or the purge failed: {claimed.get('error')} {purged.get('error')}")
+            if "error" in claimed:
+                fail(f"the claim failed: {claimed['error']}")
+            after = [rows(p, "SELECT relaybus.purge_expired()")[0][0] for _ in range(3)]  # then the rest
+            if sum(after) + sum(during) == 0:
+                fail("setup: the purge deleted nothing")
         listed = rows(adm, "SELECT l.in_flight FROM relaybus.lanes l WHERE l.handler = 'ru' AND l.lane = %s", lane)[0][0]
         adm.execute("SELECT relaybus.subscribe('ru', ARRAY['ru.t'])")
         if rows(adm, "SELECT count(*) FROM relaybus.events WHERE id = 'RU1'")[0][0] != 0:
@@ -97,7 +104,7 @@ def unsubscribed(adm):
         # string as the new delivery's (same lane, epoch, claim count and id), so a worker
         # still running the purged one can complete the new one with it. Only a delivery
         # purged while in flight and published again into the same held lane gets there.
-    print("ok - a purge of an unsubscribed handler's deliveries waits for a claim that read them; "
+    print("ok - a purge of an unsubscribed handler's deliveries leaves those of a lane a claim holds to a later call; "
           "their ids do not stay in flight")
 
 
@@ -141,9 +148,42 @@ def events(adm):
     fail("the purge never overlapped the publish in 3 trials (machine too fast for this scan?)")
 
 
+def cancel_beside(adm):
+    adm.execute("SELECT relaybus.subscribe('rc', ARRAY['rc.t'], max_attempts => 1)")
+    lane = {}
+    for i in range(1000):
+        eid = f"RC{i}"
+        lane.setdefault(rows(adm, "SELECT relaybus.lane_of(%s)", eid)[0][0], eid)
+        if len(lane) == 2:
+            break
+    pending, dead = lane.values()
+    for eid in (pending, dead):
+        adm.execute("SELECT relaybus.publish('rc.t', '{}', event_id => %s)", (eid,))
+    with connect() as w:
+        for token, eid in rows(w, "SELECT lease_token, event_id FROM relaybus.claim('rc-w', 10, '30 seconds', ARRAY['rc'])"):
+            w.execute("SELECT relaybus.bury(%s)" if eid == dead else "SELECT relaybus.release(%s)", (token,))
+        w.execute("SELECT relaybus.relinquish('rc-w')")
+    adm.execute("SELECT relaybus.unsubscribe('rc')")
+    with connect(autocommit=False) as a, connect() as p:
+        rows(a, "SELECT relaybus.cancel(%s, 'rc')", pending)  # its lane locked to commit
+        p.execute("SET relaybus.retention_dead = 0")
+        purge, purged = in_background(lambda: rows(p, "SELECT relaybus.purge_expired()"))
+        time.sleep(1.0)
+        try:
+            rows(a, "SELECT relaybus.cancel(%s, 'rc')", dead)
+            a.commit()
+        except psycopg.errors.DeadlockDetected:
+            fail("cancelling in two lanes deadlocked with purge_expired")
+        purge.join(30)
+        if "error" in purged:
+            fail(f"the purge failed: {purged['error']}")
+    print("ok - cancels in two lanes and a purge beside them do not deadlock")
+
+
 def main():
     with connect() as adm:
         unsubscribed(adm)
+        cancel_beside(adm)
         events(adm)
     return 0
 
