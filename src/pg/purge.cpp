@@ -23,7 +23,8 @@ Datum purge_expired_body(FunctionCallInfo) {
       {INTERVALOID, INT4OID}, Planning::kPerCall);
   static Statement history(
       "DELETE FROM relaybus.completions c WHERE c.ctid IN (SELECT x.ctid FROM"
-      " relaybus.completions x WHERE x.completed_at < now() - $1 LIMIT $2)",
+      " relaybus.completions x WHERE x.completed_at < now() - $1 LIMIT $2"
+      " FOR UPDATE SKIP LOCKED)",
       {INTERVALOID, INT4OID}, Planning::kPerCall);
   // Pending deliveries of a handler that was unsubscribed (its lanes remain, so they name
   // it cheaply) go after the dead-letter retention; a re-subscribe before then resumes them.
@@ -55,45 +56,62 @@ Datum purge_expired_body(FunctionCallInfo) {
       "  WHERE x.created_at < now() - $1"
       "   AND NOT EXISTS (SELECT 1 FROM relaybus.subscriptions s WHERE s.handler = k.handler)"
       "  LIMIT $2 FOR UPDATE OF x SKIP LOCKED) RETURNING d.handler, d.lane, d.event_id),"
-      " pruned AS (UPDATE relaybus.lanes l"
-      "  SET in_flight = ARRAY(SELECT f FROM unnest(l.in_flight) f WHERE f <> ALL (g.ids))"
-      "  FROM (SELECT g.handler, g.lane, array_agg(g.event_id) AS ids FROM gone g"
-      "   GROUP BY g.handler, g.lane) g"
-      "  WHERE l.handler = g.handler AND l.lane = g.lane AND l.in_flight && g.ids RETURNING 1)"
+      // Every locked lane is written, the ones whose list names no deleted delivery too:
+      // under REPEATABLE READ, a claim whose snapshot predates this then fails (40001)
+      // when it locks the lane, instead of picking a delivery deleted here, as cancel's
+      // write of the lane makes it.
+      " pruned AS (UPDATE relaybus.lanes l SET in_flight = CASE WHEN g.ids IS NULL"
+      "  THEN l.in_flight"
+      "  ELSE ARRAY(SELECT f FROM unnest(l.in_flight) f WHERE f <> ALL (g.ids)) END"
+      "  FROM unnest($3::text[], $4::int2[]) AS k(handler, lane)"
+      "  LEFT JOIN (SELECT g.handler, g.lane, array_agg(g.event_id) AS ids FROM gone g"
+      "   GROUP BY g.handler, g.lane) g ON g.handler = k.handler AND g.lane = k.lane"
+      "  WHERE l.handler = k.handler AND l.lane = k.lane RETURNING 1)"
       " SELECT count(*) FROM gone",
       {INTERVALOID, INT4OID, TEXTARRAYOID, INT2ARRAYOID}, Planning::kPerCall);
   // An event goes once no delivery of it is left: the events are locked first (SKIP
   // LOCKED: one a republish is adding a handler to is left for the next round), then
-  // deleted in the next statement, whose snapshot is taken after the locks, if they still
+  // deleted in a later statement, whose snapshot is taken after the locks, if they still
   // have no delivery. In one statement, the check ran on the statement's snapshot even for
   // a row it had to wait for or re-read, so a republish that committed a new delivery
   // between that snapshot and the lock lost its event.
   //
-  // The deleted ids leave every lane's in-flight list in the same statement
-  // (core::counts_in_flight, lane_lease.hpp): a completion leaves its entry to the lane's
-  // next claim, and once the event is gone a publish of the id makes a new delivery that
-  // the entry would pass off as the old attempt, still running. The lanes are updated, not
-  // locked first: a claim holding one (FOR NO KEY UPDATE) is waited for and its list
-  // re-read; a completion in progress (FOR KEY SHARE) does not conflict. No entry of a
-  // deleted id can appear after the scan: no delivery of the event is left to claim, and
-  // none can be added while it is locked. The one-time filter skips the scan when no event
-  // went, the usual round. It runs first in a call, so that the only wait of the purge
-  // (this update's, for a lane a claim holds) happens while it holds no lane and no
-  // delivery, only the events it deletes.
+  // The deleted ids leave every lane's in-flight list with them (core::counts_in_flight,
+  // lane_lease.hpp): a completion leaves its entry to the lane's next claim, and once the
+  // event is gone a publish of the id makes a new delivery that the entry would pass off
+  // as the old attempt, still running. So the lanes that list a locked id are locked too,
+  // SKIP LOCKED, and an event listed by a lane that could not be locked (a claim is
+  // rewriting it) waits for a later round: the purge never waits for a lane, so it never
+  // holds some while waiting for others (an update of them all, in scan order, could
+  // deadlock with any transaction that locks two lanes) and never queues claims behind a
+  // long batch. No lane can come to list a locked id after this: no delivery of the event
+  // is left to claim, and none can be added while it is locked.
   static Statement lock_events(
       "SELECT x.id FROM relaybus.events x WHERE x.published_at < now() - $1"
       " AND NOT EXISTS (SELECT 1 FROM relaybus.deliveries d WHERE d.event_id = x.id)"
       " LIMIT $2 FOR UPDATE SKIP LOCKED",
       {INTERVALOID, INT4OID}, Planning::kPerCall);
+  static Statement lock_listing_lanes(
+      "SELECT l.handler, l.lane FROM relaybus.lanes l WHERE l.in_flight && $1"
+      " FOR NO KEY UPDATE OF l SKIP LOCKED",
+      {TEXTARRAYOID}, Planning::kPerCall);
+  // $1 the locked events, $2/$3 the locked lanes. `blocked`: the ids listed by a lane not
+  // locked. The prune touches only locked lanes, and every one of them lists an id.
   static Statement events(
-      "WITH gone AS (DELETE FROM relaybus.events e WHERE e.id = ANY ($1) AND NOT EXISTS"
-      "  (SELECT 1 FROM relaybus.deliveries d WHERE d.event_id = e.id) RETURNING e.id),"
+      "WITH locked AS (SELECT k.handler, k.lane"
+      "  FROM unnest($2::text[], $3::int2[]) AS k(handler, lane)),"
+      " blocked AS (SELECT f FROM relaybus.lanes l CROSS JOIN LATERAL unnest(l.in_flight) f"
+      "  WHERE l.in_flight && $1 AND (l.handler, l.lane) NOT IN (SELECT * FROM locked)),"
+      " gone AS (DELETE FROM relaybus.events e WHERE e.id = ANY ($1)"
+      "  AND NOT EXISTS (SELECT 1 FROM relaybus.deliveries d WHERE d.event_id = e.id)"
+      "  AND e.id NOT IN (SELECT b.f FROM blocked b) RETURNING e.id),"
       " ids AS (SELECT array_agg(g.id) AS ids FROM gone g),"
       " pruned AS (UPDATE relaybus.lanes l"
       "  SET in_flight = ARRAY(SELECT f FROM unnest(l.in_flight) f WHERE f <> ALL (i.ids))"
-      "  FROM ids i WHERE i.ids IS NOT NULL AND l.in_flight && i.ids RETURNING 1)"
+      "  FROM ids i, locked k WHERE i.ids IS NOT NULL AND l.handler = k.handler"
+      "   AND l.lane = k.lane AND l.in_flight && i.ids RETURNING 1)"
       " SELECT count(*) FROM gone",
-      {TEXTARRAYOID}, Planning::kPerCall);
+      {TEXTARRAYOID, TEXTARRAYOID, INT2ARRAYOID}, Planning::kPerCall);
 
   SpiConnection spi;
   std::uint64_t deleted = 0;
@@ -106,13 +124,18 @@ Datum purge_expired_body(FunctionCallInfo) {
     retention(params, retention_s);
     return statement.run(params);
   };
-  // The events first (see above), then the rest, none of which waits for a lock.
+  // Nothing here waits for a lock: every lock is taken SKIP LOCKED. The events go first in
+  // a call (an event whose last delivery a call deletes goes in the next call).
   if (const std::uint64_t n = run(lock_events, settings::retention_completed_s()); n > 0) {
     std::vector<std::string> ids;
     ids.reserve(n);
     for (std::uint64_t r = 0; r < n; ++r) ids.push_back(row::text(r, 1));
+    Params lanes_params;
+    lanes_params.text_array(ids);
+    const LaneList listing = LaneList::from_rows(lock_listing_lanes.run(lanes_params));
     Params params;
     params.text_array(ids);
+    listing.bind(params);
     events.run(params);
     deleted += static_cast<std::uint64_t>(row::int8(0, 1));
   }

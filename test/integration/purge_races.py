@@ -18,6 +18,11 @@
    locked), then a dead one in another lane, while a purge with zero retention runs. A
    first version of (1) made the purge lock the dead delivery and then wait for the first
    lane: the second cancel deadlocked. Now the purge passes over the lane in use.
+4. two lanes: completed deliveries' ids left in two lanes, a transaction that cancels in
+   the higher lane and then in the lower one, and a purge of the events between its two
+   cancels. A prune that updated every listing lane in scan order locked the lower lane
+   and waited for the higher one: a deadlock. Now the purge locks the listing lanes SKIP
+   LOCKED and keeps the event of a lane it could not lock for a later call.
 
 Usage: purge_races.py CONNINFO (a database with the extension and nothing else in it).
 Prints TAP lines; exits 1 on the first broken rule.
@@ -180,10 +185,53 @@ def cancel_beside(adm):
     print("ok - cancels in two lanes and a purge beside them do not deadlock")
 
 
+def two_lanes(adm):
+    adm.execute("SELECT relaybus.subscribe('r2', ARRAY['r2.t'])")
+    by_lane = {}
+    for i in range(2000):
+        eid = f"R2-{i}"
+        by_lane.setdefault(rows(adm, "SELECT relaybus.lane_of(%s)", eid)[0][0], []).append(eid)
+    low, high = sorted(lane for lane, ids in by_lane.items() if len(ids) >= 2)[:1] + \
+        sorted(lane for lane, ids in by_lane.items() if len(ids) >= 2)[-1:]
+    done_low, cancel_low = by_lane[low][:2]
+    done_high, cancel_high = by_lane[high][:2]
+    for eid in (done_low, done_high):
+        adm.execute("SELECT relaybus.publish('r2.t', '{}', event_id => %s)", (eid,))
+    with connect() as w:  # completed: their ids stay in the lanes' lists
+        tokens = [r[0] for r in rows(w, "SELECT lease_token FROM relaybus.claim('r2-w', 10, '5 minutes', ARRAY['r2'])")]
+        if rows(w, "SELECT relaybus.complete_many(%s)", tokens)[0][0] != 2:
+            fail("setup: the two deliveries did not complete")
+        for eid in (cancel_low, cancel_high):
+            adm.execute("SELECT relaybus.publish('r2.t', '{}', event_id => %s)", (eid,))
+        with connect(autocommit=False) as t, connect() as p:
+            rows(t, "SELECT relaybus.cancel(%s, 'r2')", cancel_high)  # the higher lane, to commit
+            p.execute("SET relaybus.retention_completed = 0")
+            purge, purged = in_background(lambda: rows(p, "SELECT relaybus.purge_expired()"))
+            time.sleep(1.0)
+            try:
+                rows(t, "SELECT relaybus.cancel(%s, 'r2')", cancel_low)
+                t.commit()
+            except psycopg.errors.DeadlockDetected:
+                fail("a purge pruning two lanes deadlocked with a transaction cancelling in both")
+            purge.join(30)
+            if "error" in purged:
+                fail(f"the purge failed: {purged['error']}")
+            while rows(p, "SELECT relaybus.purge_expired()")[0][0] > 0:
+                pass
+        listed = rows(adm, "SELECT count(*) FROM relaybus.lanes WHERE handler = 'r2' AND in_flight && %s",
+                      [done_low, done_high])[0][0]
+        left = rows(adm, "SELECT count(*) FROM relaybus.events WHERE id = ANY (%s)", [done_low, done_high])[0][0]
+        if listed or left:
+            fail(f"after the purges, {left} of the two events are left and {listed} lanes still list them")
+    print("ok - a purge that prunes two lanes does not deadlock with a transaction in both; "
+          "both events go, their ids off the lanes")
+
+
 def main():
     with connect() as adm:
         unsubscribed(adm)
         cancel_beside(adm)
+        two_lanes(adm)
         events(adm)
     return 0
 
