@@ -83,9 +83,10 @@ Datum purge_expired_body(FunctionCallInfo) {
   // SKIP LOCKED, and an event listed by a lane that could not be locked (a claim is
   // rewriting it) waits for a later round: the purge never waits for a lane, so it never
   // holds some while waiting for others (an update of them all, in scan order, could
-  // deadlock with any transaction that locks two lanes) and never queues claims behind a
-  // long batch. No lane can come to list a locked id after this: no delivery of the event
-  // is left to claim, and none can be added while it is locked.
+  // deadlock with any transaction that locks two lanes). The lanes it locked stay locked
+  // to the end of the call, which a claim of their owner waits for (the rest of the call
+  // is bounded slices). No lane can come to list a locked id after this: no delivery of
+  // the event is left to claim, and none can be added while it is locked.
   static Statement lock_events(
       "SELECT x.id FROM relaybus.events x WHERE x.published_at < now() - $1"
       " AND NOT EXISTS (SELECT 1 FROM relaybus.deliveries d WHERE d.event_id = x.id)"
