@@ -40,6 +40,14 @@ INSERT INTO relaybus.deliveries (event_id, handler, lane, key, sequence)
 VALUES (%(id)s::text, %(handler)s::text, relaybus.lane_of(coalesce(%(key)s::text, %(id)s::text)),
         %(key)s::text, (SELECT last_sequence FROM bumped))"""
 
+# Not run by the harness: the single-publish experiments (bench/ab) weigh what publish's
+# contract adds to the floor's writes. IDEMPOTENT: a repeated id is absorbed (ON CONFLICT
+# on the event, as publish's insert is). CONTRACT: that, and the event id returned.
+_EVENT_END = "ARRAY[%(handler)s::text]))"
+assert PUBLISH_ONE.count(_EVENT_END) == 1
+PUBLISH_ONE_IDEMPOTENT = PUBLISH_ONE.replace(_EVENT_END, "ARRAY[%(handler)s::text]) ON CONFLICT (id) DO NOTHING)")
+PUBLISH_ONE_CONTRACT = PUBLISH_ONE_IDEMPOTENT + "\nRETURNING event_id"
+
 # Many events in one statement: each key's counter moves once by its number of events
 # (one upsert may not touch a row twice), and its events take the sequences up to the
 # new value in input order.
