@@ -4,10 +4,15 @@
 #include "subscription_changes.hpp"
 
 #include <cstdint>
+#include <cstring>
 
 extern "C" {
+#include "access/table.h"
 #include "catalog/namespace.h"
+#include "commands/trigger.h"
 #include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
 }
 
 namespace relaybus::pg::subscription_cache {
@@ -23,11 +28,57 @@ std::uint64_t loaded_stamp = 0;
 Oid table = InvalidOid;  // relaybus.subscriptions, looked up before each read
 std::vector<Subscription> cached;
 std::vector<Subscription> uncached;  // read for one call only
+bool warned_triggers = false;        // this backend said the triggers are off (once)
 
 // Called while PostgreSQL processes invalidations, possibly in the middle of a read below
 // (an invalidation then marks what is being read stale): must not fail.
 void on_relcache_invalidation(Datum, Oid relation) {
   if (relation == InvalidOid || relation == table) ++generation;
+}
+
+// Whether the two triggers that mark the copies stale (sql/parts/internal-0.2.0.sql) are on
+// `relation` and fire ALWAYS, calling relaybus_internal.subscriptions_changed. Without
+// them a kept copy misses changes: all of them while the triggers are disabled, and a
+// logical replication apply worker's while they fire only in origin mode, which is what
+// ENABLE TRIGGER ALL leaves (a data-only pg_restore with --disable-triggers runs it).
+// Read from the table's relcache entry, which ALTER TABLE ... TRIGGER invalidates, so a
+// change of their state reaches every backend as a change of the table would.
+bool triggers_fire_always(Oid relation) {
+  if (relation == InvalidOid) return false;  // the read that follows says what is wrong
+  bool row = false;
+  bool truncate = false;
+  pg_call([&] {
+    const Oid internal = get_namespace_oid("relaybus_internal", true);
+    Relation rel = table_open(relation, AccessShareLock);
+    const TriggerDesc* triggers = rel->trigdesc;
+    for (int i = 0; triggers != nullptr && i < triggers->numtriggers; ++i) {
+      const Trigger& t = triggers->triggers[i];
+      if (t.tgenabled != TRIGGER_FIRES_ALWAYS || get_func_namespace(t.tgfoid) != internal) continue;
+      char* function = get_func_name(t.tgfoid);
+      const bool marks = function != nullptr && strcmp(function, "subscriptions_changed") == 0;
+      if (marks && strcmp(t.tgname, "subscriptions_changed") == 0) row = true;
+      if (marks && strcmp(t.tgname, "subscriptions_truncated") == 0) truncate = true;
+    }
+    table_close(rel, NoLock);  // held to the end of the transaction, as the read holds it
+  });
+  return row && truncate;
+}
+
+// Once per backend until the triggers are back: why every publish now reads the table.
+void warn_triggers_off() {
+  if (warned_triggers) return;
+  warned_triggers = true;
+  pg_call([] {
+    ereport(WARNING,
+            (errmsg("relaybus: the triggers on relaybus.subscriptions do not fire always, so "
+                    "publish reads the table for every event"),
+             errdetail("publish keeps a copy of the subscriptions only while the triggers "
+                       "subscriptions_changed and subscriptions_truncated exist and are "
+                       "ENABLE ALWAYS. ENABLE TRIGGER ALL, which a data-only restore with "
+                       "--disable-triggers runs, leaves them ENABLE."),
+             errhint("ALTER TABLE relaybus.subscriptions ENABLE ALWAYS TRIGGER "
+                     "subscriptions_changed, ENABLE ALWAYS TRIGGER subscriptions_truncated;")));
+  });
 }
 
 std::vector<Subscription> read_subscriptions() {
@@ -72,6 +123,13 @@ const std::vector<Subscription>& subscriptions() {
       [&] { found = get_relname_relid("subscriptions", get_namespace_oid("relaybus", false)); });
   table = found;
   const std::uint64_t reading_at = generation;
+  if (!triggers_fire_always(found)) {
+    warn_triggers_off();
+    loaded_at = 0;
+    uncached = read_subscriptions();
+    return uncached;
+  }
+  warned_triggers = false;
   std::vector<Subscription> fresh = read_subscriptions();
   cached = std::move(fresh);
   loaded_at = reading_at;

@@ -259,5 +259,47 @@ if PHASE == "preloaded":
     wait_for(adm, "SELECT NOT active FROM pg_replication_slots WHERE slot_name = 'rb_copy'", 20)
     adm.execute("SELECT pg_drop_replication_slot('rb_copy')")
 
+if PHASE == "preloaded":
+    # The copies rely on the two triggers firing ALWAYS. While they do not, a session that
+    # published before must still route by the table: changes made with them disabled, and
+    # a replica-mode writer's after ENABLE TRIGGER ALL (which a data-only restore with
+    # --disable-triggers runs) left them firing in origin mode only. Before, both kept the
+    # old copy: the event went to a deleted handler, or missed the new one.
+    def routed(event_id):
+        return [r[0] for r in adm.execute("SELECT handler FROM relaybus.deliveries WHERE event_id = %s "
+                                          "ORDER BY handler", (event_id,)).fetchall()]
+
+    warnings = []
+    app = connect()
+    app.add_notice_handler(lambda d: warnings.append(d.message_primary) if d.severity_nonlocalized == "WARNING"
+                           else None)
+    adm.execute("SELECT relaybus.subscribe('trg_a', ARRAY['trg.t'])")
+    adm.execute("ALTER TABLE relaybus.subscriptions DISABLE TRIGGER ALL")  # as a restore does, committed
+    app.execute("SELECT relaybus.publish('trg.warm', '{}')")  # reads the subscriptions now
+    adm.execute("DELETE FROM relaybus.subscriptions WHERE handler = 'trg_a'")
+    adm.execute("INSERT INTO relaybus.subscriptions (handler, event_types) VALUES ('trg_b', ARRAY['trg.t'])")
+    app.execute("SELECT relaybus.publish('trg.t', '{}', event_id => 'trg-1')")
+    check("with the triggers disabled, a session that published before routes by the table (trg-1)",
+          routed("trg-1") == ["trg_b"], f"routed to {routed('trg-1')}")
+    check("it warns once that publish reads the table, with the fix in the hint",
+          len([w for w in warnings if "do not fire always" in w]) == 1, f"warnings: {warnings}")
+    adm.execute("ALTER TABLE relaybus.subscriptions ENABLE TRIGGER ALL")  # origin mode only
+    app.execute("SELECT relaybus.publish('trg.warm', '{}')")
+    adm.execute("SET session_replication_role = replica")  # as an apply worker writes
+    adm.execute("INSERT INTO relaybus.subscriptions (handler, event_types) VALUES ('trg_c', ARRAY['trg.t'])")
+    adm.execute("RESET session_replication_role")
+    app.execute("SELECT relaybus.publish('trg.t', '{}', event_id => 'trg-2')")
+    check("with the triggers enabled in origin mode only, a replica-mode insert is routed to (trg-2)",
+          routed("trg-2") == ["trg_b", "trg_c"], f"routed to {routed('trg-2')}")
+    adm.execute("ALTER TABLE relaybus.subscriptions ENABLE ALWAYS TRIGGER subscriptions_changed, "
+                "ENABLE ALWAYS TRIGGER subscriptions_truncated")
+    app.execute("SELECT relaybus.publish('trg.warm', '{}')")  # a copy is kept again
+    adm.execute("SELECT relaybus.unsubscribe('trg_b')")
+    app.execute("SELECT relaybus.publish('trg.t', '{}', event_id => 'trg-3')")
+    check("with the triggers firing always again, the copy follows changes (trg-3)",
+          routed("trg-3") == ["trg_c"], f"routed to {routed('trg-3')}")
+    check("no more warnings once they fire always",
+          len([w for w in warnings if "do not fire always" in w]) == 1, f"warnings: {warnings}")
+
 print(f"# subscription_commit {PHASE}: {passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

@@ -4,7 +4,9 @@
 # relaybus preloaded (an in-database handler woken at commit, an external worker, and one
 # whose copy was read while the commit was announced but not yet visible) and without the
 # preload (an external worker); and a logical replication apply worker's changes, and a
-# new subscription's initial copy, reach the copies. The window is held open by a test
+# new subscription's initial copy, reach the copies; while the copies' triggers do not fire
+# always (disabled, or left ENABLE by a restore), publish routes by the table and warns
+# once. The window is held open by a test
 # fixture, test/integration/lib/commit_stall.c, built here. Needs /usr/bin/python3 with
 # python3-psycopg and the PostgreSQL server headers.
 set -euo pipefail
