@@ -2,6 +2,7 @@
 #include "background.hpp"
 #include "counters.hpp"
 #include "drop_warning.hpp"
+#include "handler_turns.hpp"
 #include "postgres.hpp"
 #include "settings.hpp"
 #include "subscription_cache.hpp"
@@ -18,6 +19,7 @@ void _PG_init(void) {
   relaybus::pg::wakeup::install(preloading);
   relaybus::pg::drop_warning::install();
   relaybus::pg::counters::install(preloading);
+  relaybus::pg::handler_turns::install(preloading);
   relaybus::pg::subscription_cache::install();
   relaybus::pg::subscription_changes::install(preloading);
   if (preloading) relaybus::pg::background::register_workers();

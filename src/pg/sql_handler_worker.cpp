@@ -17,6 +17,7 @@
 // so nothing waits for the lease to expire and no bystander of the batch pays an attempt.
 #include "counters.hpp"
 #include "handler_call.hpp"
+#include "handler_turns.hpp"
 #include "settings.hpp"
 #include "spi.hpp"
 #include "subtransaction.hpp"
@@ -73,8 +74,9 @@ BatchInProgress in_progress;
 class SqlHandlerWorker {
  public:
   explicit SqlHandlerWorker(int slot)
-      : name_(std::string(core::kSqlHandlerWorkerPrefix) + std::to_string(slot)),
-        turn_(static_cast<std::size_t>(slot) + static_cast<std::size_t>(MyProcPid)) {}
+      : slot_(slot),
+        name_(std::string(core::kSqlHandlerWorkerPrefix) + std::to_string(slot)),
+        turn_(handler_turns::load(slot).value_or(static_cast<std::uint64_t>(slot))) {}
 
   // Claims and handles one batch; returns how many deliveries it handled.
   std::size_t round();
@@ -82,17 +84,22 @@ class SqlHandlerWorker {
  private:
   std::vector<Job> claim();
   void handle(const Job& job);
-  void lock_lanes();
+  void lock_lanes(const std::string& handler);
   void hand_back(const std::vector<Job>& jobs, std::size_t from);
   std::size_t run_batch(const std::vector<Job>& jobs);
   void run_one_by_one(const std::vector<Job>& jobs);
 
+  int slot_;
   // A stable name per slot: a restarted worker reuses it, and the claim takes over the
   // lanes its dead predecessor held at once (their holder backend is gone).
   std::string name_;
-  // Which handler to try first. Workers start at different ones, and a restarted worker
-  // somewhere else than where its predecessor ended.
-  std::size_t turn_;
+  // Which handler to try first: workers start at different ones, and a restarted worker
+  // after the one its predecessor was running (handler_turns.hpp).
+  std::uint64_t turn_;
+  // The handler whose lanes this worker may still hold from a batch that ended (kept for the
+  // next batch of the same handler): "*" at start, when a predecessor of the same name may
+  // have left any; "" once a cut-short batch handed them all back.
+  std::string kept_for_ = "*";
 };
 
 // The statement timeout of a handler's calls, from its stored sql_timeout (column c of row
@@ -154,6 +161,7 @@ std::vector<Job> SqlHandlerWorker::claim() {
     std::uint64_t n = 0;
     for (std::size_t tried = 0; tried < in_database.size() && n == 0; ++tried) {
       const auto& [handler, timeout_ms] = in_database[turn_++ % in_database.size()];
+      handler_turns::store(slot_, turn_);  // before the call that might end this worker
       const std::int64_t lease_ms = timeout_ms + kLeaseMarginMs;
       Params params;
       params.text(name_);
@@ -179,22 +187,36 @@ std::vector<Job> SqlHandlerWorker::claim() {
       job.event = row::text(r, 5);
       jobs.push_back(std::move(job));
     }
+    // The lanes kept after another handler's last batch run nothing now (that batch
+    // committed): back they go with this claim's commit, so that other workers can run that
+    // handler's work while this batch runs, however long it takes. The lanes just claimed
+    // run something and stay. After the jobs are read: a statement replaces the result.
+    if (!jobs.empty() && !kept_for_.empty() && kept_for_ != jobs.front().handler) {
+      static Statement relinquish("SELECT relaybus.relinquish($1)", {TEXTOID});
+      Params name;
+      name.text(name_);
+      relinquish.run(name);
+    }
   });
+  if (!jobs.empty()) kept_for_ = jobs.front().handler;
   return jobs;
 }
 
-// First statement of a batch: lock this worker's lanes until the batch commits. A takeover
-// skips locked lanes (FOR UPDATE SKIP LOCKED), so no lease can be lost under a running
-// handler however long the batch takes; a lock, unlike a renewal, writes no new row version.
-// If the lease has run out by the commit, the next takeover finds only completed
-// deliveries in the lanes and charges nothing.
-void SqlHandlerWorker::lock_lanes() {
+// First statement of a batch: lock the batch handler's lanes of this worker until the batch
+// commits. A takeover skips locked lanes (FOR UPDATE SKIP LOCKED), so no lease can be lost
+// under a running handler however long the batch takes; a lock, unlike a renewal, writes no
+// new row version. If the lease has run out by the commit, the next takeover finds only
+// completed deliveries in the lanes and charges nothing. Only that handler's: locking every
+// lane of the worker's name kept another handler's lanes from a takeover for as long as a
+// slow handler ran (the claim hands those back first, see claim()).
+void SqlHandlerWorker::lock_lanes(const std::string& handler) {
   static Statement lock(
       "SELECT count(*) FROM (SELECT 1 FROM relaybus.lanes l WHERE l.lease_owner = $1"
-      " FOR NO KEY UPDATE) locked",
-      {TEXTOID});
+      " AND l.handler = $2 FOR NO KEY UPDATE) locked",
+      {TEXTOID, TEXTOID});
   Params params;
   params.text(name_);
+  params.text(handler);
   lock.run(params);
 }
 
@@ -260,7 +282,7 @@ std::size_t SqlHandlerWorker::run_batch(const std::vector<Job>& jobs) {
   std::size_t done = 0;
   worker::begin_transaction("relaybus: running in-database handlers");
   in_progress = {&jobs, 0, 0, false, &name_};
-  lock_lanes();
+  lock_lanes(jobs.front().handler);
   while (done < jobs.size() && !worker::shutdown_requested()) {
     worker::check_signals();
     const auto started = std::chrono::steady_clock::now();
@@ -271,6 +293,7 @@ std::size_t SqlHandlerWorker::run_batch(const std::vector<Job>& jobs) {
   }
   if (done < jobs.size()) hand_back(jobs, done);
   worker::commit_transaction();
+  if (done < jobs.size()) kept_for_.clear();  // all handed back
   in_progress.jobs = nullptr;
   return done;
 }
@@ -284,7 +307,7 @@ void SqlHandlerWorker::run_one_by_one(const std::vector<Job>& jobs) {
     try {
       worker::begin_transaction("relaybus: running an in-database handler alone");
       in_progress = {&jobs, i, i, false, &name_};
-      lock_lanes();
+      lock_lanes(job.handler);
       handle(job);
       worker::commit_transaction();
       in_progress.jobs = nullptr;
