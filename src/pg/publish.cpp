@@ -40,6 +40,8 @@ std::optional<std::int64_t> next_sequence(const std::optional<std::string>& key)
   return row::int8(0, 1);
 }
 
+}  // namespace
+
 void insert_deliveries(const std::string& event_id, const std::optional<std::string>& key,
                        const std::vector<std::string>& handlers,
                        const std::optional<TimestampTz>& available_at) {
@@ -70,8 +72,6 @@ void insert_deliveries(const std::string& event_id, const std::optional<std::str
   params.text_array(handlers);
   counters::add(counters::kDeliveriesPublished, insert.run(params));
 }
-
-}  // namespace
 
 [[noreturn]] void invalid(const std::string& message) {
   throw core::Error(core::ErrorCode::kInvalidParameter, message);

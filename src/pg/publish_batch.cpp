@@ -106,6 +106,23 @@ bool publish_new_events(std::vector<PublishInput>& inputs, std::vector<std::stri
   std::set<std::string> inserted;
   for (std::uint64_t r = 0; r < inserted_count; ++r) inserted.insert(row::text(r, 1));
 
+  // An id stored by a concurrent transaction between the check and the insert (the insert
+  // waited for it to commit, then skipped it): that element is a republication, and the
+  // elements after it must still take their keys' sequences after it. So the deliveries
+  // then go element by element, in input order, as publish_one would write them. Taking
+  // the raced ones last gave a later event of the same key the lower sequence.
+  if (inserted.size() != n) {
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!inserted.count(ids[i])) {
+        publish_repeat(ids[i], inputs[i]);
+        continue;
+      }
+      insert_deliveries(ids[i], inputs[i].key, targets[i].handlers, inputs[i].available_at);
+      wake(targets[i].handlers, targets[i]);
+    }
+    return true;
+  }
+
   // Each key's counter moves once, by its number of new events with handlers, in the order
   // the keys first appear in the batch: the order publish_one would lock them in (the row
   // locks are held until commit), so publishers that lock keys in the same order still
@@ -114,7 +131,7 @@ bool publish_new_events(std::vector<PublishInput>& inputs, std::vector<std::stri
   std::vector<std::int64_t> bump_counts;
   std::map<std::string, std::size_t> key_index;
   for (std::size_t i = 0; i < n; ++i) {
-    if (!inputs[i].key || targets[i].handlers.empty() || !inserted.count(ids[i])) continue;
+    if (!inputs[i].key || targets[i].handlers.empty()) continue;
     const auto [at, added] = key_index.emplace(*inputs[i].key, bump_keys.size());
     if (added) {
       bump_keys.push_back(*inputs[i].key);
@@ -154,12 +171,7 @@ bool publish_new_events(std::vector<PublishInput>& inputs, std::vector<std::stri
   std::vector<bool> d_sequence_nulls, d_available_nulls;
   std::set<std::string> external;
   bool in_database = false;
-  std::vector<std::size_t> raced;  // stored meanwhile by a concurrent publisher
   for (std::size_t i = 0; i < n; ++i) {
-    if (!inserted.count(ids[i])) {
-      raced.push_back(i);
-      continue;
-    }
     const PublishInput& in = inputs[i];
     std::optional<std::int64_t> sequence;
     if (in.key && !targets[i].handlers.empty()) sequence = next[*in.key]++;
@@ -197,9 +209,6 @@ bool publish_new_events(std::vector<PublishInput>& inputs, std::vector<std::stri
     counters::add(counters::kDeliveriesPublished, insert_deliveries_all.run(params));
   }
   wakeup::published(std::vector<std::string>(external.begin(), external.end()), in_database);
-  // An id stored by a concurrent transaction between the check and the insert (which
-  // waited for it to commit): republished, as publish_one would have.
-  for (std::size_t i : raced) publish_repeat(ids[i], inputs[i]);
   return true;
 }
 

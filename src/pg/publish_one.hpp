@@ -43,6 +43,12 @@ Targets target_handlers(const std::string& type,
 // Wakes, at commit, the workers of these handlers (of `targets`).
 void wake(const std::vector<std::string>& handlers, const Targets& targets);
 
+// The deliveries of a stored event to these handlers, in its key's lane, each with the
+// key's next sequence (the key counter's row lock is held to commit). No wake-up.
+void insert_deliveries(const std::string& event_id, const std::optional<std::string>& key,
+                       const std::vector<std::string>& handlers,
+                       const std::optional<TimestampTz>& available_at);
+
 // A repeated event id: deliveries for the handlers it does not have yet.
 void publish_repeat(const std::string& event_id, const PublishInput& in);
 
