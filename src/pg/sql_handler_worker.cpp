@@ -54,10 +54,17 @@ struct Job {
   std::string handler;
   Oid function = InvalidOid;  // its owner is read just before the call
   int timeout_ms = 0;
-  // The event as JSON text (claims and handling are separate transactions), made into a
-  // jsonb value inside the call's subtransaction: one too large to be a jsonb (its payload
-  // and headers each fit, together they do not) fails its own delivery, not the claim.
-  std::string event;
+  // The event's columns, made one jsonb value inside the call's subtransaction
+  // (handler_event.hpp). The payload and headers are copies in the worker's batch memory:
+  // claims and handling are separate transactions.
+  std::string event_id;
+  std::string type;
+  std::optional<std::string> key;
+  Datum payload = 0;
+  Datum headers = 0;
+  bool headers_null = true;
+  int attempts = 0;
+  TimestampTz published_at = 0;
 };
 
 // The batch whose transaction is open, for the exit callback: jobs[first..] are what an
@@ -83,6 +90,7 @@ class SqlHandlerWorker {
 
  private:
   std::vector<Job> claim();
+  Datum batch_copy(Datum jsonb);
   void handle(const Job& job);
   void lock_lanes(const std::string& handler);
   void hand_back(const std::vector<Job>& jobs, std::size_t from);
@@ -100,7 +108,21 @@ class SqlHandlerWorker {
   // next batch of the same handler): "*" at start, when a predecessor of the same name may
   // have left any; "" once a cut-short batch handed them all back.
   std::string kept_for_ = "*";
+  // What the jobs of the batch in hand point to (their payloads and headers): reset by the
+  // next claim.
+  MemoryContext batch_memory_ = nullptr;
 };
+
+// A claimed jsonb column, whole (not toasted) in the batch memory.
+Datum SqlHandlerWorker::batch_copy(Datum jsonb) {
+  Datum copy = 0;
+  pg_call([&] {
+    const MemoryContext previous = MemoryContextSwitchTo(batch_memory_);
+    copy = PointerGetDatum(PG_DETOAST_DATUM_COPY(jsonb));
+    MemoryContextSwitchTo(previous);
+  });
+  return copy;
+}
 
 // The statement timeout of a handler's calls, from its stored sql_timeout (column c of row
 // r) converted as every interval is (30-day months) and clamped to 1 ms .. 1 hour: a row
@@ -133,17 +155,11 @@ std::vector<Job> SqlHandlerWorker::claim() {
       {});
   // The handler list is re-read inside the claim statement: one that was unsubscribed or
   // turned into an external handler meanwhile is simply not claimed (an empty list claims
-  // nothing). The function may still vanish before the call: see handle().
-  // The event is put together as text, not as a jsonb value: see Job::event.
+  // nothing). The function may still vanish before the call: see handle(). The event's
+  // columns come as they are; nothing is made of them here (see handler_event.hpp).
   static Statement claim(
       "SELECT c.lease_token, c.handler, s.sql_function::oid, s.sql_timeout,"
-      " '{\"id\":' || to_jsonb(c.event_id)::text || ',\"handler\":' || to_jsonb(c.handler)::text"
-      " || ',\"type\":' || to_jsonb(c.type)::text"
-      " || ',\"key\":' || coalesce(to_jsonb(c.key)::text, 'null')"
-      " || ',\"payload\":' || c.payload::text"
-      " || ',\"headers\":' || coalesce(c.headers::text, 'null')"
-      " || ',\"attempts\":' || c.attempts::text"
-      " || ',\"published_at\":' || to_jsonb(c.published_at)::text || '}'"
+      " c.event_id, c.type, c.key, c.payload, c.headers, c.attempts, c.published_at"
       " FROM relaybus.claim($1, $2, $3, ARRAY(SELECT x.handler FROM relaybus.subscriptions x"
       "  WHERE x.handler = $4 AND x.sql_function IS NOT NULL))"
       " WITH ORDINALITY AS c(lease_token, event_id, handler, type, key, payload, headers,"
@@ -152,6 +168,14 @@ std::vector<Job> SqlHandlerWorker::claim() {
       " ORDER BY c.n",
       {TEXTOID, INT4OID, INTERVALOID, TEXTOID});
   std::vector<Job> jobs;
+  pg_call([&] {
+    if (batch_memory_ == nullptr) {
+      batch_memory_ =
+          AllocSetContextCreate(TopMemoryContext, "relaybus handler batch", ALLOCSET_DEFAULT_SIZES);
+    } else {
+      MemoryContextReset(batch_memory_);  // the last batch's jobs are gone
+    }
+  });
   worker::in_transaction("relaybus: claim for in-database handlers", [&] {
     if (!worker::extension_installed()) return;
     const std::uint64_t count = handlers.run();
@@ -184,7 +208,14 @@ std::vector<Job> SqlHandlerWorker::claim() {
       const Datum function = row::datum(r, 3, &null);
       job.function = null ? InvalidOid : DatumGetObjectId(function);
       job.timeout_ms = sql_timeout_ms(r, 4);
-      job.event = row::text(r, 5);
+      job.event_id = row::text(r, 5);
+      job.type = row::text(r, 6);
+      job.key = row::text_or_null(r, 7);
+      job.payload = batch_copy(row::datum(r, 8, &null));
+      const Datum headers = row::datum(r, 9, &job.headers_null);
+      if (!job.headers_null) job.headers = batch_copy(headers);
+      job.attempts = row::int4(r, 10);
+      job.published_at = DatumGetTimestampTz(row::datum(r, 11, &null));
       jobs.push_back(std::move(job));
     }
     // The lanes kept after another handler's last batch run nothing now (that batch
@@ -235,11 +266,20 @@ void SqlHandlerWorker::handle(const Job& job) {
   Params token;
   token.text(job.token);
   const SPIPlanPtr complete_plan = complete.plan();
-  const char* event_text = job.event.c_str();
+  handler_event::Fields event;
+  event.id = job.event_id.c_str();
+  event.handler = job.handler.c_str();
+  event.type = job.type.c_str();
+  event.key = job.key ? job.key->c_str() : nullptr;
+  event.payload = job.payload;
+  event.headers = job.headers;
+  event.headers_null = job.headers_null;
+  event.attempts = job.attempts;
+  event.published_at = job.published_at;
   handler_call::CallOutcome call;
   in_progress.calling = true;
   pg_call([&] {
-    handler_call::run(job.function, job.timeout_ms, event_text, complete_plan, token.values()[0],
+    handler_call::run(job.function, job.timeout_ms, &event, complete_plan, token.values()[0],
                       &call);
   });
   in_progress.calling = false;

@@ -10,6 +10,8 @@
 #    picked by its PID, so that handler could get the next turn again and again while the
 #    others waited. Now the turn is kept in shared memory and the restarted worker goes on
 #    after that handler. (Its check can pass by luck on the old code, about once in eight.)
+# 3. poison: one event whose JSON text is over 1 GB failed every claim of its handler for
+#    good; now the event is built as a jsonb value, inside its own call.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -77,6 +79,18 @@ if [ "$slowest" -lt 4500 ]; then ok "turns: each victim event ran within 4.5 s b
 else not_ok "turns: each victim event ran within 4.5 s beside a handler that gets its worker ended (slowest $slowest ms)"; fi
 check "turns: the spinner did end its worker (its deliveries were charged)" \
   "SELECT EXISTS (SELECT 1 FROM relaybus.deliveries WHERE handler = 'spinner' AND attempts > 0)"
+
+# 3. poison: an event whose payload's JSON text is over 1 GB (180 MB of control characters,
+# each written \u0001) beside an ordinary one of the same handler. The worker's claim made
+# the text of its whole batch, so it failed for good (54000) and neither ran. The spinner
+# is gone first, so that the victim's turns come quickly.
+q "SELECT relaybus.unsubscribe('spinner')" >/dev/null
+q "SELECT relaybus.publish('victim.t', jsonb_build_object('a', repeat(chr(1), 180000000)), 'poison', 'p1');
+   SELECT relaybus.publish('victim.t', '{}', 'other', 'p2')" >/dev/null
+wait_for "poison: an event whose JSON text is over 1 GB runs, and so does the one beside it" \
+  "SELECT ($(handled p1)) AND ($(handled p2))" 60
+check "poison: ... both complete" \
+  "SELECT NOT EXISTS (SELECT 1 FROM relaybus.deliveries WHERE event_id IN ('p1', 'p2'))"
 
 echo "handler turns: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
