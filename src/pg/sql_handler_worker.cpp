@@ -105,9 +105,10 @@ class SqlHandlerWorker {
   // after the one its predecessor was running (handler_turns.hpp).
   std::uint64_t turn_;
   // The handler whose lanes this worker may still hold from a batch that ended (kept for the
-  // next batch of the same handler): "*" at start, when a predecessor of the same name may
-  // have left any; "" once a cut-short batch handed them all back.
-  std::string kept_for_ = "*";
+  // next batch of the same handler), "" once a cut-short batch handed them all back.
+  // kept_unknown_ at start: a predecessor of the same name may have left any.
+  std::string kept_for_;
+  bool kept_unknown_ = true;
   // What the jobs of the batch in hand point to (their payloads and headers): reset by the
   // next claim.
   MemoryContext batch_memory_ = nullptr;
@@ -222,14 +223,18 @@ std::vector<Job> SqlHandlerWorker::claim() {
     // committed): back they go with this claim's commit, so that other workers can run that
     // handler's work while this batch runs, however long it takes. The lanes just claimed
     // run something and stay. After the jobs are read: a statement replaces the result.
-    if (!jobs.empty() && !kept_for_.empty() && kept_for_ != jobs.front().handler) {
+    if (!jobs.empty() &&
+        (kept_unknown_ || (!kept_for_.empty() && kept_for_ != jobs.front().handler))) {
       static Statement relinquish("SELECT relaybus.relinquish($1)", {TEXTOID});
       Params name;
       name.text(name_);
       relinquish.run(name);
     }
   });
-  if (!jobs.empty()) kept_for_ = jobs.front().handler;
+  if (!jobs.empty()) {
+    kept_for_ = jobs.front().handler;
+    kept_unknown_ = false;
+  }
   return jobs;
 }
 
@@ -277,12 +282,26 @@ void SqlHandlerWorker::handle(const Job& job) {
   event.attempts = job.attempts;
   event.published_at = job.published_at;
   handler_call::CallOutcome call;
+  // The call's own memory (the event built for it, what the call leaves in the caller's
+  // context), freed after it: kept to the batch's commit, it added one copy of every
+  // payload of the batch.
+  MemoryContext call_memory = nullptr;
+  MemoryContext previous = nullptr;
+  pg_call([&] {
+    call_memory = AllocSetContextCreate(CurrentMemoryContext, "relaybus handler call",
+                                        ALLOCSET_DEFAULT_SIZES);
+    previous = MemoryContextSwitchTo(call_memory);
+  });
   in_progress.calling = true;
   pg_call([&] {
     handler_call::run(job.function, job.timeout_ms, &event, complete_plan, token.values()[0],
                       &call);
   });
   in_progress.calling = false;
+  pg_call([&] {
+    MemoryContextSwitchTo(previous);
+    MemoryContextDelete(call_memory);
+  });
   if (call.outcome == handler_call::Outcome::kFailed) {
     counters::add(counters::kHandlerWorkerErrors);
     Params params;
@@ -369,6 +388,11 @@ void SqlHandlerWorker::run_one_by_one(const std::vector<Job>& jobs) {
 std::size_t SqlHandlerWorker::round() {
   const std::vector<Job> jobs = claim();
   if (jobs.empty()) return 0;
+  // However the round ends, the exit callback must not see its jobs once they are gone
+  // (an exception other than PgError leaves run_batch without clearing them).
+  struct Forget {
+    ~Forget() { in_progress.jobs = nullptr; }
+  } forget;
   try {
     return run_batch(jobs);
   } catch (const PgError& e) {

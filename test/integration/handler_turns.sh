@@ -9,7 +9,8 @@
 # 2. turns: a worker ended by a handler that ignores its cancellation restarted at a handler
 #    picked by its PID, so that handler could get the next turn again and again while the
 #    others waited. Now the turn is kept in shared memory and the restarted worker goes on
-#    after that handler. (Its check can pass by luck on the old code, about once in eight.)
+#    after that handler. (On the old code one event of four waited past the bound in each of
+#    two runs; the check now looks at eight.)
 # 3. poison: one event whose JSON text is over 1 GB failed every claim of its handler for
 #    good; now the event is built as a jsonb value, inside its own call.
 set -euo pipefail
@@ -67,7 +68,7 @@ q "SELECT relaybus.subscribe('spinner', ARRAY['spin.t'], max_attempts => 1000, b
      backoff_max => '0', sql_function => 'public.spin(jsonb)', sql_timeout => '300 ms');
    SELECT count(relaybus.publish('spin.t', '{}', 'k' || g)) FROM generate_series(1, 100) g" >/dev/null
 slowest=0
-for i in 1 2 3 4; do
+for i in 1 2 3 4 5 6 7 8; do
   q "SELECT relaybus.publish('victim.t', '{}', event_id => 't$i')" >/dev/null
   start=$(date +%s%N)
   while [ "$(q "$(handled "t$i")")" != t ] && [ $(( $(date +%s%N) - start )) -lt 20000000000 ]; do sleep 0.05; done

@@ -291,9 +291,27 @@ if PHASE == "preloaded":
     app.execute("SELECT relaybus.publish('trg.t', '{}', event_id => 'trg-2')")
     check("with the triggers enabled in origin mode only, a replica-mode insert is routed to (trg-2)",
           routed("trg-2") == ["trg_b", "trg_c"], f"routed to {routed('trg-2')}")
+    # How often the app's publishes read the table: pg_stat_statements counts relaybus's
+    # own statement (tracked as a nested one).
+    adm.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+    app.execute("SET pg_stat_statements.track = 'all'")
+
+    def table_reads():
+        return one(adm, "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE query LIKE "
+                        "'SELECT s.handler, s.event_types, s.sql_function IS NOT NULL FROM relaybus.subscriptions%%'")
+
+    before = table_reads()
+    for _ in range(3):
+        app.execute("SELECT relaybus.publish('trg.warm', '{}')")
+    check("while they do not fire always, every publish reads the table",
+          table_reads() - before == 3, f"{table_reads() - before} reads for 3 publishes")
     adm.execute("ALTER TABLE relaybus.subscriptions ENABLE ALWAYS TRIGGER subscriptions_changed, "
                 "ENABLE ALWAYS TRIGGER subscriptions_truncated")
-    app.execute("SELECT relaybus.publish('trg.warm', '{}')")  # a copy is kept again
+    before = table_reads()
+    for _ in range(3):
+        app.execute("SELECT relaybus.publish('trg.warm', '{}')")
+    check("once they fire always again, a copy is kept (one read for three publishes)",
+          table_reads() - before == 1, f"{table_reads() - before} reads for 3 publishes")
     adm.execute("SELECT relaybus.unsubscribe('trg_b')")
     app.execute("SELECT relaybus.publish('trg.t', '{}', event_id => 'trg-3')")
     check("with the triggers firing always again, the copy follows changes (trg-3)",
