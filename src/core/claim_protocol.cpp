@@ -184,33 +184,62 @@ class Claim {
   }
 
   // Offers the due deliveries of these lanes to the planner, in due order.
+  //
+  // A store returns at most the batch's remaining places, and a lane's room, of each lane's
+  // first due deliveries; the planner may refuse some of them (a requeued head whose key
+  // has a later delivery in flight). Those took places in the store's answer that other due
+  // work could have had, so while the batch has room and a round was refused anything, the
+  // lanes are asked again with the refused ones left out. Each round asks for twice as many
+  // as the last, so a long run of refused heads costs a few rounds, not one per head; a
+  // round without a refusal, the usual case, is the last. (The rounds are bounded too, by
+  // the limit's growth: a store that returned an excluded row could not loop forever.)
   void offer_candidates(const std::vector<std::size_t>& indexes) {
-    if (indexes.empty() || planner_.full()) return;
-    std::vector<CandidateLane> asked;
-    for (std::size_t i : indexes) {
-      CandidateLane c;
-      c.lane = &lanes_[i].lane;
-      c.excluded = lanes_[i].lane.in_flight;
-      c.excluded.insert(c.excluded.end(), lanes_[i].to_charge.begin(), lanes_[i].to_charge.end());
-      c.excluded.insert(c.excluded.end(), lanes_[i].picks.begin(), lanes_[i].picks.end());
-      c.room = lane_room(lanes_[i].lane.in_flight.size() + lanes_[i].picks.size());
-      asked.push_back(std::move(c));
+    constexpr int kMaxRounds = 24;
+    std::vector<std::vector<std::string>> refused(indexes.size());
+    int limit = planner_.remaining();
+    for (int round = 0; round < kMaxRounds && !indexes.empty() && !planner_.full(); ++round) {
+      std::vector<CandidateLane> asked;
+      for (std::size_t n = 0; n < indexes.size(); ++n) {
+        const LaneInClaim& lane = lanes_[indexes[n]];
+        CandidateLane c;
+        c.lane = &lane.lane;
+        c.excluded = lane.lane.in_flight;
+        c.excluded.insert(c.excluded.end(), lane.to_charge.begin(), lane.to_charge.end());
+        c.excluded.insert(c.excluded.end(), lane.picks.begin(), lane.picks.end());
+        c.excluded.insert(c.excluded.end(), refused[n].begin(), refused[n].end());
+        c.room = lane_room(lane.lane.in_flight.size() + lane.picks.size());
+        asked.push_back(std::move(c));
+      }
+      bool any_refused = false;
+      for (auto& row : store_.candidates(asked, limit)) {
+        if (planner_.full()) break;
+        if (row.lane_index >= indexes.size())
+          throw Error(ErrorCode::kInternal, "relaybus: a candidate of a lane not asked for");
+        const std::size_t index = indexes[row.lane_index];
+        LaneInClaim& lane = lanes_[index];
+        Candidate candidate;
+        candidate.handler = &lane.lane.handler;
+        candidate.key = &row.key;
+        candidate.has_pending_predecessor = row.has_pending_predecessor;
+        candidate.lane_in_flight = lane.lane.in_flight.size() + lane.picks.size();
+        if (!planner_.offer(candidate)) {
+          refused[row.lane_index].push_back(std::move(row.event_id));
+          any_refused = true;
+          continue;
+        }
+        lane.picks.push_back(row.event_id);
+        picks_.push_back({index, std::move(row)});
+      }
+      if (!any_refused) return;
+      limit = next_candidate_limit(limit, planner_.remaining());
     }
-    for (auto& row : store_.candidates(asked, planner_.remaining())) {
-      if (planner_.full()) break;
-      if (row.lane_index >= indexes.size())
-        throw Error(ErrorCode::kInternal, "relaybus: a candidate of a lane not asked for");
-      const std::size_t index = indexes[row.lane_index];
-      LaneInClaim& lane = lanes_[index];
-      Candidate candidate;
-      candidate.handler = &lane.lane.handler;
-      candidate.key = &row.key;
-      candidate.has_pending_predecessor = row.has_pending_predecessor;
-      candidate.lane_in_flight = lane.lane.in_flight.size() + lane.picks.size();
-      if (!planner_.offer(candidate)) continue;
-      lane.picks.push_back(row.event_id);
-      picks_.push_back({index, std::move(row)});
-    }
+  }
+
+  // The limit of the next round of offer_candidates: twice the last, at least the places
+  // left, and bounded so that it stays an int.
+  static int next_candidate_limit(int last, int remaining) {
+    constexpr int kMaxLimit = 1 << 20;
+    return std::max(remaining, last > kMaxLimit / 2 ? kMaxLimit : 2 * last);
   }
 
   void write_lanes() {

@@ -61,6 +61,37 @@ TEST_P(Contract, RetryBlocksKeyDeadDoesNot) {
   EXPECT_EQ(ids(claim(*s, w, {h})), std::vector<std::string>{f3});
 }
 
+// A requeued dead head whose key has a later delivery in flight must wait, and must not
+// hold back the other due work of its lane either: the claim looks past it. Before, a
+// batch of 1 read the head as its one candidate, refused it, and came back empty while
+// `u` was due in the same lane, until f2 ended.
+TEST_P(Contract, RefusedHeadDoesNotStarveItsLane) {
+  auto s = open();
+  const std::string type = unique_name("type");
+  const std::string h = subscribe(*s, "h", {type});
+  const std::string key = unique_name("key");
+  const std::string f1 = unique_name("f1"), f2 = unique_name("f2");
+  s->publish_batch({event(type, f1, key), event(type, f2, key)});
+  const Worker w = worker("w");
+
+  auto got = claim(*s, w, {h}, 1);
+  ASSERT_EQ(ids(got), std::vector<std::string>{f1});
+  ASSERT_TRUE(s->bury(got[0].token, "poison"));
+  const auto running = claim(*s, w, {h}, 1);
+  ASSERT_EQ(ids(running), std::vector<std::string>{f2}) << "a dead f1 blocks its key";
+  ASSERT_TRUE(s->requeue(f1, h));
+  // Published after the requeue, so f1 comes first in due order; in the key's lane, which
+  // the worker holds.
+  const std::string u = ids_in_lane("u", core::lane_of(key), 1)[0];
+  s->publish(event(type, u));
+
+  got = claim(*s, w, {h}, 1);
+  EXPECT_EQ(ids(got), std::vector<std::string>{u}) << "f1, refused, held back its lane";
+  EXPECT_TRUE(claim(*s, w, {h}, 10).empty()) << "f1 ran beside f2";
+  EXPECT_EQ(s->complete_many({running[0].token}), 1);
+  EXPECT_EQ(ids(claim(*s, w, {h}, 10)), std::vector<std::string>{f1}) << "f1 runs once f2 ended";
+}
+
 // Unkeyed events are not ordered: all of them are served at once, even in the lane of a
 // key whose next event is blocked.
 TEST_P(Contract, UnkeyedEventsAreNotBlocked) {

@@ -856,6 +856,52 @@ TEST(ClaimProtocolTest, ARefusedCandidateLeavesItsPlaceInTheBatch) {
   EXPECT_EQ(Ids(claimed), (Names{"ok"}));
 }
 
+TEST(ClaimProtocolTest, ARoundWithARefusalAsksAgainWithoutTheRefusedAndForTwiceAsMany) {
+  // A store honours the limit: with one place left, the refused head was all it returned.
+  ScriptedStore store;
+  store.held = {Own(Snapshot("h", 1, 5, {"running"}), {"k"})};
+  store.rows.push_back({Row(0, "requeued-head", "k")});
+  store.rows.push_back({Row(0, "ok", "j")});
+
+  const auto claimed = run_claim(store, std::nullopt, 1, kWithHolder);
+
+  EXPECT_EQ(Ids(claimed), (Names{"ok"}));
+  ASSERT_EQ(store.candidate_calls.size(), 2u);
+  EXPECT_EQ(store.candidate_calls[0].limit, 1);
+  EXPECT_EQ(store.candidate_calls[1].limit, 2);
+  EXPECT_EQ(store.candidate_calls[1].lanes[0].excluded, (Names{"running", "requeued-head"}));
+  EXPECT_EQ(store.candidate_calls[1].lanes[0].room, 31) << "a refused row takes no room";
+}
+
+TEST(ClaimProtocolTest, ARoundWithoutARefusalIsTheLast) {
+  ScriptedStore store;
+  store.held = {Own(Snapshot("h", 1, 5))};
+  store.rows.push_back({Row(0, "a"), Row(0, "b")});  // fewer than asked: the lane ran dry
+
+  const auto claimed = run_claim(store, std::nullopt, 10, kWithHolder);
+
+  EXPECT_EQ(Ids(claimed), (Names{"a", "b"}));
+  EXPECT_EQ(store.candidate_calls.size(), 1u) << "a second round of the held lanes";
+  EXPECT_EQ(store.calls, (Names{"subscribed_handlers", "held_lanes", "candidates",
+                                "lanes_with_work", "write_lanes"}));
+}
+
+TEST(ClaimProtocolTest, ManyRefusedHeadsCostFewRoundsAndTheRoundsAreBounded) {
+  // A store that keeps answering refused heads (as one that ignored the exclusions would)
+  // is asked a bounded number of times; the limit doubles each time.
+  ScriptedStore store;
+  store.held = {Own(Snapshot("h", 1, 5, {"running"}), {"k"})};
+  for (int i = 0; i < 100; ++i) store.rows.push_back({Row(0, "head" + std::to_string(i), "k")});
+
+  const auto claimed = run_claim(store, std::nullopt, 1, kWithHolder);
+
+  EXPECT_TRUE(claimed.empty());
+  ASSERT_GE(store.candidate_calls.size(), 10u);
+  EXPECT_LE(store.candidate_calls.size(), 30u) << "a round per refused head";
+  for (std::size_t i = 1; i < store.candidate_calls.size() && i < 20; ++i)
+    EXPECT_EQ(store.candidate_calls[i].limit, 1 << i);
+}
+
 // ---------------------------------------------------------------- stores without row locks
 
 // A takeover on a store with conditional writes charges nothing before its write: the
