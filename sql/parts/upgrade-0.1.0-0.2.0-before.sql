@@ -37,6 +37,30 @@ ALTER TABLE relaybus.subscriptions
   ADD COLUMN sql_timeout interval CHECK (sql_timeout > '0'),
   ADD COLUMN paused_at timestamptz;
 
+-- 0.1.0's subscribe took any sql_function without asking who owns it, and nothing ran it.
+-- 0.2.0 runs a handler function as its owner, and its subscribe lets only a role with the
+-- owner's privileges name one; who subscribed a 0.1.0 row is not known. So none is carried
+-- over as an in-database handler: each is paused (its backlog kept, nothing hands it out)
+-- and loses its function, until a role with the owner's privileges subscribes it again.
+DO $in_database$
+DECLARE
+  s record;
+BEGIN
+  FOR s IN SELECT handler, sql_function FROM relaybus.subscriptions
+            WHERE sql_function IS NOT NULL ORDER BY handler LOOP
+    RAISE WARNING 'relaybus: handler "%" is paused, and no longer runs %', s.handler, s.sql_function
+      USING DETAIL = '0.1.0 accepted this sql_function without checking who owns it, and never '
+                     'ran it; 0.2.0 would run it as its owner.',
+            HINT = format('To run it in the database, subscribe it again with sql_function => %L '
+                          'as a role with the privileges of the function''s owner, then call '
+                          'relaybus.resume(%L).', s.sql_function::text, s.handler);
+  END LOOP;
+  UPDATE relaybus.subscriptions
+     SET sql_function = NULL, paused_at = now(), updated_at = now()
+   WHERE sql_function IS NOT NULL;
+END
+$in_database$;
+
 -- Events remember every handler they ever had a delivery for, completed ones included, so
 -- nothing completed under 0.1.0 runs again when the event is published again.
 ALTER TABLE relaybus.events ADD COLUMN handlers text[];

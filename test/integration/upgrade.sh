@@ -136,6 +136,49 @@ q relaybus_up_data "SELECT relaybus.requeue_dead()" >/dev/null
 check relaybus_up_data "and runs once requeued" \
   "SELECT count(*) = 1 FROM relaybus.claim('new', 10)"
 
+# An in-database handler subscribed under 0.1.0, which never checked who owns the function
+# and never ran it: the upgrade must not start running it as that owner. Here a role with
+# no rights over eve subscribed eve's function; 0.2.0's subscribe refuses exactly that.
+fresh_db relaybus_up_sqlfn ""
+q relaybus_up_sqlfn "CREATE EXTENSION relaybus VERSION '0.1.0'" >/dev/null
+psql -qX -v ON_ERROR_STOP=1 -d relaybus_up_sqlfn >/dev/null <<'SQL'
+SET client_min_messages = warning;
+DROP ROLE IF EXISTS relaybus_up_eve;
+DROP ROLE IF EXISTS relaybus_up_mallory;
+CREATE ROLE relaybus_up_eve;
+CREATE ROLE relaybus_up_mallory IN ROLE relaybus_admin;
+CREATE TABLE ran (who text);
+GRANT INSERT ON ran TO PUBLIC;
+CREATE FUNCTION public.eve_handler(e jsonb) RETURNS void LANGUAGE sql
+  AS 'INSERT INTO public.ran VALUES (current_user)';
+ALTER FUNCTION public.eve_handler(jsonb) OWNER TO relaybus_up_eve;
+SET ROLE relaybus_up_mallory;
+SELECT relaybus.subscribe('planted', ARRAY['t'], sql_function => 'public.eve_handler(jsonb)');
+SELECT relaybus.publish('t', '{"n": 1}', NULL, 'p1');
+RESET ROLE;
+SQL
+warned=$(psql -qXAt -v ON_ERROR_STOP=1 -d relaybus_up_sqlfn -c "ALTER EXTENSION relaybus UPDATE" 2>&1)
+case "$warned" in *'handler "planted"'*eve_handler*) ok "the upgrade warns about the 0.1.0 in-database handler" ;;
+  *) not_ok "the upgrade warns about the 0.1.0 in-database handler (got: $warned)" ;; esac
+check relaybus_up_sqlfn "and keeps it paused, without its function, its delivery pending" \
+  "SELECT s.sql_function IS NULL AND s.paused_at IS NOT NULL
+          AND (SELECT count(*) = 1 FROM relaybus.deliveries WHERE handler = 'planted' AND status = 'pending')
+     FROM relaybus.subscriptions s WHERE s.handler = 'planted'"
+check relaybus_up_sqlfn "so no claim hands it out" \
+  "SELECT count(*) = 0 FROM relaybus.claim('w', 10)"
+err=$(psql -qXAt -d relaybus_up_sqlfn -v VERBOSITY=verbose -c "SET ROLE relaybus_up_mallory" \
+  -c "SELECT relaybus.subscribe('planted', ARRAY['t'], sql_function => 'public.eve_handler(jsonb)')" 2>&1 || true)
+case "$err" in *42501*) ok "subscribing it again needs the owner's privileges (42501)" ;;
+  *) not_ok "subscribing it again needs the owner's privileges (got: $err)" ;; esac
+q relaybus_up_sqlfn "SELECT relaybus.subscribe('planted', ARRAY['t'], sql_function => 'public.eve_handler(jsonb)')" >/dev/null
+q relaybus_up_sqlfn "SELECT relaybus.resume('planted')" >/dev/null
+check relaybus_up_sqlfn "which a role with them can do, then resume it" \
+  "SELECT sql_function = 'public.eve_handler(jsonb)'::regprocedure AND paused_at IS NULL
+     FROM relaybus.subscriptions WHERE handler = 'planted'"
+q postgres "DROP DATABASE relaybus_up_sqlfn" >/dev/null
+q postgres "DROP ROLE relaybus_up_mallory" >/dev/null
+q postgres "DROP ROLE relaybus_up_eve" >/dev/null
+
 # pg_dump keeps relaybus's rows (the tables are extension configuration tables).
 fresh_db relaybus_up_restored ""
 pg_dump -d relaybus_up_data | psql -qX -v ON_ERROR_STOP=1 -d relaybus_up_restored >/dev/null 2>&1 \
