@@ -102,6 +102,10 @@ void validate(const PublishInput& in, const std::string& where) {
   if (!in.headers_null && !jsonb_is_object(in.headers))
     invalid(where + "headers must be a JSON object or NULL");
   if (in.key) core::validate_name(where + "key", *in.key);
+  // As fail's retry_at: 'infinity' would hold every later delivery of the key back for good
+  // (a pending predecessor that never comes due), '-infinity' sort before every other.
+  if (in.available_at && TIMESTAMP_NOT_FINITE(*in.available_at))
+    invalid(where + "available_at must be a finite timestamp");
   if (in.event_id) core::validate_name(where + "event_id", *in.event_id);
   if (in.handlers) {
     for (const auto& h : *in.handlers) core::validate_name(where + "handler name", h);

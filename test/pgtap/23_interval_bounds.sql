@@ -13,7 +13,7 @@
 --   handlers [1] raised 22004 (NULL) instead of 22023 (wrong JSON type). Also: a non-finite
 --   retry_at in fail() is 22023.
 SELECT rb_reset();
-SELECT plan(65);
+SELECT plan(70);
 
 CREATE OR REPLACE FUNCTION public.rb23_handler(e jsonb) RETURNS void LANGUAGE sql AS 'SELECT';
 
@@ -135,6 +135,18 @@ SELECT throws_ok(format('SELECT relaybus.fail(%L, %L, %L)', token, 'x', '-infini
                  'retry_at must be a finite timestamp', 'fail: retry_at -infinity -> 22023')
   FROM tok;
 SELECT is(pg_temp.state(), :'state1', 'fail with a non-finite retry_at: nothing was written');
+
+-- publish and publish_batch: a non-finite available_at is 22023, as retry_at is ('infinity'
+-- would hold every later delivery of the key back for good, '-infinity' sort before all).
+SELECT throws_ok($$SELECT relaybus.publish('ib.t', '{}', 'k1', 'ib-inf', available_at => 'infinity')$$,
+                 '22023', 'available_at must be a finite timestamp', 'publish: available_at infinity -> 22023');
+SELECT throws_ok($$SELECT relaybus.publish('ib.t', '{}', NULL, 'ib-inf', available_at => '-infinity')$$,
+                 '22023', 'available_at must be a finite timestamp', 'publish: available_at -infinity -> 22023');
+SELECT throws_ok($$SELECT relaybus.publish_batch('[{"type":"ib.t","id":"ib-inf1"},{"type":"ib.t","id":"ib-inf2","available_at":"infinity"}]')$$,
+                 '22023', 'events[1]: available_at must be a finite timestamp', 'publish_batch: available_at infinity -> 22023');
+SELECT throws_ok($$SELECT relaybus.publish('ib.t', '{}', 'k1', 'ib-1', available_at => 'infinity')$$,
+                 '22023', 'available_at must be a finite timestamp', 'publish: a repeated id with available_at infinity -> 22023');
+SELECT is(pg_temp.state(), :'state1', 'publish with a non-finite available_at: nothing was written');
 
 --------------------------------------------------------------------------------
 -- Finding 8: publish_batch handlers of the wrong JSON type are 22023; JSON null stays 22004.
