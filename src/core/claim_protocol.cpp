@@ -185,17 +185,20 @@ class Claim {
 
   // Offers the due deliveries of these lanes to the planner, in due order.
   //
-  // A store returns at most the batch's remaining places, and a lane's room, of each lane's
-  // first due deliveries; the planner may refuse some of them (a requeued head whose key
-  // has a later delivery in flight). Those took places in the store's answer that other due
-  // work could have had, so while the batch has room and a round was refused anything, the
-  // lanes are asked again with the refused ones left out. Each round asks for twice as many
-  // as the last, so a long run of refused heads costs a few rounds, not one per head; a
-  // round without a refusal, the usual case, is the last. (The rounds are bounded too, by
-  // the limit's growth: a store that returned an excluded row could not loop forever.)
+  // A store returns, of each lane's first due deliveries, at most the batch's remaining
+  // places in all and at most the read window asked of each lane (its room at first). The
+  // planner may refuse a row for its key (a requeued head whose key has a later delivery in
+  // flight), and such a row took a place that other due work could have had. So while the
+  // batch has room and a round refused a row for its key, the lanes are asked again
+  // without the refused rows, with the limit doubled and, for each lane that had one, its
+  // window widened past its room by twice what it had: a long run of refused heads costs a
+  // few rounds, not one per head. A round that refuses nothing for its key, the usual case,
+  // is the last. A row beyond a lane's room is not a refusal: that lane is full. (The rounds
+  // are bounded too, so a store that returned excluded rows could not loop forever.)
   void offer_candidates(const std::vector<std::size_t>& indexes) {
     constexpr int kMaxRounds = 24;
     std::vector<std::vector<std::string>> refused(indexes.size());
+    std::vector<int> widened(indexes.size(), 0);  // read window beyond the room, per lane
     int limit = planner_.remaining();
     for (int round = 0; round < kMaxRounds && !indexes.empty() && !planner_.full(); ++round) {
       std::vector<CandidateLane> asked;
@@ -207,9 +210,11 @@ class Claim {
         c.excluded.insert(c.excluded.end(), lane.to_charge.begin(), lane.to_charge.end());
         c.excluded.insert(c.excluded.end(), lane.picks.begin(), lane.picks.end());
         c.excluded.insert(c.excluded.end(), refused[n].begin(), refused[n].end());
-        c.room = lane_room(lane.lane.in_flight.size() + lane.picks.size());
+        const int room = lane_room(lane.lane.in_flight.size() + lane.picks.size());
+        c.room = room == 0 ? 0 : room + widened[n];
         asked.push_back(std::move(c));
       }
+      std::vector<int> refused_now(indexes.size(), 0);
       bool any_refused = false;
       for (auto& row : store_.candidates(asked, limit)) {
         if (planner_.full()) break;
@@ -222,8 +227,10 @@ class Claim {
         candidate.key = &row.key;
         candidate.has_pending_predecessor = row.has_pending_predecessor;
         candidate.lane_in_flight = lane.lane.in_flight.size() + lane.picks.size();
+        if (lane_room(candidate.lane_in_flight) == 0) continue;  // the lane is full
         if (!planner_.offer(candidate)) {
           refused[row.lane_index].push_back(std::move(row.event_id));
+          ++refused_now[row.lane_index];
           any_refused = true;
           continue;
         }
@@ -231,15 +238,16 @@ class Claim {
         picks_.push_back({index, std::move(row)});
       }
       if (!any_refused) return;
-      limit = next_candidate_limit(limit, planner_.remaining());
+      limit = widened_limit(limit, planner_.remaining());
+      for (std::size_t n = 0; n < indexes.size(); ++n)
+        if (refused_now[n] > 0) widened[n] = widened_limit(std::max(widened[n], refused_now[n]), 0);
     }
   }
 
-  // The limit of the next round of offer_candidates: twice the last, at least the places
-  // left, and bounded so that it stays an int.
-  static int next_candidate_limit(int last, int remaining) {
+  // Twice `last`, at least `at_least`, and bounded so that it stays an int.
+  static int widened_limit(int last, int at_least) {
     constexpr int kMaxLimit = 1 << 20;
-    return std::max(remaining, last > kMaxLimit / 2 ? kMaxLimit : 2 * last);
+    return std::max(at_least, last > kMaxLimit / 2 ? kMaxLimit : 2 * last);
   }
 
   void write_lanes() {

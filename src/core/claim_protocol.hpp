@@ -102,7 +102,10 @@ std::vector<Charge> charges_for(const std::vector<LostDelivery>& lost);
 struct CandidateLane {
   const LaneSnapshot* lane = nullptr;
   std::vector<std::string> excluded;  // in flight, or already picked: not candidates
-  int room = 0;                       // lane_room() of its in-flight deliveries and picks
+  // At most this many rows of the lane: lane_room() of its in-flight deliveries and
+  // picks, widened in a later round of the same claim when rows of the lane were refused
+  // (run_claim takes no more than the room; see offer_candidates).
+  int room = 0;
 };
 
 // A due pending delivery of one of the lanes asked for.

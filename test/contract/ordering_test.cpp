@@ -92,6 +92,40 @@ TEST_P(Contract, RefusedHeadDoesNotStarveItsLane) {
   EXPECT_EQ(ids(claim(*s, w, {h}, 10)), std::vector<std::string>{f1}) << "f1 runs once f2 ended";
 }
 
+// The same with many refused heads in a lane that has room for one more: each read of the
+// lane returns at most its room, so the claim must look further than one row per round.
+// Found by review of the first fix, which gave up after 24 rounds of one head each.
+TEST_P(Contract, ManyRefusedHeadsDoNotStarveAFullishLane) {
+  auto s = open();
+  const std::string type = unique_name("type");
+  const std::string h = subscribe(*s, "h", {type});
+  const int lane = core::lane_of(unique_name("lane"));
+  const auto keys = ids_in_lane("k", lane, 31);  // a key's lane is the lane of its name
+  constexpr int kRequeued = 30;
+  std::vector<Event> events;
+  std::vector<std::string> heads;
+  for (int i = 0; i < kRequeued; ++i) {
+    heads.push_back(unique_name("f1-" + std::to_string(i)));
+    events.push_back(event(type, heads.back(), keys[i]));
+    events.push_back(event(type, unique_name("f2-" + std::to_string(i)), keys[i]));
+  }
+  events.push_back(event(type, unique_name("g"), keys[kRequeued]));
+  s->publish_batch(events);
+  const Worker w = worker("w");
+
+  auto got = claim(*s, w, {h}, 50);
+  ASSERT_EQ(got.size(), 31u) << "every head and g";
+  for (const auto& d : got)
+    if (d.key != keys[kRequeued]) ASSERT_TRUE(s->bury(d.token, "poison"));  // all but g
+  ASSERT_EQ(claim(*s, w, {h}, 50).size(), static_cast<std::size_t>(kRequeued)) << "the f2s";
+  for (const auto& id : heads) ASSERT_TRUE(s->requeue(id, h));
+  const std::string u = ids_in_lane("u", lane, 1)[0];
+  s->publish(event(type, u));
+
+  got = claim(*s, w, {h}, 1);
+  EXPECT_EQ(ids(got), std::vector<std::string>{u}) << "the refused heads held back the lane";
+}
+
 // Unkeyed events are not ordered: all of them are served at once, even in the lane of a
 // key whose next event is blocked.
 TEST_P(Contract, UnkeyedEventsAreNotBlocked) {

@@ -870,7 +870,42 @@ TEST(ClaimProtocolTest, ARoundWithARefusalAsksAgainWithoutTheRefusedAndForTwiceA
   EXPECT_EQ(store.candidate_calls[0].limit, 1);
   EXPECT_EQ(store.candidate_calls[1].limit, 2);
   EXPECT_EQ(store.candidate_calls[1].lanes[0].excluded, (Names{"running", "requeued-head"}));
-  EXPECT_EQ(store.candidate_calls[1].lanes[0].room, 31) << "a refused row takes no room";
+  EXPECT_EQ(store.candidate_calls[1].lanes[0].room, 31 + 2)
+      << "the room (a refused row takes none), widened by twice the refusals";
+}
+
+TEST(ClaimProtocolTest, ALaneWhoseHeadsAreRefusedIsReadFurtherEachRound) {
+  // 31 in flight: room for one. Its reads show refused heads, one, then three, then a
+  // head and the delivery that can run.
+  Names running = Sequential("running", 31);
+  ScriptedStore store;
+  store.held = {Own(Snapshot("h", 1, 5, running), {"k"})};
+  store.rows.push_back({Row(0, "head0", "k")});
+  store.rows.push_back({Row(0, "head1", "k"), Row(0, "head2", "k"), Row(0, "head3", "k")});
+  store.rows.push_back({Row(0, "head4", "k"), Row(0, "ok", "j")});
+
+  const auto claimed = run_claim(store, std::nullopt, 1, kWithHolder);
+
+  EXPECT_EQ(Ids(claimed), (Names{"ok"}));
+  ASSERT_EQ(store.candidate_calls.size(), 3u);
+  EXPECT_EQ(store.candidate_calls[0].lanes[0].room, 1);
+  EXPECT_EQ(store.candidate_calls[1].lanes[0].room, 1 + 2);
+  EXPECT_EQ(store.candidate_calls[2].lanes[0].room, 1 + 6);
+  Names excluded = running;
+  for (const auto& id : {"head0", "head1", "head2", "head3"}) excluded.push_back(id);
+  EXPECT_EQ(store.candidate_calls[2].lanes[0].excluded, excluded);
+}
+
+TEST(ClaimProtocolTest, ARowBeyondALanesRoomIsNoRefusal) {
+  // A lane that fills up is done for this claim: it is not read again.
+  ScriptedStore store;
+  store.held = {Own(Snapshot("h", 1, 5, Sequential("running", 31)))};
+  store.rows.push_back({Row(0, "fits"), Row(0, "beyond")});
+
+  const auto claimed = run_claim(store, std::nullopt, 10, kWithHolder);
+
+  EXPECT_EQ(Ids(claimed), (Names{"fits"}));
+  EXPECT_EQ(store.candidate_calls.size(), 1u);
 }
 
 TEST(ClaimProtocolTest, ARoundWithoutARefusalIsTheLast) {
