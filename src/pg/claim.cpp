@@ -5,6 +5,7 @@
 // lane it takes over).
 #include "counters.hpp"
 #include "holder.hpp"
+#include "lane_order.hpp"
 #include "in_flight.hpp"
 #include "lane_list.hpp"
 #include "spi.hpp"
@@ -117,7 +118,10 @@ std::vector<core::SubscribedHandler> PgClaimStore::subscribed_handlers(
 
 std::vector<core::HeldLane> PgClaimStore::held_lanes(const std::vector<std::string>& handlers) {
   // FOR NO KEY UPDATE: the owner's claims must not wait for its completions in progress
-  // (those hold FOR KEY SHARE). Lock first, read in a second statement: a lane this waits
+  // (those hold FOR KEY SHARE). In the one order every statement that waits for lanes
+  // takes them (handler in byte order, then lane: lane_order.hpp), so this never
+  // deadlocks with the worker's other connections renewing or relinquishing.
+  // Lock first, read in a second statement: a lane this waits
   // for (another connection of the worker failing or claiming in it) is re-read after the
   // wait, but the rest of that statement would still see deliveries as of before the wait:
   // a delivery published and claimed meanwhile would look absent from the lane's
@@ -126,7 +130,7 @@ std::vector<core::HeldLane> PgClaimStore::held_lanes(const std::vector<std::stri
   static Statement lock_held(
       "SELECT l.handler, l.lane FROM relaybus.lanes l"
       " WHERE l.lease_owner = $1 AND l.handler = ANY ($2)"
-      " ORDER BY l.handler, l.lane FOR NO KEY UPDATE OF l",
+      " ORDER BY " RELAYBUS_LANE_LOCK_ORDER_SQL " FOR NO KEY UPDATE OF l",
       {TEXTOID, TEXTARRAYOID});
   // The in-flight list is pruned of deliveries that completed; the binding of each lane
   // (core::LaneBinding) is for core to judge.
@@ -139,6 +143,10 @@ std::vector<core::HeldLane> PgClaimStore::held_lanes(const std::vector<std::stri
       " ORDER BY l.handler, l.lane",
       {TEXTARRAYOID, INT2ARRAYOID, INT4OID, TIMESTAMPTZOID, TEXTOID});
   LaneList held;
+  // Whether a lane's backend is alive is read from backend activity, which PostgreSQL
+  // reads once per transaction: a claim in a transaction that had already read it would
+  // take a connection opened since then for dead, and its lanes over.
+  fresh_backend_activity();
   {
     Params params;
     params.text(worker_);
@@ -171,13 +179,13 @@ std::vector<core::LaneSnapshot> PgClaimStore::lock_for_takeover(
     const std::vector<core::LaneRef>& lanes) {
   // FOR UPDATE conflicts with the FOR KEY SHARE of a completion still in progress, so this
   // waits for it, then re-reads the in-flight list (the charges find which of it is still
-  // pending). In byte order of the handler, the order a completion locks lanes in (its
-  // groups are sorted in C++), so the two never wait for each other crosswise.
+  // pending). In the one lock order (lane_order.hpp), which a completion's groups follow
+  // too, so the two never wait for each other crosswise.
   static Statement lock_orphans(
       "SELECT l.handler, l.lane, l.epoch, l.in_flight"
       " FROM relaybus.lanes l JOIN unnest($1::text[], $2::int2[]) AS o(handler, lane)"
       "  ON l.handler = o.handler AND l.lane = o.lane"
-      " ORDER BY l.handler COLLATE \"C\", l.lane FOR UPDATE OF l",
+      " ORDER BY " RELAYBUS_LANE_LOCK_ORDER_SQL " FOR UPDATE OF l",
       {TEXTARRAYOID, INT2ARRAYOID});
   Params params;
   lane_list_of(lanes).bind(params);

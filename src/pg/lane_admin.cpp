@@ -1,6 +1,7 @@
 // extend_lease, relinquish and take_over_expired: what happens to lanes outside a claim.
 #include "counters.hpp"
 #include "holder.hpp"
+#include "lane_order.hpp"
 #include "in_flight.hpp"
 #include "lane_list.hpp"
 #include "spi.hpp"
@@ -26,19 +27,34 @@ Datum extend_lease_body(FunctionCallInfo fcinfo) {
   core::validate_lease(lease_us);
   // Only the caller's incarnation's lanes (holder.hpp): a successor reusing the name must not
   // keep its dead predecessor's in-flight deliveries hidden behind renewed leases, nor
-  // another holder's.
+  // another holder's. Locked first, in the one order (lane_order.hpp): an UPDATE alone
+  // locks in the table's physical order and deadlocked with the same worker's claims and
+  // relinquishes on other connections.
+  static Statement lock(
+      "SELECT l.handler, l.lane FROM relaybus.lanes l"
+      " WHERE l.lease_owner = $1 AND " RELAYBUS_LANE_IS_CALLERS_SQL(
+          "$4", "$2", "$3") " ORDER BY " RELAYBUS_LANE_LOCK_ORDER_SQL " FOR NO KEY UPDATE OF l",
+      {TEXTOID, INT4OID, TIMESTAMPTZOID, TEXTOID});
   static Statement extend(
-      "UPDATE relaybus.lanes l SET lease_expires_at = now() + $2"
-      " WHERE l.lease_owner = $1 AND " RELAYBUS_LANE_IS_CALLERS_SQL("$5", "$3", "$4"),
-      {TEXTOID, INTERVALOID, INT4OID, TIMESTAMPTZOID, TEXTOID});
+      "UPDATE relaybus.lanes l SET lease_expires_at = now() + $3"
+      " FROM unnest($1::text[], $2::int2[]) AS u(handler, lane)"
+      " WHERE l.handler = u.handler AND l.lane = u.lane",
+      {TEXTARRAYOID, INT2ARRAYOID, INTERVALOID});
   SpiConnection spi;
+  fresh_backend_activity();  // a live backend's lanes are the worker's (lane_order.hpp)
   Params params;
   params.text(worker);
-  params.interval_us(lease_us);
   params.int4(current_holder_pid());
   params.timestamptz(current_holder_started());
   params.text(holder_arg(fcinfo, 2));
-  const std::uint64_t n = extend.run(params);
+  const LaneList locked = LaneList::from_rows(lock.run(params));
+  std::uint64_t n = 0;
+  if (!locked.empty()) {
+    Params lane_params;
+    locked.bind(lane_params);
+    lane_params.interval_us(lease_us);
+    n = extend.run(lane_params);
+  }
   spi.finish();
   return Int32GetDatum(static_cast<std::int32_t>(n));
 }
@@ -53,7 +69,7 @@ Datum relinquish_body(FunctionCallInfo fcinfo) {
   static Statement lock(
       "SELECT l.handler, l.lane FROM relaybus.lanes l WHERE l.lease_owner = $1"
       " AND CASE WHEN $2::text IS NULL THEN l.holder IS NULL ELSE l.holder = $2 END"
-      " ORDER BY l.handler, l.lane FOR NO KEY UPDATE OF l",
+      " ORDER BY " RELAYBUS_LANE_LOCK_ORDER_SQL " FOR NO KEY UPDATE OF l",
       {TEXTOID, TEXTOID});
   // A lane runs nothing when no delivery of its in-flight list is still pending.
   static Statement relinquish(
