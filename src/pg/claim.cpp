@@ -5,9 +5,9 @@
 // lane it takes over).
 #include "counters.hpp"
 #include "holder.hpp"
-#include "lane_order.hpp"
 #include "in_flight.hpp"
 #include "lane_list.hpp"
+#include "lane_order.hpp"
 #include "spi.hpp"
 #include "takeover.hpp"
 #include "worker_arg.hpp"

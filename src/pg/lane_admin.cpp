@@ -1,9 +1,9 @@
 // extend_lease, relinquish and take_over_expired: what happens to lanes outside a claim.
 #include "counters.hpp"
 #include "holder.hpp"
-#include "lane_order.hpp"
 #include "in_flight.hpp"
 #include "lane_list.hpp"
+#include "lane_order.hpp"
 #include "spi.hpp"
 #include "subtransaction.hpp"
 #include "takeover.hpp"

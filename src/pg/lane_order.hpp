@@ -4,15 +4,16 @@
 // order, the handler in byte order, then the lane: a claim's held lanes and takeovers,
 // extend_lease, relinquish, and complete_many (whose groups are sorted in C++ by
 // std::string, which compares bytes). Two statements that each take some lanes and wait
-// for others then never wait for each other crosswise. (The statements that lock with
-// SKIP LOCKED or NOWAIT never wait, so their order does not matter; nor does the in-database
-// handler worker's lock of its own batch's lanes, which only that worker's backend ever waits
-// for. Calls that end one attempt each (fail, bury, release, cancel) lock one lane: several
-// of them in one transaction lock in the caller's order, and sql-api.md says to keep them
-// apart from a claim or a renewal.) extend_lease used to
-// lock through a plain UPDATE, in the table's physical order, and deadlocked with the same
-// worker's claims on another connection whenever handlers were subscribed out of
-// alphabetical order.
+// for others then never wait for each other crosswise. extend_lease used to lock through a
+// plain UPDATE, in the table's physical order, and deadlocked with the same worker's
+// claims on another connection whenever handlers were subscribed out of alphabetical
+// order. Outside the rule, and why that is safe:
+// - statements that lock with SKIP LOCKED or NOWAIT never wait;
+// - an in-database handler worker's lock of its own batch's lanes is waited for only by
+//   that worker's own backend;
+// - fail, bury, release and cancel lock one lane each: several of them in one transaction
+//   lock in the caller's order, and sql-api.md says to keep them apart from a claim or a
+//   renewal.
 #pragma once
 
 #include "guard.hpp"
