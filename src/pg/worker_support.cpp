@@ -226,9 +226,11 @@ void abort_transaction() {
 }
 
 bool extension_installed() {
-  // Only a 0.2.0 schema: the row-lease 0.1.0 has no lanes and its own semantics.
+  // A lane-lease schema (0.2.0, 0.2.1): the row-lease 0.1.0 has no lanes and its own
+  // semantics.
   static Statement installed(
-      "SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'relaybus' AND extversion = '0.2.0'",
+      "SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'relaybus'"
+      " AND extversion IN ('0.2.0', '0.2.1')",
       {});
   return installed.run() == 1;
 }
