@@ -1,7 +1,9 @@
 // publish: the event and its deliveries, in the caller's transaction (publish_one.hpp).
 #include "counters.hpp"
 #include "due_time.hpp"
+#include "handler_event.hpp"
 #include "publish_one.hpp"
+#include "settings.hpp"
 #include "spi.hpp"
 #include "subscription_cache.hpp"
 #include "wakeup.hpp"
@@ -134,6 +136,38 @@ Targets target_handlers(const std::string& type,
   return found;
 }
 
+std::int64_t event_size(Datum payload, Datum headers, bool headers_null) {
+  std::int64_t size = 0;
+  pg_call([&] { size = handler_event::size_of(payload, headers, headers_null); });
+  return size;
+}
+
+void check_in_database_size(std::int64_t size, const std::vector<std::string>& handlers,
+                            const Targets& targets, const std::string& where) {
+  const std::string* in_database = nullptr;
+  for (std::size_t i = 0; i < targets.handlers.size() && in_database == nullptr; ++i) {
+    if (targets.in_database[i] &&
+        std::binary_search(handlers.begin(), handlers.end(), targets.handlers[i]))
+      in_database = &targets.handlers[i];
+  }
+  if (in_database == nullptr) return;
+  if (size <= settings::sql_handler_max_payload_bytes()) return;
+  const char* handler = in_database->c_str();
+  const char* prefix = where.c_str();
+  pg_call([&] {
+    const char* shown = GetConfigOptionByName("relaybus.sql_handler_max_payload", nullptr, false);
+    ereport(ERROR,
+            (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+             errmsg("%spayload and headers of %lld bytes exceed the %s limit of in-database "
+                    "handler \"%s\"",
+                    prefix, static_cast<long long>(size), shown, handler),
+             errdetail("An in-database handler's worker holds the event in memory; the limit "
+                       "counts payload and headers uncompressed."),
+             errhint("Publish a reference to large data instead, or raise "
+                     "relaybus.sql_handler_max_payload (postgresql.conf, then reload).")));
+  });
+}
+
 // Deliveries inserted for these handlers: wake their workers at commit. External workers
 // LISTEN; in-database handler workers are woken through their latches instead (a NOTIFY
 // would only cost every publishing commit the notification queue's lock).
@@ -153,9 +187,10 @@ void wake(const std::vector<std::string>& handlers, const Targets& targets) {
 
 // A repeated event id: deliveries for the handlers core::handlers_to_add names
 // (src/core/republish.hpp), with the stored event's key (its lane and order).
-void publish_repeat(const std::string& event_id, const PublishInput& in) {
+void publish_repeat(const std::string& event_id, const PublishInput& in, const std::string& where) {
   static Statement lock_event(
-      "SELECT e.type, e.key, e.handlers FROM relaybus.events e WHERE e.id = $1 FOR UPDATE",
+      "SELECT e.type, e.key, e.handlers, e.payload, e.headers FROM relaybus.events e"
+      " WHERE e.id = $1 FOR UPDATE",
       {TEXTOID});
   static Statement add_handlers(
       "UPDATE relaybus.events SET handlers = handlers || $2 WHERE id = $1",
@@ -168,9 +203,16 @@ void publish_repeat(const std::string& event_id, const PublishInput& in) {
   const std::string stored_type = row::text(0, 1);
   const std::optional<std::string> stored_key = row::text_or_null(0, 2);
   std::vector<std::string> had = row::text_array(0, 3);  // before the next statement
+  // The stored event is what the added handlers get, whatever this call's payload is.
+  bool null = false;
+  bool headers_null = false;
+  const Datum payload = row::datum(0, 4, &null);
+  const Datum headers = row::datum(0, 5, &headers_null);
+  const std::int64_t stored_size = event_size(payload, headers, headers_null);
   const Targets targets = target_handlers(stored_type, in.handlers);
   const std::vector<std::string> added = core::handlers_to_add(targets.handlers, std::move(had));
   if (added.empty()) return;
+  check_in_database_size(stored_size, added, targets, where);
 
   Params update_params;
   update_params.text(event_id);
@@ -189,6 +231,8 @@ std::string publish_one(PublishInput& in, const std::string& where) {
   const std::string event_id = in.event_id ? *in.event_id : new_event_id();
   const Targets targets = target_handlers(in.type, in.handlers);
   const std::vector<std::string>& handlers = targets.handlers;
+  check_in_database_size(event_size(in.payload, in.headers, in.headers_null), handlers, targets,
+                         where);
 
   static Statement insert_event(
       "INSERT INTO relaybus.events (id, type, key, payload, headers, handlers)"
@@ -206,7 +250,7 @@ std::string publish_one(PublishInput& in, const std::string& where) {
     insert_deliveries(event_id, in.key, handlers, in.available_at);
     wake(handlers, targets);
   } else {
-    publish_repeat(event_id, in);
+    publish_repeat(event_id, in, where);
   }
   return event_id;
 }

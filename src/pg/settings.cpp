@@ -43,6 +43,7 @@ int sql_handler_workers_value = 2;
 int sql_handler_timeout_value = 30000;
 int sql_handler_batch_value = 10;
 int sql_handler_poll_interval_value = 1000;
+int sql_handler_max_payload_value = kDefaultSqlHandlerMaxPayloadKb;
 bool notify_value = true;
 
 // relaybus.sql_handler_timeout is the sql_timeout of handlers subscribed without one: the
@@ -162,6 +163,15 @@ void define() {
                           "Wake-ups end the wait early; this is the fallback.",
                           &sql_handler_poll_interval_value, 1000, 10, 3600 * 1000, PGC_SIGHUP,
                           GUC_UNIT_MS, nullptr, nullptr, nullptr);
+  // PGC_SIGHUP: publishers and the workers must agree on one value. A session could only set
+  // a higher one for its own publishes, whose deliveries the workers would then refuse.
+  DefineCustomIntVariable(
+      "relaybus.sql_handler_max_payload",
+      "Largest event (payload and headers, uncompressed) an in-database handler takes.",
+      "publish refuses a larger event for an in-database handler; a handler worker fails a "
+      "larger stored one (published before the limit was lowered) without running it.",
+      &sql_handler_max_payload_value, kDefaultSqlHandlerMaxPayloadKb, 1, kMaxSqlHandlerMaxPayloadKb,
+      PGC_SIGHUP, GUC_UNIT_KB, nullptr, nullptr, nullptr);
   DefineCustomBoolVariable("relaybus.notify", "Wakes idle workers when a publish commits.",
                            "Sends NOTIFY relaybus with the handler as payload (one per "
                            "transaction and handler) and wakes the in-database handler "
@@ -233,6 +243,9 @@ int max_delay_s() { return max_delay_value; }
 
 int sql_handler_poll_interval_ms() {
   return sql_handler_poll_interval_value;
+}
+std::int64_t sql_handler_max_payload_bytes() {
+  return static_cast<std::int64_t>(sql_handler_max_payload_value) * 1024;
 }
 bool notify() {
   return notify_value;

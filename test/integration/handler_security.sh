@@ -11,8 +11,11 @@ cd "$(dirname "$0")/../.."
 
 port=$(( ${PGPORT:-54329} + 2 ))
 dir=/tmp/relaybus-security-$port
+# The large event part publishes 260 MB to an in-database handler: over the default
+# relaybus.sql_handler_max_payload (16MB), so the limit goes as high as it goes.
 export RELAYBUS_CLUSTER_SETTINGS="relaybus.maintenance_interval = '100ms'
 relaybus.sql_handler_poll_interval = '100ms'
+relaybus.sql_handler_max_payload = '1GB'
 relaybus.sql_handler_workers = 2"
 scripts/cluster start "$dir" "$port"
 trap '[ -n "${KEEP_CLUSTER:-}" ] || scripts/cluster stop "$dir"' EXIT
