@@ -5,6 +5,7 @@
 #include <libpq-fe.h>
 
 #include "client/pg_store.hpp"
+#include "core/sql_quote.hpp"
 #include "guided_error.hpp"
 #include "pg_connection_source.hpp"
 
@@ -27,14 +28,6 @@ std::string or_unknown(const char* text) {
 std::string where(PGconn* conn) {
   return "database \"" + or_unknown(PQdb(conn)) + "\" as user \"" + or_unknown(PQuser(conn)) +
          "\" on " + or_unknown(PQhost(conn)) + ":" + or_unknown(PQport(conn));
-}
-
-std::string identifier(PGconn* conn, const std::string& name) {
-  char* quoted = PQescapeIdentifier(conn, name.c_str(), name.size());
-  if (!quoted) return "\"" + name + "\"";
-  std::string out = quoted;
-  PQfreemem(quoted);
-  return out;
 }
 
 // The extension is looked up in the connected database only: each database has its own.
@@ -75,12 +68,12 @@ PgReadiness check_pg_ready(const std::string& conninfo, const std::string& comma
   ready.user = PQgetvalue(r.get(), 0, 1);
   if (PQgetisnull(r.get(), 0, 2))
     throw GuidedError("relaybus is not installed in " + where(conn.get()),
-                      "connect to database \"" + ready.database +
-                          "\" as a superuser and run CREATE EXTENSION relaybus; (or point --db "
+                      "connect to database " + core::sql_identifier(ready.database) +
+                          " as a superuser and run CREATE EXTENSION relaybus; (or point --db "
                           "or PGDATABASE at the database that has it)");
   ready.version = PQgetvalue(r.get(), 0, 2);
   if (needs_admin && PQgetvalue(r.get(), 0, 3)[0] != 't') {
-    const std::string role = identifier(conn.get(), ready.user);
+    const std::string role = core::sql_identifier(ready.user);
     const std::string problem = "role \"" + ready.user + "\" lacks relaybus_admin, which " +
                                 command + " needs (" + where(conn.get()) + ")";
     // A NOINHERIT member has the role but not its privileges: GRANT would change nothing.
