@@ -12,6 +12,7 @@
 #include "../core/error.hpp"
 #include "../core/lane.hpp"
 #include "../core/republish.hpp"
+#include "../core/sql_quote.hpp"
 
 #include <algorithm>
 
@@ -128,9 +129,9 @@ Targets target_handlers(const std::string& type,
   if (given) {
     for (const auto& h : *given) {
       if (!std::binary_search(found.handlers.begin(), found.handlers.end(), h))
-        throw core::Error(core::ErrorCode::kUndefinedObject,
-                          "handler \"" + h + "\" is not subscribed",
-                          "Subscribe it first with relaybus.subscribe('" + h + "', ...).");
+        throw core::Error(
+            core::ErrorCode::kUndefinedObject, "handler \"" + h + "\" is not subscribed",
+            "Subscribe it first with relaybus.subscribe(" + core::sql_literal(h) + ", ...).");
     }
   }
   return found;

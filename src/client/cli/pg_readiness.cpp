@@ -1,5 +1,7 @@
 #include "pg_readiness.hpp"
 
+#include "core/sql_quote.hpp"
+
 #include <cstdlib>
 #include <memory>
 #include <sstream>
@@ -39,17 +41,6 @@ std::string identifier(PGconn* conn, const std::string& name) {
   return out;
 }
 
-// `text` as a SQL string literal, by PostgreSQL's quote_literal rules.
-std::string literal(const std::string& text) {
-  std::string out = "'";
-  for (char c : text) {
-    if (c == '\'' || c == '\\') out += c;
-    out += c;
-  }
-  out += "'";
-  return text.find('\\') == std::string::npos ? out : "E" + out;
-}
-
 // The literal naming `role` where a regrole is read (grant_rights's first argument): an
 // identifier, so a name that is not all lower case letters, digits and underscores is
 // double-quoted inside the literal.
@@ -57,7 +48,7 @@ std::string role_literal(PGconn* conn, const std::string& role) {
   bool plain = !role.empty() && (role[0] == '_' || (role[0] >= 'a' && role[0] <= 'z'));
   for (char c : role)
     plain = plain && (c == '_' || c == '$' || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'));
-  return literal(plain ? role : identifier(conn, role));
+  return core::sql_literal(plain ? role : identifier(conn, role));
 }
 
 // From 0.2.1 rights are given per database, by name (relaybus.grant_rights); 0.2.0 granted
