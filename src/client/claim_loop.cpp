@@ -69,11 +69,29 @@ bool ClaimLoop::wait_for_work() {
       std::this_thread::sleep_for(std::min(left, kWaitSlice));
     }
     if (woken) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      ++counters_.wakeups;
-      return true;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        ++counters_.wakeups;
+      }
+      return space_out_wakeup();
     }
   }
+}
+
+bool ClaimLoop::space_out_wakeup() {
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (changed_.wait_until(lock, last_claim_ + options_.wakeup_interval,
+                            [this] { return stopping_; }))
+      return false;
+  }
+  // What arrived meanwhile was sent before the coming claim begins: that claim answers it.
+  try {
+    store_->wait_for_wakeup(std::chrono::milliseconds(0));
+  } catch (const std::exception&) {
+    // A broken connection: the claim reports it.
+  }
+  return true;
 }
 
 void ClaimLoop::run() {
@@ -107,6 +125,7 @@ void ClaimLoop::run() {
       ask = std::min(batch, capacity - in_flight_);
     }
     std::vector<Delivery> got;
+    last_claim_ = std::chrono::steady_clock::now();
     try {
       got = store_->claim(worker_, static_cast<int>(ask), options_.lease, handlers_);
     } catch (const std::exception& e) {

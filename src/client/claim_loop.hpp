@@ -2,6 +2,11 @@
 // empty waits for a notification, for the poll interval, or for some of its own deliveries
 // to settle. It owns the in-flight count (claimed and not yet settled), because it is the
 // one that waits on it; whoever ends an attempt reports it through settled().
+//
+// Every role may NOTIFY any channel, so a notification is only a hint and may come from
+// anyone who can connect: a claim it causes starts no sooner than wakeup_interval after
+// the previous claim began. A notification heard sooner is not dropped: the claim waits
+// out the spacing, and every notification heard until it starts counts as one.
 #pragma once
 
 #include <chrono>
@@ -24,6 +29,7 @@ class ClaimLoop {
     int batch_size = 10;   // most deliveries one claim asks for
     int concurrency = 10;  // most deliveries in flight
     std::chrono::milliseconds poll_interval{1000};
+    std::chrono::microseconds wakeup_interval{2000};  // least spacing of woken claims
     std::chrono::milliseconds lease{30000};
     bool listen = true;
   };
@@ -55,7 +61,8 @@ class ClaimLoop {
 
  private:
   void run();
-  bool wait_for_work();  // sleeps out the poll interval; false when stopping
+  bool wait_for_work();     // sleeps out the poll interval; false when stopping
+  bool space_out_wakeup();  // waits until a woken claim may start; false when stopping
 
   const StoreFactory stores_;
   const Worker worker_;
@@ -70,6 +77,7 @@ class ClaimLoop {
   std::size_t in_flight_ = 0;
   bool stopping_ = false;
   Counters counters_;
+  std::chrono::steady_clock::time_point last_claim_;  // claim thread only
   std::thread thread_;
 };
 

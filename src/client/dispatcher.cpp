@@ -49,6 +49,7 @@ ClaimLoop::Options claim_options(const DispatcherConfig& c) {
   o.batch_size = std::max(1, c.batch_size);
   o.concurrency = std::max(1, c.concurrency);
   o.poll_interval = c.poll_interval;
+  o.wakeup_interval = c.wakeup_interval;
   o.lease = c.lease;
   o.listen = c.listen;
   return o;

@@ -347,17 +347,19 @@ bool PgStore::drain_notifications() {
   return any;
 }
 
+// Takes every notification that has arrived, buffered or still in the socket, so that all
+// of them count as one wake-up; waits up to `timeout` only when there is none.
 bool PgStore::wait_for_wakeup(std::chrono::milliseconds timeout) {
-  if (listening_ && drain_notifications()) return true;
   pollfd fd{PQsocket(conn_), POLLIN, 0};
   if (!listening_ || fd.fd < 0) {
     // Nothing to listen on: plain sleep (poll with no descriptors).
     ::poll(nullptr, 0, static_cast<int>(timeout.count()));
     return false;
   }
-  if (::poll(&fd, 1, static_cast<int>(timeout.count())) <= 0) return false;
+  const bool buffered = drain_notifications();
+  if (::poll(&fd, 1, buffered ? 0 : static_cast<int>(timeout.count())) <= 0) return buffered;
   if (!PQconsumeInput(conn_)) throw error_of(conn_, nullptr);
-  return drain_notifications();
+  return drain_notifications() || buffered;
 }
 
 namespace {

@@ -1,5 +1,6 @@
 // publish: the event and its deliveries, in the caller's transaction (publish_one.hpp).
 #include "counters.hpp"
+#include "due_time.hpp"
 #include "handler_event.hpp"
 #include "publish_one.hpp"
 #include "settings.hpp"
@@ -98,16 +99,13 @@ std::string new_event_id() {
   return out;
 }
 
-void validate(const PublishInput& in, const std::string& where) {
+void validate(PublishInput& in, const std::string& where) {
   core::validate_name(where + "type", in.type);
   if (!jsonb_is_object(in.payload)) invalid(where + "payload must be a JSON object");
   if (!in.headers_null && !jsonb_is_object(in.headers))
     invalid(where + "headers must be a JSON object or NULL");
   if (in.key) core::validate_name(where + "key", *in.key);
-  // As fail's retry_at: 'infinity' would hold every later delivery of the key back for good
-  // (a pending predecessor that never comes due), '-infinity' sort before every other.
-  if (in.available_at && TIMESTAMP_NOT_FINITE(*in.available_at))
-    invalid(where + "available_at must be a finite timestamp");
+  in.available_at = checked_due_time(in.available_at, where + "available_at");
   if (in.event_id) core::validate_name(where + "event_id", *in.event_id);
   if (in.handlers) {
     for (const auto& h : *in.handlers) core::validate_name(where + "handler name", h);

@@ -28,7 +28,7 @@ struct PublishInput {
 std::string new_event_id();
 
 // The checks of one event's input; `where` prefixes the messages ("events[3]: ").
-void validate(const PublishInput& in, const std::string& where);
+void validate(PublishInput& in, const std::string& where);
 
 struct Targets {
   std::vector<std::string> handlers;

@@ -3,6 +3,7 @@
 #include "postgres.hpp"
 #include "wakeup.hpp"
 
+#include "../core/due_time.hpp"
 #include "../core/sql_timeout.hpp"
 
 #include <cstdio>
@@ -19,6 +20,7 @@ namespace {
 bool completion_history_value = false;
 int retention_completed_value = 7 * 24 * 3600;
 int retention_dead_value = 14 * 24 * 3600;
+int max_delay_value = static_cast<int>(core::kDefaultMaxDelayUs / 1'000'000);
 char* database_value = nullptr;
 bool preloaded_value = false;
 
@@ -134,6 +136,15 @@ void define() {
                           "purge_expired deletes dead deliveries not updated for this long.",
                           &retention_dead_value, 14 * 24 * 3600, 0, INT_MAX, PGC_SUSET, GUC_UNIT_S,
                           nullptr, nullptr, nullptr);
+  // PGC_SUSET: a publisher must not raise the bound that protects the keys it shares with
+  // others; an operator may set it per role or database (ALTER ROLE ... SET).
+  DefineCustomIntVariable("relaybus.max_delay",
+                          "How far ahead publish's available_at and fail's retry_at may be.",
+                          "A keyed delivery holds back the later deliveries of its key until "
+                          "it has run: this bounds that stall. A due time in the past counts "
+                          "as now.",
+                          &max_delay_value, max_delay_value, 1, INT_MAX, PGC_SUSET, GUC_UNIT_S,
+                          nullptr, nullptr, nullptr);
   DefineCustomIntVariable(
       "relaybus.maintenance_interval", "Time between the background worker's maintenance rounds.",
       "Each round takes over expired lanes and applies retention.", &maintenance_interval_value,
@@ -228,6 +239,8 @@ int sql_handler_timeout_ms() {
 int sql_handler_batch() {
   return sql_handler_batch_value;
 }
+int max_delay_s() { return max_delay_value; }
+
 int sql_handler_poll_interval_ms() {
   return sql_handler_poll_interval_value;
 }

@@ -14,6 +14,9 @@ bool completion_history();
 int retention_completed_s();
 // relaybus.retention_dead, seconds: how long dead letters are kept.
 int retention_dead_s();
+// relaybus.max_delay, seconds: how far ahead publish's available_at and fail's retry_at may
+// be (src/core/due_time.hpp).
+int max_delay_s();
 
 // Background worker (issue 3). Settings of context postmaster exist only when the library is
 // preloaded; without it they read as their defaults and no worker runs.

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -12,7 +13,6 @@
 #include <set>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "client/seam.hpp"
@@ -35,7 +35,15 @@ struct FakeBackend {
   int relinquished = 0;
   int renewals = 0;
   int opened = 0;
+  std::condition_variable notified;
+  int notifications = 0;  // sent and not yet heard: every instance listens, the first hears
 
+  // A NOTIFY relaybus from anyone.
+  void notify() {
+    std::lock_guard<std::mutex> lock(mutex);
+    ++notifications;
+    notified.notify_all();
+  }
   void add(int n, const std::string& handler = "h") {
     std::lock_guard<std::mutex> lock(mutex);
     for (int i = 0; i < n; ++i) {
@@ -159,9 +167,12 @@ class FakeStore final : public Store {
     return std::make_unique<FakeTransaction>(b_);
   }
   void listen() override {}
+  // Like libpq: every notification sent so far is taken at once.
   bool wait_for_wakeup(std::chrono::milliseconds timeout) override {
-    std::this_thread::sleep_for(timeout);
-    return false;
+    std::unique_lock<std::mutex> lock(b_.mutex);
+    if (!b_.notified.wait_for(lock, timeout, [this] { return b_.notifications > 0; })) return false;
+    b_.notifications = 0;
+    return true;
   }
   // The dispatcher never publishes or administers: these record the call and refuse.
   std::string publish(const Event&) override { return refuse("publish"); }

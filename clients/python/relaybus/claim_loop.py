@@ -8,6 +8,11 @@ a notification, for capacity to be settled (a key's next event becomes claimable
 the previous one's completion is committed, and nobody notifies that) or for the poll
 interval.
 
+Every role may NOTIFY any channel, so a notification may come from anyone who can connect:
+a claim it causes starts no sooner than ``wakeup_interval`` after the previous claim began.
+A notification heard sooner is not dropped: the claim waits out the spacing, and every
+notification heard until it starts counts as one.
+
 Errors never end the loop: a lost connection is reopened (with LISTEN again), any other
 error (an admin unsubscribed a handler, say) is logged; both back off, doubling up to the
 poll interval, and stop() cuts every pause short.
@@ -15,6 +20,7 @@ poll interval, and stop() cuts every pause short.
 
 import logging
 import threading
+import time
 from datetime import timedelta
 from typing import Callable, List, Optional
 
@@ -36,7 +42,8 @@ class ClaimLoop:
     def __init__(self, connect: Callable[[], psycopg.Connection], worker: str, holder: str,
                  handlers: List[str], lease: timedelta, batch_size: int,
                  free_capacity: Callable[[], int], dispatch: Callable[[list], None],
-                 poll_interval: float, listen: bool, stats: StatsRecorder):
+                 poll_interval: float, listen: bool, wakeup_interval: float,
+                 stats: StatsRecorder):
         self._connect = connect
         self._worker = worker
         self._holder = holder
@@ -47,6 +54,8 @@ class ClaimLoop:
         self._dispatch = dispatch  # takes the claimed rows; must not block
         self._poll_interval = poll_interval
         self._listen = listen
+        self._wakeup_interval = wakeup_interval
+        self._last_claim = float("-inf")  # monotonic time the latest claim began
         self._stats = stats
         self.waker = Waker()
         self._wait = NotificationWait(handlers, self.waker)
@@ -108,6 +117,7 @@ class ClaimLoop:
             self._wait_for_reason(self._poll_interval)
             return
         asked = min(self._batch_size, free)
+        self._last_claim = time.monotonic()
         rows = self._conn.execute(
             _CLAIM, (self._worker, asked, self._lease, self._handlers, self._holder)).fetchall()
         self._stats.add(claims=1, claimed=len(rows))
@@ -117,6 +127,11 @@ class ClaimLoop:
             self._wait_for_reason(self._poll_interval)
 
     def _wait_for_reason(self, timeout: float) -> None:
-        reason = self._wait.wait(self._conn if self._listen else None, timeout)
+        conn = self._conn if self._listen else None
+        reason = self._wait.wait(conn, timeout)
         if reason == "notified":
             self._stats.add(wakeups=1)
+            spacing = self._last_claim + self._wakeup_interval - time.monotonic()
+            self._stopping.wait(max(0.0, spacing))
+            # What arrived meanwhile was sent before the coming claim: that claim answers it.
+            self._wait.forget(conn)

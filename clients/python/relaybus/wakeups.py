@@ -40,12 +40,15 @@ class Waker:
         except (BlockingIOError, OSError):
             pass  # the buffer is full of pokes already, or closed at shutdown: one is enough
 
-    def drain(self) -> None:
+    def drain(self) -> bool:
+        """Takes the pokes; True if there were any."""
+        poked = False
         try:
             while self._reader.recv(4096):
-                pass
+                poked = True
         except (BlockingIOError, OSError):
             pass
+        return poked
 
     def close(self) -> None:
         self._reader.close()
@@ -77,9 +80,10 @@ class NotificationWait:
 
     def wait(self, conn: Optional[psycopg.Connection], timeout: float) -> str:
         """Returns 'notified', 'poked' or 'timeout'. ``conn`` is the listening connection,
-        or None without LISTEN. Raises psycopg.OperationalError if it died."""
+        or None without LISTEN. Raises psycopg.OperationalError if it died. A poke (the
+        worker's own news) wins over a notification that came with it."""
         if self._take_pending():
-            return "notified"
+            return "poked" if self._waker.drain() else "notified"
         deadline = time.monotonic() + timeout
         while True:
             remaining = deadline - time.monotonic()
@@ -89,13 +93,21 @@ class NotificationWait:
             readable, _, _ = select.select(sources, [], [], remaining)
             if self._waker in readable:
                 self._waker.drain()
-                return "notified" if self._take_pending() else "poked"
+                self._take_pending()
+                return "poked"
             if readable:
                 self._read_notifications(conn)
                 if self._take_pending():
                     return "notified"
                 # Something else arrived (a notice, a notification for another handler):
                 # keep waiting for the rest of the timeout.
+
+    def forget(self, conn: Optional[psycopg.Connection]) -> None:
+        """Forgets the notifications heard so far, those still in the socket included.
+        Raises psycopg.OperationalError if the connection died."""
+        if conn is not None:
+            self._read_notifications(conn)
+        self._take_pending()
 
     def _read_notifications(self, conn: psycopg.Connection) -> None:
         pgconn = conn.pgconn

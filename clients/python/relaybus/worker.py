@@ -67,7 +67,9 @@ class Worker:
     list_deliveries); several instances may share it, each gets its own ``holder``.
     ``lease`` (seconds) is how long claimed lanes are held without renewal; the worker
     renews every third of it while handlers run. ``poll_interval`` (seconds) bounds every
-    wait; with ``listen`` a publish wakes the worker at once. ``shutdown_grace`` (seconds)
+    wait; with ``listen`` a publish wakes the worker at once, but a claim a notification
+    causes starts at least ``wakeup_interval`` (seconds) after the previous claim began
+    (anyone who can connect may send one). ``shutdown_grace`` (seconds)
     is how long stop() lets running handlers finish before releasing their deliveries.
     ``bury_on``: exception classes that dead-letter a delivery at once, for every handler.
     """
@@ -75,7 +77,8 @@ class Worker:
     def __init__(self, conninfo: str = "", *, name: str, holder: Optional[str] = None,
                  concurrency: int = 4, batch_size: Optional[int] = None,
                  lease: arguments.Seconds = 30.0, poll_interval: arguments.Seconds = 1.0,
-                 listen: bool = True, completion_delay: arguments.Seconds = 0.002,
+                 listen: bool = True, wakeup_interval: arguments.Seconds = 0.002,
+                 completion_delay: arguments.Seconds = 0.002,
                  completion_batch: int = 1000, shutdown_grace: arguments.Seconds = 10.0,
                  bury_on: Iterable[Type[BaseException]] = (),
                  connect_kwargs: Optional[dict] = None):
@@ -97,6 +100,8 @@ class Worker:
         self._lease = timedelta(seconds=arguments.seconds(lease, "lease", 0, 86400))
         self._poll_interval = arguments.seconds(poll_interval, "poll_interval", 0, 3600)
         self._listen = bool(listen)
+        self._wakeup_interval = arguments.seconds(wakeup_interval, "wakeup_interval", 0, 60,
+                                                  minimum_inclusive=True)
         self._completion_delay = arguments.seconds(completion_delay, "completion_delay", 0, 10,
                                                    minimum_inclusive=True)
         self._completion_batch = arguments.positive_int(completion_batch, "completion_batch", 10000)
@@ -192,7 +197,7 @@ class Worker:
             self._claims = ClaimLoop(self._connect, self._name, self._holder, handlers,
                                      self._lease, self._batch_size, self._free_capacity,
                                      self._dispatch, self._poll_interval, self._listen,
-                                     self._stats)
+                                     self._wakeup_interval, self._stats)
             self._settler.start()
             self._renewer.start()
             self._claims.start()

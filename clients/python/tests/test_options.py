@@ -19,6 +19,8 @@ import relaybus
     (dict(name="w", lease=timedelta(days=2)), ValueError, "at most 86400 seconds"),
     (dict(name="w", lease="30s"), TypeError, "lease must be a number of seconds or a timedelta"),
     (dict(name="w", poll_interval=-1), ValueError, "poll_interval must be more than 0"),
+    (dict(name="w", wakeup_interval=-0.001), ValueError, "wakeup_interval must be at least 0"),
+    (dict(name="w", wakeup_interval=61), ValueError, "at most 60 seconds"),
     (dict(name="w", completion_delay=-0.1), ValueError, "completion_delay must be at least 0"),
     (dict(name="w", shutdown_grace=float("nan")), ValueError, "shutdown_grace must be"),
     (dict(name="w", bury_on=[ValueError, "x"]), TypeError, "bury_on must be exception classes"),

@@ -7,7 +7,7 @@ import time
 import psycopg
 
 import relaybus
-from conftest import wait_until
+from conftest import unique, wait_until
 
 
 def _idle(worker):
@@ -89,3 +89,36 @@ def test_a_killed_listening_connection_is_replaced(conninfo, admin, subscribe, w
     wait_until(lambda: worker.stats.claims >= 2, timeout=3, what="a claim on a new connection")
     _idle(worker)
     assert _publish_and_time(conninfo, event_type, handled) < 0.5
+
+
+def test_a_strangers_notification_flood_costs_at_most_a_claim_per_wakeup_interval(
+        conninfo, dbname, admin, subscribe, workers):
+    # Every role may NOTIFY any channel: this one has LOGIN and no relaybus right at all.
+    stranger = unique("relaybus_py_stranger")
+    admin.execute(f'CREATE ROLE "{stranger}" LOGIN')
+    try:
+        assert admin.execute("SELECT has_schema_privilege(%s, 'relaybus', 'USAGE')",
+                             (stranger,)).fetchone()[0] is False
+        handler, event_type = subscribe()
+        interval = 0.01
+        handled = _Stamp()
+        worker = workers(poll_interval=10.0, wakeup_interval=interval)
+        worker.add_handler(handler, lambda event: handled.set())
+        worker.start()
+        _idle(worker)
+        before = worker.stats.claims
+        started = time.monotonic()
+        with psycopg.connect(dbname=dbname, user=stranger, autocommit=True) as conn:
+            for i in range(200):  # each its own transaction, so none is folded into another
+                # Half name the worker's handler: this runtime reads the payload.
+                conn.execute("SELECT pg_notify('relaybus', %s)",
+                             (handler if i % 2 == 0 else f"noise {i}",))
+                time.sleep(0.001)
+        elapsed = time.monotonic() - started
+        time.sleep(3 * interval)  # the last notifications are answered after the spacing
+        made = worker.stats.claims - before
+        assert 1 <= made <= elapsed / interval + 3, (made, elapsed)
+        # A real publish right after the flood still wakes it, far sooner than the poll.
+        assert _publish_and_time(conninfo, event_type, handled) < 0.5
+    finally:
+        admin.execute(f'DROP ROLE "{stranger}"')
