@@ -118,6 +118,8 @@ export interface WorkerOptions {
   lease?: number;
   /** Longest wait between claims when idle, in ms. Default 1000. */
   pollInterval?: number;
+  /** Least time in ms from one claim to the next that a notification causes (anyone who can connect may NOTIFY). Default 2. */
+  wakeupInterval?: number;
   /** Most completions in one complete_many. Default 100. */
   completionBatchSize?: number;
   /** Longest a completion waits for others to join its batch, in ms. Default 2. */

@@ -1,36 +1,46 @@
 // A one-slot wake-up for the claim loop: notify() ends the current wait(), or, when nobody
 // waits, makes the next wait() return at once. So a notification, or a settled delivery,
-// that arrives while a claim statement is running is never lost.
+// that arrives while a claim statement is running is never lost. wait() tells why it
+// ended: 'notification' when only notifications came (anyone who can connect may send
+// one), 'work' when the worker's own news came too (a settled delivery, a reconnect,
+// stop()), false when the time ran out.
 export class Wakeup {
-  #pending = false;
+  #pending = null; // null, 'notification' or 'work'
   #resolve = null;
 
-  notify() {
-    this.#pending = true;
+  notify(why = 'work') {
+    if (this.#pending !== 'work') this.#pending = why;
     const resolve = this.#resolve;
     if (resolve) {
       this.#resolve = null;
-      resolve(true);
+      resolve();
     }
   }
 
-  // Resolves true when notified, false when `ms` ran out (Infinity: no timeout).
+  // Forgets what came so far: the claim about to start answers it.
+  clear() {
+    this.#pending = null;
+  }
+
+  // Resolves with why it was woken, or false when `ms` ran out (Infinity: no timeout).
   wait(ms) {
-    if (this.#pending) {
-      this.#pending = false;
-      return Promise.resolve(true);
-    }
+    if (this.#pending) return Promise.resolve(this.#take());
     return new Promise((resolve) => {
       const timer = ms === Infinity ? null : setTimeout(() => {
         this.#resolve = null;
         resolve(false);
       }, ms);
-      this.#resolve = (woken) => {
+      this.#resolve = () => {
         if (timer) clearTimeout(timer);
-        this.#pending = false;
-        resolve(woken);
+        resolve(this.#take());
       };
     });
+  }
+
+  #take() {
+    const why = this.#pending;
+    this.#pending = null;
+    return why;
   }
 }
 

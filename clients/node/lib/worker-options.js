@@ -23,6 +23,7 @@ export const WORKER_OPTIONS = [
   'batchSize',
   'lease',
   'pollInterval',
+  'wakeupInterval',
   'completionBatchSize',
   'completionDelay',
   'shutdownTimeout',
@@ -64,6 +65,8 @@ export function workerOptions(options) {
     batchSize: o.batchSize === undefined ? Math.min(concurrency, 10000) : checkInteger(o.batchSize, 'new Worker: batchSize', 1, 10000),
     lease,
     pollInterval,
+    wakeupInterval:
+      o.wakeupInterval === undefined ? 2 : checkMillis(o.wakeupInterval, 'new Worker: wakeupInterval', { max: 60000 }),
     completionBatchSize:
       o.completionBatchSize === undefined ? 100 : checkInteger(o.completionBatchSize, 'new Worker: completionBatchSize', 1, 10000),
     completionDelay: o.completionDelay === undefined ? 2 : checkMillis(o.completionDelay, 'new Worker: completionDelay', { max: 60000 }),

@@ -4,7 +4,9 @@
 //   claim loop (here)      relaybus.claim with the handlers, this instance's holder and the
 //                          lease; claims only up to the free capacity, so every claimed
 //                          delivery starts at once; waits for a notification, a settled
-//                          delivery or the poll interval when there is nothing to claim
+//                          delivery or the poll interval when there is nothing to claim;
+//                          a claim a notification causes comes at least wakeupInterval
+//                          after the previous one began
 //   Attempts               runs the handlers and ends each attempt (fail, bury, release)
 //   CompletionBatcher      successful completions, grouped into complete_many
 //   LeaseRenewer           extend_lease while deliveries are in flight
@@ -70,6 +72,7 @@ export class Worker extends EventEmitter {
   #version = null;
 
   #wakeup = new Wakeup();
+  #lastClaim = -Infinity; // performance.now() when the latest claim began
   #inFlight = 0;
   #loopDone = null;
   #closing = false; // shutdown's last phase: retries get one final try
@@ -255,7 +258,7 @@ export class Worker extends EventEmitter {
         onNotify: (handler) => {
           if (this.#handlers.has(handler)) {
             this.#stats.wakeups += 1;
-            this.#wakeup.notify();
+            this.#wakeup.notify('notification');
           }
         },
         onConnected: () => {
@@ -307,6 +310,7 @@ export class Worker extends EventEmitter {
       let rows;
       try {
         this.#stats.claims += 1;
+        this.#lastClaim = performance.now();
         ({ rows } = await this.#pool.query(CLAIM, [o.name, wanted, this.#leaseText, handlers, this.#holder]));
         this.#recovered('claim');
       } catch (err) {
@@ -324,8 +328,21 @@ export class Worker extends EventEmitter {
       for (const row of rows) this.#attempts.begin(row, this.#handlers.get(row.handler));
       // A full batch suggests more is due: claim again. Otherwise wait for a notification,
       // a settled delivery (it may unblock the next one of its key) or the poll interval.
-      if (rows.length < wanted) await this.#wakeup.wait(o.pollInterval);
+      if (rows.length < wanted) {
+        const why = await this.#wakeup.wait(o.pollInterval);
+        if (why === 'notification') await this.#spaceOutWakeup();
+      }
     }
+  }
+
+  // Every role may NOTIFY any channel, so a notification may come from anyone who can
+  // connect: the claim it causes starts no sooner than wakeupInterval after the previous
+  // one began. It is not dropped, only delayed; and every notification heard until that
+  // claim starts was sent before it, so the claim answers them all at once.
+  async #spaceOutWakeup() {
+    const wait = this.#lastClaim + this.#o.wakeupInterval - performance.now();
+    if (wait > 0) await sleep(wait, this.#lifetime.signal);
+    this.#wakeup.clear();
   }
 
   #settled(n) {

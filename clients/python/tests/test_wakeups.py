@@ -100,7 +100,7 @@ def test_a_strangers_notification_flood_costs_at_most_a_claim_per_wakeup_interva
         assert admin.execute("SELECT has_schema_privilege(%s, 'relaybus', 'USAGE')",
                              (stranger,)).fetchone()[0] is False
         handler, event_type = subscribe()
-        interval = 0.01
+        interval = 0.05
         handled = _Stamp()
         worker = workers(poll_interval=10.0, wakeup_interval=interval)
         worker.add_handler(handler, lambda event: handled.set())
