@@ -99,7 +99,7 @@ export function missingRight(user, right, version, cause) {
 export function notSubscribed(handler, database, cause) {
   return new RelaybusError(
     `handler "${handler}" is not subscribed in database "${database}": an admin must run ` +
-      `SELECT relaybus.subscribe('${handler.replaceAll("'", "''")}', ARRAY['<event type>']) first`,
+      `SELECT relaybus.subscribe(${quoteLiteral(handler)}, ARRAY['<event type>']) first`,
     { code: NOT_SUBSCRIBED, cause, sqlState: cause?.code },
   );
 }

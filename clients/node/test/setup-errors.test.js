@@ -141,6 +141,16 @@ test('start() with a handler nobody subscribed says to subscribe it', async () =
   });
 });
 
+test('the subscribe it suggests quotes the handler as quote_literal does (issue 32, finding 4)', async () => {
+  const name = "it's \\'); DROP TABLE accounts; --";
+  const err = await newWorker(db.url, name).start().then(() => null, (e) => e);
+  assert.equal(err?.code, 'RELAYBUS_NOT_SUBSCRIBED');
+  assert.ok(
+    err.message.endsWith("SELECT relaybus.subscribe(E'it''s \\\\''); DROP TABLE accounts; --', ARRAY['<event type>']) first"),
+    err.message,
+  );
+});
+
 test('start() without any handler is refused', async () => {
   await assert.rejects(new Worker({ connectionString: db.url, name: 'empty' }).start(), /no handlers; call worker\.handle/);
 });

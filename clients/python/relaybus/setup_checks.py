@@ -143,10 +143,10 @@ def check_worker(conn: psycopg.Connection, name: str, holder: str, handlers: lis
     except pg_errors.UndefinedObject as exc:  # 42704: a handler is not subscribed
         message = exc.diag.message_primary or str(exc)
         named = re.search(r'handler "(.*)" is not subscribed', message)
-        handler = named.group(1).replace("'", "''") if named else "<handler>"
+        handler = quote_literal(named.group(1)) if named else "'<handler>'"
         raise HandlerNotSubscribed(
             f"{message}; subscribe it first (as a role with the admin right): "
-            f"SELECT relaybus.subscribe('{handler}', ARRAY['<event type>'])") from exc
+            f"SELECT relaybus.subscribe({handler}, ARRAY['<event type>'])") from exc
 
 
 def _current_user_and_version(conn) -> tuple:

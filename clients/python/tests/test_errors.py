@@ -184,3 +184,15 @@ def test_worker_that_cannot_connect(tmp_path):
     worker.add_handler("mailer", lambda event: None)
     with pytest.raises(psycopg.OperationalError):
         worker.start()
+
+
+def test_hint_quotes_a_handler_name_as_quote_literal(conninfo):
+    # Issue 32, finding 4: pasted, the suggested subscribe names this handler and runs
+    # nothing else.
+    name = "it's \\'); DROP TABLE accounts; --"
+    worker = relaybus.Worker(conninfo, name="w")
+    worker.add_handler(name, lambda event: None)
+    with pytest.raises(relaybus.HandlerNotSubscribed) as raised:
+        worker.start()
+    assert "SELECT relaybus.subscribe(E'it''s \\\\''); DROP TABLE accounts; --', " \
+        "ARRAY['<event type>'])" in str(raised.value)
