@@ -20,6 +20,11 @@ latin1=relaybus_it_cli_latin1
 v020=relaybus_it_cli_v020
 role=relaybus_it_cli_publisher
 team=relaybus_it_cli_team
+# A database and a role whose names need quoting, for the hints that paste them.
+odd_db="relaybus_it_cli_\"no'ext"
+odd_role="relaybus_it_cli_\"o'dd"
+odd_db_ident="\"relaybus_it_cli_\"\"no'ext\""
+odd_role_ident="\"relaybus_it_cli_\"\"o'dd\""
 export PGDATABASE=$db
 . test/integration/lib/checks.bash
 out=$(mktemp -d /tmp/relaybus-it-cli-XXXXXX)
@@ -32,6 +37,8 @@ cleanup() {
   admin "DROP DATABASE IF EXISTS $v020" || true
   admin "DROP ROLE IF EXISTS $role" || true
   admin "DROP ROLE IF EXISTS $team" || true
+  admin "DROP DATABASE IF EXISTS $odd_db_ident" || true
+  admin "DROP ROLE IF EXISTS $odd_role_ident" || true
   rm -rf "$out"
 }
 trap cleanup EXIT
@@ -41,6 +48,8 @@ admin "DROP DATABASE IF EXISTS $latin1"
 admin "DROP DATABASE IF EXISTS $v020"
 admin "DROP ROLE IF EXISTS $role"
 admin "DROP ROLE IF EXISTS $team"
+admin "DROP DATABASE IF EXISTS $odd_db_ident"
+admin "DROP ROLE IF EXISTS $odd_role_ident"
 admin "CREATE DATABASE $db"
 admin "CREATE DATABASE $noext"
 q "CREATE EXTENSION relaybus" >/dev/null
@@ -202,7 +211,7 @@ check "e2 for mailer is still dead, and audit's deliveries are untouched" \
              FROM relaybus.deliveries WHERE handler = 'audit')"
 run requeue-again $cli dead requeue e1 mailer
 expect "requeueing a delivery that is not dead exits 1 and says so" 1 requeue-again \
-  'event "e1" has no dead delivery to handler "mailer"' "relaybus dead list --handler mailer"
+  'event "e1" has no dead delivery to handler "mailer"' "relaybus dead list --handler=mailer"
 check "... and changes nothing" \
   "SELECT status = 'pending' AND attempts = 0 FROM relaybus.deliveries
     WHERE event_id = 'e1' AND handler = 'mailer'"
@@ -246,6 +255,26 @@ run cancel-none $cli cancel p1 pausable
 expect "cancel of no delivery exits 1, saying so" 1 cancel-none "nothing cancelled"
 run cancel-one $cli cancel p1
 expect "cancel with EVENT_ID alone exits 2" 2 cancel-one "EVENT_ID and HANDLER"
+
+# --- a hint's command line quotes the handler for the shell (issue 32, finding 4): pasted,
+# it passes the name as one argument and runs nothing else
+hostile="y'); DROP TABLE x; --\$(touch $out/ran)"
+q "SELECT relaybus.subscribe(\$h\$$hostile\$h\$, ARRAY['hostile.t'])" >/dev/null
+# hinted NAME: the command line in NAME's hint, up to where the prose starts.
+hinted() { sed -n 's/^hint: \(relaybus dead list --handler=.*\) lists .*/\1/p' "$out/$1.err"; }
+for c in cancel requeue; do
+  if [ $c = cancel ]; then run hostile-$c $cli cancel e1 "$hostile"
+  else run hostile-$c $cli dead requeue e1 "$hostile"; fi
+  expect "$c of nothing for a handler named $hostile: exit 1, the hint quotes it" 1 hostile-$c \
+    "relaybus dead list --handler='y'\\''); DROP TABLE x; --\$(touch $out/ran)' lists"
+  words=$(hinted hostile-$c)
+  if [ -n "$words" ] && eval "set -- $words" && [ $# = 4 ] && [ "$4" = "--handler=$hostile" ] \
+     && ! [ -e "$out/ran" ]; then
+    ok "... and read by a shell that command line passes the name as one argument, running nothing"
+    run hinted-$c $cli "${@:2}"
+    expect "... and the tool runs it (dead list of that handler)" 0 hinted-$c "(0 rows)"
+  else not_ok "... and read by a shell that command line passes the name as one argument (got: $words)"; fi
+done
 
 # --- the table shows no byte a terminal acts on: publishers choose type, key and event id,
 # handlers write last_error (an escape sequence, a bell, DEL, a C1 control, U+2028/9)
@@ -338,6 +367,19 @@ grant=$(sed -n "s/.*run \(SELECT relaybus\.grant_rights(.*)\) in database .*/\1/
 q "$grant" >/dev/null || not_ok "the grant_rights the hint printed runs: $grant"
 run granted $cli stats --db "dbname=$db user=$role"
 expect "after the grant_rights printed the same command works" 0 granted "mailer"
+# The same with names that need quoting (issue 32, finding 4): the hints quote them.
+admin "CREATE DATABASE $odd_db_ident"
+admin "CREATE ROLE $odd_role_ident LOGIN"
+run odd-noext env PGDATABASE="$odd_db" $cli stats
+expect "a database named $odd_db without the extension: the hint quotes its name" 1 odd-noext \
+  "connect to database $odd_db_ident as a superuser"
+run odd-noadmin env PGUSER="$odd_role" $cli stats
+expect "a role named $odd_role without the admin right: the hint quotes its name" 1 odd-noadmin \
+  "run SELECT relaybus.grant_rights('\"relaybus_it_cli_\"\"o''dd\"', 'admin') in database \"$db\";"
+grant=$(sed -n "s/.*run \(SELECT relaybus\.grant_rights(.*)\) in database .*/\1/p" "$out/odd-noadmin.err")
+q "$grant" >/dev/null || not_ok "the grant_rights the hint printed runs: $grant"
+run odd-granted env PGUSER="$odd_role" $cli stats
+expect "... and, run as printed, it gives that role the right" 0 odd-granted "mailer"
 # On relaybus 0.2.0 the rights are the cluster's roles, and the admin right given in $db
 # above means nothing in another database.
 admin "CREATE DATABASE $v020"

@@ -33,22 +33,14 @@ std::string where(PGconn* conn) {
          "\" on " + or_unknown(PQhost(conn)) + ":" + or_unknown(PQport(conn));
 }
 
-std::string identifier(PGconn* conn, const std::string& name) {
-  char* quoted = PQescapeIdentifier(conn, name.c_str(), name.size());
-  if (!quoted) return "\"" + name + "\"";
-  std::string out = quoted;
-  PQfreemem(quoted);
-  return out;
-}
-
 // The literal naming `role` where a regrole is read (grant_rights's first argument): an
 // identifier, so a name that is not all lower case letters, digits and underscores is
 // double-quoted inside the literal.
-std::string role_literal(PGconn* conn, const std::string& role) {
+std::string role_literal(const std::string& role) {
   bool plain = !role.empty() && (role[0] == '_' || (role[0] >= 'a' && role[0] <= 'z'));
   for (char c : role)
     plain = plain && (c == '_' || c == '$' || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'));
-  return core::sql_literal(plain ? role : identifier(conn, role));
+  return core::sql_literal(plain ? role : core::sql_identifier(role));
 }
 
 // From 0.2.1 rights are given per database, by name (relaybus.grant_rights); 0.2.0 granted
@@ -121,12 +113,12 @@ PgReadiness check_pg_ready(const std::string& conninfo, const std::string& comma
   ready.user = PQgetvalue(r.get(), 0, 1);
   if (PQgetisnull(r.get(), 0, 2))
     throw GuidedError("relaybus is not installed in " + where(conn.get()),
-                      "connect to database \"" + ready.database +
-                          "\" as a superuser and run CREATE EXTENSION relaybus; (or point --db "
+                      "connect to database " + core::sql_identifier(ready.database) +
+                          " as a superuser and run CREATE EXTENSION relaybus; (or point --db "
                           "or PGDATABASE at the database that has it)");
   ready.version = PQgetvalue(r.get(), 0, 2);
   if (needs_admin && PQgetvalue(r.get(), 0, 3)[0] != 't') {
-    const std::string role = identifier(conn.get(), ready.user);
+    const std::string role = core::sql_identifier(ready.user);
     const bool by_name = rights_by_name(ready.version);
     const std::string problem =
         "role \"" + ready.user + "\" lacks " +
@@ -145,8 +137,9 @@ PgReadiness check_pg_ready(const std::string& conninfo, const std::string& comma
       throw GuidedError(problem,
                         "as a superuser, or a role with the admin right, run SELECT "
                         "relaybus.grant_rights(" +
-                            role_literal(conn.get(), ready.user) + ", 'admin') in database \"" +
-                            ready.database + "\"; (or connect as a role that has it)");
+                            role_literal(ready.user) + ", 'admin') in database " +
+                            core::sql_identifier(ready.database) +
+                            "; (or connect as a role that has it)");
     throw GuidedError(problem, "as a superuser run GRANT relaybus_admin TO " + role +
                                    "; (or connect as a role that has it)");
   }
