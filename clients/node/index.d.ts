@@ -56,7 +56,7 @@ export interface SubscribeOptions {
   backoffMax?: number;
 }
 
-/** relaybus.subscribe for an external handler (needs relaybus_admin). For setup scripts and tests. */
+/** relaybus.subscribe for an external handler (needs the admin right: relaybus.grant_rights(role, 'admin')). For setup scripts and tests. */
 export function subscribe(client: Queryable, handler: string, eventTypes: string[], options?: SubscribeOptions): Promise<void>;
 
 /** A delivery, as a handler receives it. */

@@ -59,10 +59,3 @@ CREATE FUNCTION relaybus.counters() RETURNS TABLE(name text, value bigint, since
 -- table.
 CREATE FUNCTION relaybus.reset_counters() RETURNS timestamptz
   AS 'MODULE_PATHNAME', 'relaybus_reset_counters' LANGUAGE C VOLATILE;
-
--- Admin only, as statistics(): the figures name handlers and workers. A monitoring role
--- gets EXECUTE on metrics() and counters() alone (docs/operations.md), not relaybus_admin.
-REVOKE ALL ON FUNCTION relaybus.metrics(), relaybus.counters(), relaybus.reset_counters()
-  FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION relaybus.metrics(), relaybus.counters(), relaybus.reset_counters()
-  TO relaybus_admin;

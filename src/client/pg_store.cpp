@@ -130,6 +130,8 @@ core::ErrorCode error_code_of_sqlstate(const std::string& sqlstate) {
   if (sqlstate == "42883") return ErrorCode::kUndefinedFunction;
   if (sqlstate == "42501") return ErrorCode::kPermissionDenied;
   if (sqlstate == "55006") return ErrorCode::kObjectInUse;
+  // A value over a limit the server sets (an event too large for an in-database handler).
+  if (sqlstate == "54000") return ErrorCode::kInvalidParameter;
   if (sqlstate == "40001" || sqlstate == "40P01") return ErrorCode::kConflict;
   // Other data exceptions (a value out of range, bad JSON) are invalid input too.
   if (sqlstate.compare(0, 2, "22") == 0) return ErrorCode::kInvalidParameter;

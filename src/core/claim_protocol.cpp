@@ -5,6 +5,7 @@
 #include "batch_planner.hpp"
 #include "claim_request.hpp"
 #include "error.hpp"
+#include "sql_quote.hpp"
 
 namespace relaybus::core {
 
@@ -83,7 +84,7 @@ class Claim {
                                        [&](const SubscribedHandler& s) { return s.name == h; });
         if (!found)
           throw Error(ErrorCode::kUndefinedObject, "handler \"" + h + "\" is not subscribed",
-                      "Subscribe it first with relaybus.subscribe('" + h + "', ...).");
+                      "Subscribe it first with relaybus.subscribe(" + sql_literal(h) + ", ...).");
       }
     }
     // A paused handler is subscribed (asking for it is no error: a worker keeps running

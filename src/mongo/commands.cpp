@@ -5,6 +5,7 @@
 #include "command_parts.hpp"
 #include "core/attempt_end.hpp"
 #include "core/claim_request.hpp"
+#include "core/due_time.hpp"
 #include "core/error.hpp"
 #include "core/lane.hpp"
 #include "core/republish.hpp"
@@ -35,6 +36,9 @@ Bson validate_event(const store::Event& e, const std::string& where) {
   }
   if (e.delay && e.delay->count() < 0)
     throw core::Error(core::ErrorCode::kInvalidParameter, where + "delay must not be negative");
+  if (e.delay)
+    core::checked_delay_ms(e.delay->count(), core::kDefaultMaxDelayUs, where + "delay",
+                           "the store's maximum delay");
   return payload;
 }
 

@@ -10,6 +10,7 @@
 #include "core/attempt_end.hpp"
 #include "core/claim_protocol.hpp"
 #include "core/claim_request.hpp"
+#include "core/due_time.hpp"
 #include "core/lane_lease.hpp"
 #include "core/lease_token.hpp"
 #include "documents.hpp"
@@ -141,6 +142,9 @@ core::AttemptResult MongoStore::end(const std::string& token_text, core::Ending 
 
 store::FailOutcome MongoStore::fail(const std::string& token, const std::string& error,
                                     std::optional<std::chrono::milliseconds> retry_after) {
+  if (retry_after)
+    retry_after = std::chrono::milliseconds(core::checked_delay_ms(
+        retry_after->count(), core::kDefaultMaxDelayUs, "retry_after", "the store's maximum delay"));
   switch (end(token, core::Ending::kFail, error, retry_after)) {
     case core::AttemptResult::kRetry:
       return store::FailOutcome::kRetry;

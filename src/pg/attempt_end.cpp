@@ -3,6 +3,7 @@
 // (a rare path: not HOT, accepted) and takes it off its lane's in-flight list so it can be
 // claimed again; each bumps the claims counter so the token that ended it is dead.
 #include "counters.hpp"
+#include "due_time.hpp"
 #include "spi.hpp"
 #include "subscription_policy.hpp"
 #include "token_args.hpp"
@@ -114,13 +115,9 @@ std::optional<std::string> optional_text_arg(FunctionCallInfo fcinfo, int n) {
 Datum fail_body(FunctionCallInfo fcinfo) {
   const core::LeaseToken token = token_arg(fcinfo, 0);
   const auto error = optional_text_arg(fcinfo, 1);
-  std::optional<TimestampTz> retry_at;
-  if (!PG_ARGISNULL(2)) {
-    retry_at = PG_GETARG_TIMESTAMPTZ(2);
-    // 'infinity' would park the delivery forever, '-infinity' sort it before every other.
-    if (TIMESTAMP_NOT_FINITE(*retry_at))
-      throw core::Error(core::ErrorCode::kInvalidParameter, "retry_at must be a finite timestamp");
-  }
+  const std::optional<TimestampTz> retry_at = checked_due_time(
+      PG_ARGISNULL(2) ? std::nullopt : std::optional<TimestampTz>(PG_GETARG_TIMESTAMPTZ(2)),
+      "retry_at");
   SpiConnection spi;
   const AttemptResult result = end_attempt(token, Ending::kFail, error, retry_at);
   spi.finish();

@@ -16,8 +16,9 @@ namespace {
 // The message survives the catch block in static storage: nothing is allocated while an
 // exception is in flight, and nothing needs freeing when ereport longjmps away.
 char message_buffer[2048];
-char hint_buffer[1024];
-char detail_buffer[1024];
+// Room for a hint that quotes a name of the longest kind (1,000 bytes, every one doubled).
+char hint_buffer[4096];
+char detail_buffer[4096];
 
 // Cut where it fits, never inside a multibyte character (the server encoding is the
 // database's; the messages hold user names, which may be in any script).

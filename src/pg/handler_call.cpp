@@ -138,14 +138,12 @@ struct CallFrame {
 // function(event) as the function's owner, restricted, under the timeout, with every
 // setting it changes undone; back as the worker when it returns. Raises what the call
 // raised (the caller's PG_TRY catches it).
-void call_restricted(const CallFrame& frame, Oid function, int timeout_ms,
-                     const handler_event::Fields* event_fields) {
+void call_restricted(const CallFrame& frame, Oid function, int timeout_ms, Datum event) {
   // Deferrable constraints are checked at the end of each of the handler's statements:
   // inside the restriction PostgreSQL refuses to queue a deferred trigger event (it would
   // fire after the call, as the worker), so a deferrable foreign key or unique constraint
   // must not be deferred. A handler that defers one itself gets 42501 from PostgreSQL.
   all_constraints_immediate();
-  const Datum event = handler_event::to_jsonb(event_fields);
   // The owner from the same catalog entry fmgr_info and the language handler read the
   // function from (no invalidation is taken in between).
   const Oid owner = current_owner(function);
@@ -211,8 +209,8 @@ void recover(const CallFrame& frame, CallOutcome* out) {
 
 }  // namespace
 
-void run(Oid function, int timeout_ms, const handler_event::Fields* event, SPIPlanPtr complete,
-         Datum token, CallOutcome* out) {
+void run(Oid function, int timeout_ms, const handler_event::Fields* event, SPIPlanPtr load,
+         std::int64_t max_bytes, SPIPlanPtr complete, Datum token, CallOutcome* out) {
   CallFrame frame{CurrentMemoryContext, CurrentResourceOwner, InvalidOid, 0};
   GetUserIdAndSecContext(&frame.user, &frame.security_context);
   BeginInternalSubTransaction(nullptr);
@@ -220,7 +218,8 @@ void run(Oid function, int timeout_ms, const handler_event::Fields* event, SPIPl
   PG_TRY();
   {
     PushActiveSnapshot(GetTransactionSnapshot());
-    call_restricted(frame, function, timeout_ms, event);
+    // As the worker, which may read relaybus's tables.
+    call_restricted(frame, function, timeout_ms, handler_event::load(event, load, max_bytes));
     const bool completed = complete_delivery(complete, token);
     PopActiveSnapshot();
     if (completed) {

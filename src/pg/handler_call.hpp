@@ -43,13 +43,14 @@ void install();
 
 // In a subtransaction of the current transaction: function(event) as the function's owner,
 // restricted and under `timeout_ms`, then, as the worker, complete(token) with the kept
-// plan `complete`. The event is built from `event` inside the subtransaction
-// (handler_event.hpp), so one that cannot be built fails this delivery only. The
-// handler's writes and the completion are released together; an error of the handler, or
-// a lost lease, rolls back the subtransaction. Holds no C++ object with a destructor:
-// PostgreSQL errors are caught here with PG_TRY.
-void run(Oid function, int timeout_ms, const handler_event::Fields* event, SPIPlanPtr complete,
-         Datum token, CallOutcome* out);
+// plan `complete`. The event is loaded (with the kept plan `load`, at most max_bytes) and
+// built from `event` inside the subtransaction (handler_event.hpp), so one that cannot be
+// loaded or built fails this delivery only. The handler's writes and the completion are
+// released together; an error of the handler, or a lost lease, rolls back the
+// subtransaction. Holds no C++ object with a destructor: PostgreSQL errors are caught here
+// with PG_TRY.
+void run(Oid function, int timeout_ms, const handler_event::Fields* event, SPIPlanPtr load,
+         std::int64_t max_bytes, SPIPlanPtr complete, Datum token, CallOutcome* out);
 
 // True from the moment a call overran its grace until the worker ends (the worker's exit
 // callback reads it to fail that delivery with a reason).

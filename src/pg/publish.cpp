@@ -1,6 +1,9 @@
 // publish: the event and its deliveries, in the caller's transaction (publish_one.hpp).
 #include "counters.hpp"
+#include "due_time.hpp"
+#include "handler_event.hpp"
 #include "publish_one.hpp"
+#include "settings.hpp"
 #include "spi.hpp"
 #include "subscription_cache.hpp"
 #include "wakeup.hpp"
@@ -9,6 +12,7 @@
 #include "../core/error.hpp"
 #include "../core/lane.hpp"
 #include "../core/republish.hpp"
+#include "../core/sql_quote.hpp"
 
 #include <algorithm>
 
@@ -96,16 +100,13 @@ std::string new_event_id() {
   return out;
 }
 
-void validate(const PublishInput& in, const std::string& where) {
+void validate(PublishInput& in, const std::string& where) {
   core::validate_name(where + "type", in.type);
   if (!jsonb_is_object(in.payload)) invalid(where + "payload must be a JSON object");
   if (!in.headers_null && !jsonb_is_object(in.headers))
     invalid(where + "headers must be a JSON object or NULL");
   if (in.key) core::validate_name(where + "key", *in.key);
-  // As fail's retry_at: 'infinity' would hold every later delivery of the key back for good
-  // (a pending predecessor that never comes due), '-infinity' sort before every other.
-  if (in.available_at && TIMESTAMP_NOT_FINITE(*in.available_at))
-    invalid(where + "available_at must be a finite timestamp");
+  in.available_at = checked_due_time(in.available_at, where + "available_at");
   if (in.event_id) core::validate_name(where + "event_id", *in.event_id);
   if (in.handlers) {
     for (const auto& h : *in.handlers) core::validate_name(where + "handler name", h);
@@ -128,12 +129,44 @@ Targets target_handlers(const std::string& type,
   if (given) {
     for (const auto& h : *given) {
       if (!std::binary_search(found.handlers.begin(), found.handlers.end(), h))
-        throw core::Error(core::ErrorCode::kUndefinedObject,
-                          "handler \"" + h + "\" is not subscribed",
-                          "Subscribe it first with relaybus.subscribe('" + h + "', ...).");
+        throw core::Error(
+            core::ErrorCode::kUndefinedObject, "handler \"" + h + "\" is not subscribed",
+            "Subscribe it first with relaybus.subscribe(" + core::sql_literal(h) + ", ...).");
     }
   }
   return found;
+}
+
+std::int64_t event_size(Datum payload, Datum headers, bool headers_null) {
+  std::int64_t size = 0;
+  pg_call([&] { size = handler_event::size_of(payload, headers, headers_null); });
+  return size;
+}
+
+void check_in_database_size(std::int64_t size, const std::vector<std::string>& handlers,
+                            const Targets& targets, const std::string& where) {
+  const std::string* in_database = nullptr;
+  for (std::size_t i = 0; i < targets.handlers.size() && in_database == nullptr; ++i) {
+    if (targets.in_database[i] &&
+        std::binary_search(handlers.begin(), handlers.end(), targets.handlers[i]))
+      in_database = &targets.handlers[i];
+  }
+  if (in_database == nullptr) return;
+  if (size <= settings::sql_handler_max_payload_bytes()) return;
+  const char* handler = in_database->c_str();
+  const char* prefix = where.c_str();
+  pg_call([&] {
+    const char* shown = GetConfigOptionByName("relaybus.sql_handler_max_payload", nullptr, false);
+    ereport(ERROR,
+            (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+             errmsg("%spayload and headers of %lld bytes exceed the %s limit of in-database "
+                    "handler \"%s\"",
+                    prefix, static_cast<long long>(size), shown, handler),
+             errdetail("An in-database handler's worker holds the event in memory; the limit "
+                       "counts payload and headers uncompressed."),
+             errhint("Publish a reference to large data instead, or raise "
+                     "relaybus.sql_handler_max_payload (postgresql.conf, then reload).")));
+  });
 }
 
 // Deliveries inserted for these handlers: wake their workers at commit. External workers
@@ -155,9 +188,10 @@ void wake(const std::vector<std::string>& handlers, const Targets& targets) {
 
 // A repeated event id: deliveries for the handlers core::handlers_to_add names
 // (src/core/republish.hpp), with the stored event's key (its lane and order).
-void publish_repeat(const std::string& event_id, const PublishInput& in) {
+void publish_repeat(const std::string& event_id, const PublishInput& in, const std::string& where) {
   static Statement lock_event(
-      "SELECT e.type, e.key, e.handlers FROM relaybus.events e WHERE e.id = $1 FOR UPDATE",
+      "SELECT e.type, e.key, e.handlers, e.payload, e.headers FROM relaybus.events e"
+      " WHERE e.id = $1 FOR UPDATE",
       {TEXTOID});
   static Statement add_handlers(
       "UPDATE relaybus.events SET handlers = handlers || $2 WHERE id = $1",
@@ -170,9 +204,16 @@ void publish_repeat(const std::string& event_id, const PublishInput& in) {
   const std::string stored_type = row::text(0, 1);
   const std::optional<std::string> stored_key = row::text_or_null(0, 2);
   std::vector<std::string> had = row::text_array(0, 3);  // before the next statement
+  // The stored event is what the added handlers get, whatever this call's payload is.
+  bool null = false;
+  bool headers_null = false;
+  const Datum payload = row::datum(0, 4, &null);
+  const Datum headers = row::datum(0, 5, &headers_null);
+  const std::int64_t stored_size = event_size(payload, headers, headers_null);
   const Targets targets = target_handlers(stored_type, in.handlers);
   const std::vector<std::string> added = core::handlers_to_add(targets.handlers, std::move(had));
   if (added.empty()) return;
+  check_in_database_size(stored_size, added, targets, where);
 
   Params update_params;
   update_params.text(event_id);
@@ -191,6 +232,8 @@ std::string publish_one(PublishInput& in, const std::string& where) {
   const std::string event_id = in.event_id ? *in.event_id : new_event_id();
   const Targets targets = target_handlers(in.type, in.handlers);
   const std::vector<std::string>& handlers = targets.handlers;
+  check_in_database_size(event_size(in.payload, in.headers, in.headers_null), handlers, targets,
+                         where);
 
   static Statement insert_event(
       "INSERT INTO relaybus.events (id, type, key, payload, headers, handlers)"
@@ -208,7 +251,7 @@ std::string publish_one(PublishInput& in, const std::string& where) {
     insert_deliveries(event_id, in.key, handlers, in.available_at);
     wake(handlers, targets);
   } else {
-    publish_repeat(event_id, in);
+    publish_repeat(event_id, in, where);
   }
   return event_id;
 }

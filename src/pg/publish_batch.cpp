@@ -37,7 +37,8 @@ bool publish_new_events(std::vector<PublishInput>& inputs, std::vector<std::stri
       std::sort(in.handlers->begin(), in.handlers->end());
       in.handlers->erase(std::unique(in.handlers->begin(), in.handlers->end()), in.handlers->end());
     }
-    validate(in, "events[" + std::to_string(i) + "]: ");
+    const std::string where = "events[" + std::to_string(i) + "]: ";
+    validate(in, where);
     ids.push_back(in.event_id ? *in.event_id : new_event_id());
     auto found = cache.find({in.type, in.handlers});
     if (found == cache.end())
@@ -45,6 +46,8 @@ bool publish_new_events(std::vector<PublishInput>& inputs, std::vector<std::stri
           cache.emplace(std::make_pair(in.type, in.handlers), target_handlers(in.type, in.handlers))
               .first;
     targets[i] = found->second;
+    check_in_database_size(event_size(in.payload, in.headers, in.headers_null), targets[i].handlers,
+                           targets[i], where);
   }
   std::vector<std::string> sorted_ids(ids);
   std::sort(sorted_ids.begin(), sorted_ids.end());
@@ -114,7 +117,7 @@ bool publish_new_events(std::vector<PublishInput>& inputs, std::vector<std::stri
   if (inserted.size() != n) {
     for (std::size_t i = 0; i < n; ++i) {
       if (!inserted.count(ids[i])) {
-        publish_repeat(ids[i], inputs[i]);
+        publish_repeat(ids[i], inputs[i], "events[" + std::to_string(i) + "]: ");
         continue;
       }
       insert_deliveries(ids[i], inputs[i].key, targets[i].handlers, inputs[i].available_at);

@@ -28,7 +28,7 @@ struct PublishInput {
 std::string new_event_id();
 
 // The checks of one event's input; `where` prefixes the messages ("events[3]: ").
-void validate(const PublishInput& in, const std::string& where);
+void validate(PublishInput& in, const std::string& where);
 
 struct Targets {
   std::vector<std::string> handlers;
@@ -40,6 +40,16 @@ struct Targets {
 Targets target_handlers(const std::string& type,
                         const std::optional<std::vector<std::string>>& given);
 
+// An event's size as relaybus.sql_handler_max_payload counts it (handler_event::size_of:
+// payload plus headers, uncompressed, read from their headers without detoasting them).
+std::int64_t event_size(Datum payload, Datum headers, bool headers_null);
+
+// Refuses (54000) an event of `size` bytes over relaybus.sql_handler_max_payload when any
+// of these handlers (of `targets`, sorted) is an in-database one, naming the first: its
+// workers would refuse the event (handler_event.hpp). `where` prefixes the message.
+void check_in_database_size(std::int64_t size, const std::vector<std::string>& handlers,
+                            const Targets& targets, const std::string& where);
+
 // Wakes, at commit, the workers of these handlers (of `targets`).
 void wake(const std::vector<std::string>& handlers, const Targets& targets);
 
@@ -49,8 +59,9 @@ void insert_deliveries(const std::string& event_id, const std::optional<std::str
                        const std::vector<std::string>& handlers,
                        const std::optional<TimestampTz>& available_at);
 
-// A repeated event id: deliveries for the handlers it does not have yet.
-void publish_repeat(const std::string& event_id, const PublishInput& in);
+// A repeated event id: deliveries for the handlers it does not have yet. `where` prefixes
+// the messages.
+void publish_repeat(const std::string& event_id, const PublishInput& in, const std::string& where);
 
 // Publishes one event (or republishes a stored id); returns its id.
 std::string publish_one(PublishInput& in, const std::string& where);

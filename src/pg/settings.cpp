@@ -3,6 +3,7 @@
 #include "postgres.hpp"
 #include "wakeup.hpp"
 
+#include "../core/due_time.hpp"
 #include "../core/sql_timeout.hpp"
 
 #include <cstdio>
@@ -19,6 +20,7 @@ namespace {
 bool completion_history_value = false;
 int retention_completed_value = 7 * 24 * 3600;
 int retention_dead_value = 14 * 24 * 3600;
+int max_delay_value = static_cast<int>(core::kDefaultMaxDelayUs / 1'000'000);
 char* database_value = nullptr;
 bool preloaded_value = false;
 
@@ -41,6 +43,7 @@ int sql_handler_workers_value = 2;
 int sql_handler_timeout_value = 30000;
 int sql_handler_batch_value = 10;
 int sql_handler_poll_interval_value = 1000;
+int sql_handler_max_payload_value = kDefaultSqlHandlerMaxPayloadKb;
 bool notify_value = true;
 
 // relaybus.sql_handler_timeout is the sql_timeout of handlers subscribed without one: the
@@ -133,6 +136,15 @@ void define() {
                           "purge_expired deletes dead deliveries not updated for this long.",
                           &retention_dead_value, 14 * 24 * 3600, 0, INT_MAX, PGC_SUSET, GUC_UNIT_S,
                           nullptr, nullptr, nullptr);
+  // PGC_SUSET: a publisher must not raise the bound that protects the keys it shares with
+  // others; an operator may set it per role or database (ALTER ROLE ... SET).
+  DefineCustomIntVariable("relaybus.max_delay",
+                          "How far ahead publish's available_at and fail's retry_at may be.",
+                          "A keyed delivery holds back the later deliveries of its key until "
+                          "it has run: this bounds that stall. A due time in the past counts "
+                          "as now.",
+                          &max_delay_value, max_delay_value, 1, INT_MAX, PGC_SUSET, GUC_UNIT_S,
+                          nullptr, nullptr, nullptr);
   DefineCustomIntVariable(
       "relaybus.maintenance_interval", "Time between the background worker's maintenance rounds.",
       "Each round takes over expired lanes and applies retention.", &maintenance_interval_value,
@@ -151,6 +163,15 @@ void define() {
                           "Wake-ups end the wait early; this is the fallback.",
                           &sql_handler_poll_interval_value, 1000, 10, 3600 * 1000, PGC_SIGHUP,
                           GUC_UNIT_MS, nullptr, nullptr, nullptr);
+  // PGC_SIGHUP: publishers and the workers must agree on one value. A session could only set
+  // a higher one for its own publishes, whose deliveries the workers would then refuse.
+  DefineCustomIntVariable(
+      "relaybus.sql_handler_max_payload",
+      "Largest event (payload and headers, uncompressed) an in-database handler takes.",
+      "publish refuses a larger event for an in-database handler; a handler worker fails a "
+      "larger stored one (published before the limit was lowered) without running it.",
+      &sql_handler_max_payload_value, kDefaultSqlHandlerMaxPayloadKb, 1, kMaxSqlHandlerMaxPayloadKb,
+      PGC_SIGHUP, GUC_UNIT_KB, nullptr, nullptr, nullptr);
   DefineCustomBoolVariable("relaybus.notify", "Wakes idle workers when a publish commits.",
                            "Sends NOTIFY relaybus with the handler as payload (one per "
                            "transaction and handler) and wakes the in-database handler "
@@ -218,8 +239,13 @@ int sql_handler_timeout_ms() {
 int sql_handler_batch() {
   return sql_handler_batch_value;
 }
+int max_delay_s() { return max_delay_value; }
+
 int sql_handler_poll_interval_ms() {
   return sql_handler_poll_interval_value;
+}
+std::int64_t sql_handler_max_payload_bytes() {
+  return static_cast<std::int64_t>(sql_handler_max_payload_value) * 1024;
 }
 bool notify() {
   return notify_value;

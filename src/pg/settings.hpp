@@ -1,6 +1,8 @@
 // relaybus's configuration parameters (GUCs). Defined in _PG_init; read at call time.
 #pragma once
 
+#include <cstdint>
+
 namespace relaybus::pg::settings {
 
 void define();
@@ -12,6 +14,9 @@ bool completion_history();
 int retention_completed_s();
 // relaybus.retention_dead, seconds: how long dead letters are kept.
 int retention_dead_s();
+// relaybus.max_delay, seconds: how far ahead publish's available_at and fail's retry_at may
+// be (src/core/due_time.hpp).
+int max_delay_s();
 
 // Background worker (issue 3). Settings of context postmaster exist only when the library is
 // preloaded; without it they read as their defaults and no worker runs.
@@ -48,6 +53,12 @@ int sql_handler_batch();
 // relaybus.sql_handler_poll_interval, ms: how long an idle in-database handler worker waits
 // when no wake-up comes.
 int sql_handler_poll_interval_ms();
+// relaybus.sql_handler_max_payload, in bytes: the largest event (payload plus headers, as
+// their uncompressed size) publish accepts for an in-database handler and a handler worker
+// loads. The setting is in kB: 16MB by default, at most 1GB (PostgreSQL's own limit).
+inline constexpr int kDefaultSqlHandlerMaxPayloadKb = 16 * 1024;
+inline constexpr int kMaxSqlHandlerMaxPayloadKb = 1024 * 1024;
+std::int64_t sql_handler_max_payload_bytes();
 // relaybus.notify: a publish wakes idle workers at commit.
 bool notify();
 

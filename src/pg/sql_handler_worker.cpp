@@ -10,6 +10,12 @@
 // rolled back; a raise then goes through fail() (backoff, then dead letter). How one call
 // is isolated from this superuser process is handler_call.hpp's subject.
 //
+// The claim reads no payload: each delivery's payload and headers are loaded inside its
+// subtransaction, just before its call, and freed after it (handler_event.hpp). So a worker
+// holds one event at a time whatever its batch holds, and an event it cannot load (too
+// large for relaybus.sql_handler_max_payload, or memory runs out) fails that delivery,
+// charged an attempt, instead of ending the worker in the claim over and over.
+//
 // A worker that ends in the middle of a batch (a handler that ignored its cancellation, a
 // SIGTERM during a call) loses the batch's transaction. Its exit callback then hands the
 // batch back at once, in a transaction of its own: the overrunning delivery is failed with
@@ -54,15 +60,11 @@ struct Job {
   std::string handler;
   Oid function = InvalidOid;  // its owner is read just before the call
   int timeout_ms = 0;
-  // The event's columns, made one jsonb value inside the call's subtransaction
-  // (handler_event.hpp). The payload and headers are copies in the worker's batch memory:
-  // claims and handling are separate transactions.
+  // The event's columns, made one jsonb value inside the call's subtransaction with the
+  // payload and headers, which are read there (handler_event.hpp): a batch holds no payload.
   std::string event_id;
   std::string type;
   std::optional<std::string> key;
-  Datum payload = 0;
-  Datum headers = 0;
-  bool headers_null = true;
   int attempts = 0;
   TimestampTz published_at = 0;
 };
@@ -90,7 +92,6 @@ class SqlHandlerWorker {
 
  private:
   std::vector<Job> claim();
-  Datum batch_copy(Datum jsonb);
   void handle(const Job& job);
   void lock_lanes(const std::string& handler);
   void hand_back(const std::vector<Job>& jobs, std::size_t from);
@@ -109,21 +110,7 @@ class SqlHandlerWorker {
   // kept_unknown_ at start: a predecessor of the same name may have left any.
   std::string kept_for_;
   bool kept_unknown_ = true;
-  // What the jobs of the batch in hand point to (their payloads and headers): reset by the
-  // next claim.
-  MemoryContext batch_memory_ = nullptr;
 };
-
-// A claimed jsonb column, whole (not toasted) in the batch memory.
-Datum SqlHandlerWorker::batch_copy(Datum jsonb) {
-  Datum copy = 0;
-  pg_call([&] {
-    const MemoryContext previous = MemoryContextSwitchTo(batch_memory_);
-    copy = PointerGetDatum(PG_DETOAST_DATUM_COPY(jsonb));
-    MemoryContextSwitchTo(previous);
-  });
-  return copy;
-}
 
 // The statement timeout of a handler's calls, from its stored sql_timeout (column c of row
 // r) converted as every interval is (30-day months) and clamped to 1 ms .. 1 hour: a row
@@ -157,10 +144,11 @@ std::vector<Job> SqlHandlerWorker::claim() {
   // The handler list is re-read inside the claim statement: one that was unsubscribed or
   // turned into an external handler meanwhile is simply not claimed (an empty list claims
   // nothing). The function may still vanish before the call: see handle(). The event's
-  // columns come as they are; nothing is made of them here (see handler_event.hpp).
+  // columns come as they are; nothing is made of them here, and the payload and headers
+  // are not even read: each call loads its own (see handler_event.hpp).
   static Statement claim(
       "SELECT c.lease_token, c.handler, s.sql_function::oid, s.sql_timeout,"
-      " c.event_id, c.type, c.key, c.payload, c.headers, c.attempts, c.published_at"
+      " c.event_id, c.type, c.key, c.attempts, c.published_at"
       " FROM relaybus.claim($1, $2, $3, ARRAY(SELECT x.handler FROM relaybus.subscriptions x"
       "  WHERE x.handler = $4 AND x.sql_function IS NOT NULL))"
       " WITH ORDINALITY AS c(lease_token, event_id, handler, type, key, payload, headers,"
@@ -169,14 +157,6 @@ std::vector<Job> SqlHandlerWorker::claim() {
       " ORDER BY c.n",
       {TEXTOID, INT4OID, INTERVALOID, TEXTOID});
   std::vector<Job> jobs;
-  pg_call([&] {
-    if (batch_memory_ == nullptr) {
-      batch_memory_ =
-          AllocSetContextCreate(TopMemoryContext, "relaybus handler batch", ALLOCSET_DEFAULT_SIZES);
-    } else {
-      MemoryContextReset(batch_memory_);  // the last batch's jobs are gone
-    }
-  });
   worker::in_transaction("relaybus: claim for in-database handlers", [&] {
     if (!worker::extension_installed()) return;
     const std::uint64_t count = handlers.run();
@@ -212,11 +192,8 @@ std::vector<Job> SqlHandlerWorker::claim() {
       job.event_id = row::text(r, 5);
       job.type = row::text(r, 6);
       job.key = row::text_or_null(r, 7);
-      job.payload = batch_copy(row::datum(r, 8, &null));
-      const Datum headers = row::datum(r, 9, &job.headers_null);
-      if (!job.headers_null) job.headers = batch_copy(headers);
-      job.attempts = row::int4(r, 10);
-      job.published_at = DatumGetTimestampTz(row::datum(r, 11, &null));
+      job.attempts = row::int4(r, 8);
+      job.published_at = DatumGetTimestampTz(row::datum(r, 9, &null));
       jobs.push_back(std::move(job));
     }
     // The lanes kept after another handler's last batch run nothing now (that batch
@@ -259,6 +236,8 @@ void SqlHandlerWorker::lock_lanes(const std::string& handler) {
 void SqlHandlerWorker::handle(const Job& job) {
   static Statement complete("SELECT relaybus.complete($1)", {TEXTOID});
   static Statement fail("SELECT relaybus.fail($1, $2)", {TEXTOID, TEXTOID});
+  static Statement load("SELECT e.payload, e.headers FROM relaybus.events e WHERE e.id = $1",
+                        {TEXTOID});
   if (job.function == InvalidOid) {
     // Unsubscribed (or made an external handler) between the claim and now: a failed
     // attempt, with a reason, rather than a delivery left in flight until its lease expires.
@@ -276,15 +255,14 @@ void SqlHandlerWorker::handle(const Job& job) {
   event.handler = job.handler.c_str();
   event.type = job.type.c_str();
   event.key = job.key ? job.key->c_str() : nullptr;
-  event.payload = job.payload;
-  event.headers = job.headers;
-  event.headers_null = job.headers_null;
   event.attempts = job.attempts;
   event.published_at = job.published_at;
+  const SPIPlanPtr load_plan = load.plan();
+  const std::int64_t max_bytes = settings::sql_handler_max_payload_bytes();
   handler_call::CallOutcome call;
-  // The call's own memory (the event built for it, what the call leaves in the caller's
-  // context), freed after it: kept to the batch's commit, it added one copy of every
-  // payload of the batch.
+  // The call's own memory (the payload loaded for it, the event built from it, what the
+  // call leaves in the caller's context), freed after it: kept to the batch's commit, it
+  // added one copy of every payload of the batch.
   MemoryContext call_memory = nullptr;
   MemoryContext previous = nullptr;
   pg_call([&] {
@@ -294,8 +272,8 @@ void SqlHandlerWorker::handle(const Job& job) {
   });
   in_progress.calling = true;
   pg_call([&] {
-    handler_call::run(job.function, job.timeout_ms, &event, complete_plan, token.values()[0],
-                      &call);
+    handler_call::run(job.function, job.timeout_ms, &event, load_plan, max_bytes, complete_plan,
+                      token.values()[0], &call);
   });
   in_progress.calling = false;
   pg_call([&] {

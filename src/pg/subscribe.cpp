@@ -13,6 +13,7 @@ extern "C" {
 #include "../core/error.hpp"
 #include "../core/lane.hpp"
 #include "../core/retry_policy.hpp"
+#include "../core/sql_quote.hpp"
 #include "../core/sql_timeout.hpp"
 
 namespace relaybus::pg {
@@ -55,7 +56,8 @@ void validate_sql_function(Oid function, Oid caller) {
 // settings of context postmaster cannot be defined after startup), while a placeholder of
 // the same name could; the preload is what starts workers.
 void notice_if_no_worker_serves() {
-  pg_call([] {
+  const std::string served = core::sql_literal(settings::database_setting());
+  pg_call([&] {
     const char* here = get_database_name(MyDatabaseId);
     if (!settings::preloaded()) {
       ereport(NOTICE, (errmsg("no background worker runs in-database handlers: relaybus is not "
@@ -68,8 +70,7 @@ void notice_if_no_worker_serves() {
                               here != nullptr ? here : "?"),
                        settings::database_count() == 0
                            ? errdetail("relaybus.database is empty.")
-                           : errdetail("The workers serve relaybus.database = '%s'.",
-                                       settings::database_setting()),
+                           : errdetail("The workers serve relaybus.database = %s.", served.c_str()),
                        errhint("Add this database to relaybus.database and restart the server.")));
     } else if (settings::sql_handler_workers() == 0) {
       ereport(NOTICE, (errmsg("no background worker runs in-database handlers: "

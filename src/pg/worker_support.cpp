@@ -13,6 +13,8 @@ extern "C" {
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
+#include "access/xact.h"
+#include "miscadmin.h"
 #include "storage/shmem.h"
 #include "tcop/tcopprot.h"
 #include "utils/snapmgr.h"
@@ -155,6 +157,24 @@ void connected(const Target& target) {
   slot.failures = 0;
 }
 
+// The workers connect without a user name, as the bootstrap superuser, and PostgreSQL then
+// applies the database's settings and that role's settings in it. A database owner who is
+// not a superuser may ALTER DATABASE ... SET role, or SET session_authorization (which a
+// login overrides but a worker's connection does not), to itself: the workers' own
+// statements would run as the owner, fail, and the workers would restart for good. So
+// both are set back to the role the worker connected as, session first (the role's reset
+// value is the session user), as overrides no later setting replaces.
+void pin_identity() {
+  StartTransactionCommand();  // the role's name comes from the catalog
+  const char* connected_as = GetUserNameFromId(GetAuthenticatedUserId(), false);
+  SetConfigOption("session_authorization", connected_as, PGC_SUSET, PGC_S_OVERRIDE);
+  SetConfigOption("role", "none", PGC_SUSET, PGC_S_OVERRIDE);
+  CommitTransactionCommand();
+  if (GetSessionUserId() != GetAuthenticatedUserId() || GetUserId() != GetAuthenticatedUserId())
+    ereport(FATAL, (errcode(ERRCODE_INTERNAL_ERROR),
+                    errmsg("relaybus: the worker could not restore the role it connected as")));
+}
+
 }  // namespace
 
 void start(const char* application_name, Shutdown shutdown) {
@@ -183,6 +203,7 @@ void start(const char* application_name, Shutdown shutdown) {
                                {"idle_in_transaction_session_timeout", "0"}};
     for (const auto& setting : pinned)
       SetConfigOption(setting[0], setting[1], PGC_SUSET, PGC_S_OVERRIDE);
+    pin_identity();
   });
 }
 
@@ -226,9 +247,11 @@ void abort_transaction() {
 }
 
 bool extension_installed() {
-  // Only a 0.2.0 schema: the row-lease 0.1.0 has no lanes and its own semantics.
+  // A lane-lease schema (0.2.0, 0.2.1): the row-lease 0.1.0 has no lanes and its own
+  // semantics.
   static Statement installed(
-      "SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'relaybus' AND extversion = '0.2.0'",
+      "SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'relaybus'"
+      " AND extversion IN ('0.2.0', '0.2.1')",
       {});
   return installed.run() == 1;
 }

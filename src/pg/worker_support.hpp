@@ -72,7 +72,7 @@ void check_signals();
 template <typename Body>
 void in_transaction(const char* activity, Body&& body);
 
-// True when relaybus 0.2.0 is installed in this database (the workers wait until it is;
+// True when relaybus 0.2.0 or 0.2.1 is installed in this database (the workers wait until it is;
 // they leave a 0.1.0 installation alone).
 bool extension_installed();
 

@@ -6,6 +6,7 @@
 
 #include "core/claim_protocol.hpp"
 #include "core/claim_request.hpp"
+#include "core/due_time.hpp"
 #include "core/error.hpp"
 #include "core/expired_takeover.hpp"
 #include "core/lane.hpp"
@@ -524,6 +525,9 @@ core::AttemptResult MemoryStore::end(const std::string& token_text, core::Ending
 
 FailOutcome MemoryStore::fail(const std::string& token, const std::string& error,
                               std::optional<std::chrono::milliseconds> retry_after) {
+  if (retry_after)
+    retry_after = std::chrono::milliseconds(core::checked_delay_ms(
+        retry_after->count(), core::kDefaultMaxDelayUs, "retry_after", "the store's maximum delay"));
   switch (end(token, core::Ending::kFail, error, retry_after)) {
     case core::AttemptResult::kRetry:
       return FailOutcome::kRetry;
@@ -616,6 +620,10 @@ void MemoryStore::check_publishable(const Event& event) const {
   });
   if (!looks_like_object(event.payload)) invalid("payload must be a JSON object");
   if (event.delay && event.delay->count() < 0) invalid("delay must not be negative");
+  // The seam takes delays, never negative: only the maximum of core's due-time rule applies.
+  if (event.delay)
+    core::checked_delay_ms(event.delay->count(), core::kDefaultMaxDelayUs, "delay",
+                           "the store's maximum delay");
 }
 
 std::string MemoryStore::publish_locked(const Event& in) {

@@ -5,7 +5,9 @@
 # libpq's PG* variables as the connection when there is no --db; stats and dead list as
 # JSON with the values of a known state; `dead requeue EVENT_ID HANDLER` requeueing that
 # delivery and no other; pause, resume and cancel; and the errors that say what to do: no extension in the database,
-# a role without relaybus_admin, a server that is not there.
+# a role without the admin right (the grant_rights to run, which works as printed; a
+# NOINHERIT member of a role with it; on relaybus 0.2.0 the GRANT of relaybus_admin, and an
+# admin right given in another database does not count), a server that is not there.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -15,7 +17,9 @@ bench=bin/relaybus-bench
 db=relaybus_it_cli
 noext=relaybus_it_cli_noext
 latin1=relaybus_it_cli_latin1
+v020=relaybus_it_cli_v020
 role=relaybus_it_cli_publisher
+team=relaybus_it_cli_team
 export PGDATABASE=$db
 . test/integration/lib/checks.bash
 out=$(mktemp -d /tmp/relaybus-it-cli-XXXXXX)
@@ -25,18 +29,23 @@ cleanup() {
   admin "DROP DATABASE IF EXISTS $db" || true
   admin "DROP DATABASE IF EXISTS $noext" || true
   admin "DROP DATABASE IF EXISTS $latin1" || true
+  admin "DROP DATABASE IF EXISTS $v020" || true
   admin "DROP ROLE IF EXISTS $role" || true
+  admin "DROP ROLE IF EXISTS $team" || true
   rm -rf "$out"
 }
 trap cleanup EXIT
 admin "DROP DATABASE IF EXISTS $db"
 admin "DROP DATABASE IF EXISTS $noext"
 admin "DROP DATABASE IF EXISTS $latin1"
+admin "DROP DATABASE IF EXISTS $v020"
 admin "DROP ROLE IF EXISTS $role"
+admin "DROP ROLE IF EXISTS $team"
 admin "CREATE DATABASE $db"
 admin "CREATE DATABASE $noext"
 q "CREATE EXTENSION relaybus" >/dev/null
-admin "CREATE ROLE $role LOGIN IN ROLE relaybus_publisher"
+admin "CREATE ROLE $role LOGIN"
+q "SELECT relaybus.grant_rights('$role', 'publisher')" >/dev/null
 
 # run NAME ARGS...: runs the tool; its exit code in $code, its output in $out/NAME.{out,err}.
 run() {
@@ -306,13 +315,36 @@ run noext $cli stats --db "dbname=$noext"
 expect "a database without the extension: exit 1, CREATE EXTENSION in that database" 1 noext \
   "relaybus is not installed in database \"$noext\"" "CREATE EXTENSION relaybus"
 run noadmin $cli stats --db "dbname=$db user=$role"
-expect "a role without relaybus_admin: exit 1, the GRANT to run" 1 noadmin \
-  "role \"$role\" lacks relaybus_admin" "GRANT relaybus_admin TO \"$role\""
+expect "a role without the admin right: exit 1, the grant_rights to run in that database" 1 noadmin \
+  "role \"$role\" lacks relaybus's admin right in database \"$db\"" \
+  "run SELECT relaybus.grant_rights('$role', 'admin') in database \"$db\""
 run noadmin-setup $cli setup --db "dbname=$db user=$role"
-expect "setup needs no relaybus_admin" 0 noadmin-setup "is installed in database \"$db\""
-admin "GRANT relaybus_admin TO $role"
+expect "setup needs no admin right" 0 noadmin-setup "is installed in database \"$db\""
+# A member of a role with the admin right that does not inherit its privileges: granting
+# would change nothing, so the hint is INHERIT.
+admin "CREATE ROLE $team NOLOGIN"
+q "SELECT relaybus.grant_rights('$team', 'admin')" >/dev/null
+admin "ALTER ROLE $role NOINHERIT; GRANT $team TO $role"
+run noinherit $cli stats --db "dbname=$db user=$role"
+expect "a NOINHERIT member of a role with the admin right: exit 1, INHERIT to run" 1 noinherit \
+  "it is a member of $team, which has it, but does not inherit its privileges" \
+  "ALTER ROLE \"$role\" INHERIT"
+admin "ALTER ROLE $role INHERIT"
+run inherit $cli stats --db "dbname=$db user=$role"
+expect "inheriting the admin right from a role is having it" 0 inherit "mailer"
+admin "REVOKE $team FROM $role"
+# The statement the hint prints, run as printed.
+grant=$(sed -n "s/.*run \(SELECT relaybus\.grant_rights(.*)\) in database .*/\1/p" "$out/noadmin.err")
+q "$grant" >/dev/null || not_ok "the grant_rights the hint printed runs: $grant"
 run granted $cli stats --db "dbname=$db user=$role"
-expect "after that GRANT the same command works" 0 granted "mailer"
+expect "after the grant_rights printed the same command works" 0 granted "mailer"
+# On relaybus 0.2.0 the rights are the cluster's roles, and the admin right given in $db
+# above means nothing in another database.
+admin "CREATE DATABASE $v020"
+PGDATABASE=$v020 q "CREATE EXTENSION relaybus VERSION '0.2.0'" >/dev/null
+run v020 $cli stats --db "dbname=$v020 user=$role"
+expect "on relaybus 0.2.0, without relaybus_admin: exit 1, the GRANT to run" 1 v020 \
+  "role \"$role\" lacks relaybus_admin" "GRANT relaybus_admin TO \"$role\""
 run noserver env PGPORT=1 $cli stats
 expect "no server: exit 1, libpq's message and the variables used" 1 noserver \
   "cannot connect to PostgreSQL" "PGPORT=1" "PGDATABASE=$db"

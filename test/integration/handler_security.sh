@@ -4,15 +4,18 @@
 # failed against 8dc7c99, where the workers ran handlers as the owner but outside a
 # security-restricted operation and checked subscribe against the session user.
 #
-# Roles: mallory, a relaybus_admin that is not a superuser; eve, who has no relaybus role
-# at all but owns functions a superuser subscribed; walter, a relaybus_worker.
+# Roles: mallory, who holds the admin right and is not a superuser; eve, who has no relaybus
+# right at all but owns functions a superuser subscribed; walter, who holds the worker right.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 port=$(( ${PGPORT:-54329} + 2 ))
 dir=/tmp/relaybus-security-$port
+# The large event part publishes 260 MB to an in-database handler: over the default
+# relaybus.sql_handler_max_payload (16MB), so the limit goes as high as it goes.
 export RELAYBUS_CLUSTER_SETTINGS="relaybus.maintenance_interval = '100ms'
 relaybus.sql_handler_poll_interval = '100ms'
+relaybus.sql_handler_max_payload = '1GB'
 relaybus.sql_handler_workers = 2"
 scripts/cluster start "$dir" "$port"
 trap '[ -n "${KEEP_CLUSTER:-}" ] || scripts/cluster stop "$dir"' EXIT
@@ -29,9 +32,9 @@ not_superuser() { echo "SELECT NOT rolsuper FROM pg_roles WHERE rolname = '$1'";
 reset_roles() { q "ALTER ROLE mallory NOSUPERUSER; ALTER ROLE eve NOSUPERUSER" >/dev/null; }
 
 q "CREATE EXTENSION relaybus" >/dev/null
-q "CREATE ROLE mallory LOGIN; GRANT relaybus_admin TO mallory; CREATE SCHEMA mallory AUTHORIZATION mallory;
+q "CREATE ROLE mallory LOGIN; SELECT relaybus.grant_rights('mallory', 'admin'); CREATE SCHEMA mallory AUTHORIZATION mallory;
    CREATE ROLE eve LOGIN; CREATE SCHEMA eve AUTHORIZATION eve;
-   CREATE ROLE walter LOGIN; GRANT relaybus_worker TO walter; CREATE SCHEMA walter AUTHORIZATION walter;
+   CREATE ROLE walter LOGIN; SELECT relaybus.grant_rights('walter', 'worker'); CREATE SCHEMA walter AUTHORIZATION walter;
    CREATE TABLE public.seen (tag text, value text, at timestamptz DEFAULT clock_timestamp());
    GRANT INSERT ON public.seen TO PUBLIC" >/dev/null
 # A function whose every call tries to make its caller's owner a superuser.
@@ -65,7 +68,7 @@ check "finding 1: mallory did not become a superuser" "$(not_superuser mallory)"
 reset_roles
 
 # Finding 2: a deferred trigger queued by a trigger that the worker's SET CONSTRAINTS fired
-# ran at the batch's commit as the superuser. eve has no relaybus role; a superuser
+# ran at the batch's commit as the superuser. eve has no relaybus right; a superuser
 # subscribed her function. Deferrable constraints are now checked at the end of each of the
 # handler's statements, and PostgreSQL refuses to queue a deferred event in the restriction.
 q "CREATE FUNCTION eve.escalate() RETURNS int LANGUAGE plpgsql AS \$\$
@@ -134,7 +137,7 @@ out=$(psql -qXAt -c "SELECT relaybus.subscribe('mine', ARRAY['mine.t'], sql_func
   || not_ok "finding 3: a superuser may still subscribe another role's function (got: $out)"
 
 # Every admin function, called from inside a handler, is checked as the handler's owner:
-# walter is a relaybus_worker, not an admin, and the superuser subscribed his function.
+# walter holds the worker right, not the admin right, and the superuser subscribed his function.
 q "SET ROLE walter;
    CREATE FUNCTION walter.try_all(e jsonb) RETURNS void LANGUAGE plpgsql AS \$\$
    DECLARE c text;
@@ -381,9 +384,9 @@ wait_for "its worker ends within the timeout and the grace, a row of its batch l
   "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $held_by)" 4
 wait $locker || true
 
-# Issue 14's admin functions from inside a handler. eve (no relaybus role) owns a handler
+# Issue 14's admin functions from inside a handler. eve (no relaybus right) owns a handler
 # that tries pause, resume, cancel, reset_counters and counters: each must be refused as
-# eve (42501), whatever the superuser worker could do. mallory (relaybus_admin) owns one
+# eve (42501), whatever the superuser worker could do. mallory (the admin right) owns one
 # that tries to cancel a delivery of its own batch, claimed beside it: in flight (55006)
 # or, if that one already ran, gone (false); never cancelled from under the worker.
 q "SET ROLE eve;

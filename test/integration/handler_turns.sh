@@ -18,8 +18,11 @@ cd "$(dirname "$0")/../.."
 
 port=$(( ${PGPORT:-54329} + 4 ))
 dir=/tmp/relaybus-handler-turns-$port
+# The poison part publishes 180 MB to an in-database handler: over the default
+# relaybus.sql_handler_max_payload (16MB), so the limit goes as high as it goes.
 export RELAYBUS_CLUSTER_SETTINGS="relaybus.maintenance_interval = '100ms'
 relaybus.sql_handler_poll_interval = '100ms'
+relaybus.sql_handler_max_payload = '1GB'
 relaybus.sql_handler_workers = 1"
 scripts/cluster start "$dir" "$port"
 trap '[ -n "${KEEP_CLUSTER:-}" ] || scripts/cluster stop "$dir"' EXIT

@@ -107,7 +107,7 @@ if state is None:
 check(W, "its delivery exists after COMMIT PREPARED", delivery_count(adm, "2pc-2") == 1)
 
 adm.execute("CREATE ROLE manual_app LOGIN")
-adm.execute("GRANT relaybus_publisher TO manual_app")
+adm.execute("SELECT relaybus.grant_rights('manual_app', 'publisher')")
 adm.execute("CREATE ROLE manual_other_app LOGIN")
 app = connect("postgres", user="manual_other_app")
 state = sqlstate_of(lambda: app.execute("SET relaybus.notify = off"))
@@ -349,6 +349,8 @@ check(W, "subscribing an in-database handler in another database gives a NOTICE"
 
 # --- faq.md, What DROP EXTENSION relaybus removes, and what it leaves ---------------------------
 W = "faq.md#what-drop-extension-relaybus-removes-and-what-it-leaves"
+oth.execute("CREATE ROLE manual_holder")
+oth.execute("SELECT relaybus.grant_rights('manual_holder', 'publisher')")
 oth.execute("DROP EXTENSION relaybus")
 check(W, "DROP EXTENSION removes relaybus's tables and functions",
       one(oth, "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
@@ -358,15 +360,18 @@ check(W, "DROP EXTENSION removes relaybus's tables and functions",
 check(W, "and the schema relaybus_internal with the internal helpers",
       one(oth, "SELECT count(*) FROM pg_namespace WHERE nspname = 'relaybus_internal'") == 0)
 check(W, "it leaves the schema relaybus", one(oth, "SELECT count(*) FROM pg_namespace WHERE nspname = 'relaybus'") == 1)
-check(W, "it leaves the three roles",
+# This cluster never had relaybus 0.2.0: CREATE EXTENSION made no role of the cluster's.
+check(W, "no relaybus roles: relaybus_admin, relaybus_worker, relaybus_publisher do not exist",
       one(oth, "SELECT count(*) FROM pg_roles WHERE rolname IN ('relaybus_admin', 'relaybus_worker', "
-               "'relaybus_publisher')") == 3)
+               "'relaybus_publisher')") == 0)
 oth.execute("BEGIN")
-state, detail = error_of(lambda: oth.execute("DROP ROLE relaybus_publisher"))
+state, detail = error_of(lambda: oth.execute("DROP ROLE manual_holder"))
 oth.execute("ROLLBACK")
-check(W, "DROP ROLE of a relaybus role fails on the leftover schema's grants (2BP01)",
+check(W, "DROP ROLE of a role given a right fails on the leftover schema's grants (2BP01)",
       state == "2BP01" and "privileges for schema relaybus" in detail, f"got {state}: {detail}")
 oth.execute("DROP SCHEMA relaybus")
+check(W, "after DROP SCHEMA relaybus that role can be dropped",
+      sqlstate_of(lambda: oth.execute("DROP ROLE manual_holder")) is None)
 check(W, "CREATE EXTENSION works again after DROP SCHEMA",
       sqlstate_of(lambda: oth.execute("CREATE EXTENSION relaybus")) is None)
 

@@ -3,9 +3,10 @@
 # the list with a quoted name and a duplicate, the workers of each listed database, an
 # in-database handler run in each, a publish waking only its own database's workers, the
 # maintenance worker taking over an expired lane in each, the NOTICE of subscribe in a
-# database no worker serves, a listed database without the extension and one that does
-# not exist (its workers retry slowly, and connect once it is created), and how the server
-# starts with a bad list, an empty one, and too few max_worker_processes.
+# database no worker serves (the list in it quoted as a literal), a listed database
+# without the extension and one that does not exist (its workers retry slowly, and connect
+# once it is created), and how the server starts with a bad list, an empty one, and too
+# few max_worker_processes.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -211,6 +212,21 @@ max_worker_processes = 4"; then
     || not_ok "a max_worker_processes too small for every database's workers is reported at startup ($(cat "$dir/start.log"))"
 else
   not_ok "the server starts with max_worker_processes = 4 ($(cat "$dir/start.log"))"
+fi
+
+# The NOTICE's detail quotes the list as a literal (issue 32, finding 4): a listed name with
+# a quote and a backslash (it's \ here) comes out as quote_literal writes it.
+if restart_with "relaybus.database = 'db_a, \"it''s \\\\ here\"'
+max_worker_processes = 20"; then
+  out=$(PGDATABASE=db_c psql -qXAt -v ON_ERROR_STOP=1 \
+    -c "SELECT relaybus.subscribe('rec2', ARRAY['t2'], sql_function => 'record(jsonb)')" 2>&1)
+  want="DETAIL:  The workers serve relaybus.database = E'db_a, \"it''s \\\\ here\"'."
+  [[ "$out" == *"$want"* ]] \
+    && [ "$(q "SELECT quote_literal(current_setting('relaybus.database'))")" = "E'db_a, \"it''s \\\\ here\"'" ] \
+    && ok "the NOTICE's detail quotes relaybus.database as quote_literal does" \
+    || not_ok "the NOTICE's detail quotes relaybus.database as quote_literal does (got: $out)"
+else
+  not_ok "the server starts with a name holding a quote and a backslash ($(cat "$dir/start.log"))"
 fi
 
 echo "several databases: $passed passed, $failed failed"

@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
-# 0.1.0 -> 0.2.0, against the running test cluster ($PGHOST/$PGPORT):
-#  - a fresh 0.2.0 and an upgraded 0.1.0 have identical catalogs;
-#  - under data (pending, in flight, completed and dead deliveries; keyed and not; three
-#    handlers), the upgrade keeps every promise: every pending and in-flight delivery runs
-#    exactly once, in key order; nothing completed runs again; dead ones stay dead until
+# The updates to the default version (relaybus.control), against the running test cluster
+# ($PGHOST/$PGPORT):
+#  - a fresh install, an updated 0.1.0 and an updated 0.2.0 have identical catalogs;
+#  - 0.1.0 under data (pending, in flight, completed and dead deliveries; keyed and not;
+#    three handlers): the update keeps every promise: every pending and in-flight delivery
+#    runs exactly once, in key order; nothing completed runs again; dead ones stay dead until
 #    requeued; two copies upgrade to the same state;
-#  - while a 0.1.0 lease is live, the upgrade refuses (55006) and changes nothing.
+#  - while a 0.1.0 lease is live, the upgrade refuses (55006) and changes nothing;
+#  - 0.2.0 under data, with roles that are members of the cluster-wide relaybus_publisher,
+#    relaybus_worker and relaybus_admin: each member holds the same right by name in that
+#    database afterwards, and nothing more; the three roles hold nothing there; a WARNING
+#    names the members; every delivery stays, and the converted roles log in and do their
+#    jobs, down to the last delivery.
+# The databases share the cluster's roles: the roles made here are named relaybus_up_* and
+# dropped at the end.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 passed=0
@@ -16,6 +24,20 @@ q() { local db=$1; shift; psql -qXAt -v ON_ERROR_STOP=1 -d "$db" -c "$*"; }
 check() { if [ "$(q "$1" "$3")" = t ]; then ok "$2"; else not_ok "$2"; fi; }
 fresh_db() { q postgres "DROP DATABASE IF EXISTS $1" >/dev/null; q postgres "CREATE DATABASE $1 $2" >/dev/null; }
 catalog() { psql -qXAt -v ON_ERROR_STOP=1 -d "$1" -f test/integration/catalog.sql; }
+default_version=$(sed -n "s/^default_version = '\(.*\)'$/\1/p" relaybus.control)
+# The roles this script makes: a member of relaybus_admin left by a run that stopped early
+# would hold the admin right in every database this run updates, so they go first, with
+# the databases that name them.
+databases="relaybus_up_fresh relaybus_up_empty relaybus_up_empty020 relaybus_up_data relaybus_up_copy
+           relaybus_up_live relaybus_up_sqlfn relaybus_up_rights relaybus_up_restored"
+roles="relaybus_up_eve relaybus_up_mallory relaybus_up_pub relaybus_up_wrk relaybus_up_adm relaybus_up_both"
+drop_all() {
+  local db role
+  for db in $databases; do q postgres "DROP DATABASE IF EXISTS $db" >/dev/null 2>&1 || true; done
+  for role in $roles; do q postgres "DROP ROLE IF EXISTS $role" >/dev/null 2>&1 || true; done
+}
+drop_all
+trap drop_all EXIT
 
 # Catalogs.
 fresh_db relaybus_up_fresh ""
@@ -27,6 +49,22 @@ if diff <(catalog relaybus_up_fresh) <(catalog relaybus_up_empty); then
   ok "CREATE EXTENSION and CREATE ... VERSION '0.1.0' + ALTER EXTENSION UPDATE give identical catalogs ($(catalog relaybus_up_fresh | wc -l) facts)"
 else
   not_ok "identical catalogs after upgrade"
+fi
+# From 0.2.0, with no member in the cluster's three roles (a member would hold its right
+# here afterwards, and the ACLs would name it).
+fresh_db relaybus_up_empty020 ""
+q relaybus_up_empty020 "CREATE EXTENSION relaybus VERSION '0.2.0'" >/dev/null
+members=$(q postgres "SELECT count(*) FROM pg_auth_members am JOIN pg_roles g ON g.oid = am.roleid
+                       JOIN pg_roles m ON m.oid = am.member
+                      WHERE g.rolname IN ('relaybus_publisher', 'relaybus_worker', 'relaybus_admin')
+                        AND m.rolname NOT IN ('relaybus_publisher', 'relaybus_worker', 'relaybus_admin')")
+q relaybus_up_empty020 "ALTER EXTENSION relaybus UPDATE" >/dev/null
+if [ "$members" != 0 ]; then
+  not_ok "CREATE ... VERSION '0.2.0' + ALTER EXTENSION UPDATE: the cluster's relaybus roles have $members members left by something else; cannot compare"
+elif diff <(catalog relaybus_up_fresh) <(catalog relaybus_up_empty020); then
+  ok "CREATE EXTENSION and CREATE ... VERSION '0.2.0' + ALTER EXTENSION UPDATE give identical catalogs"
+else
+  not_ok "identical catalogs after the update from 0.2.0"
 fi
 
 # A 0.1.0 database with every kind of delivery, made through the 0.1.0 API.
@@ -69,8 +107,8 @@ check relaybus_up_live "and nothing changed (still 0.1.0, same rows)" \
 
 # The upgrade, on two copies.
 for db in relaybus_up_data relaybus_up_copy; do q $db "ALTER EXTENSION relaybus UPDATE" >/dev/null; done
-check relaybus_up_data "the upgraded database is at 0.2.0" \
-  "SELECT extversion = '0.2.0' FROM pg_extension WHERE extname = 'relaybus'"
+check relaybus_up_data "the upgraded database is at the default version, $default_version" \
+  "SELECT extversion = '$default_version' FROM pg_extension WHERE extname = 'relaybus'"
 state="SELECT md5(string_agg(format('%s %s %s %s %s %s %s', event_id, handler, lane, key, sequence, status, attempts), ',' ORDER BY event_id, handler)) FROM relaybus.deliveries"
 [ "$(q relaybus_up_data "$state")" = "$(q relaybus_up_copy "$state")" ] \
   && ok "two copies upgrade to the same state" || not_ok "two copies upgrade to the same state"
@@ -143,8 +181,6 @@ fresh_db relaybus_up_sqlfn ""
 q relaybus_up_sqlfn "CREATE EXTENSION relaybus VERSION '0.1.0'" >/dev/null
 psql -qX -v ON_ERROR_STOP=1 -d relaybus_up_sqlfn >/dev/null <<'SQL'
 SET client_min_messages = warning;
-DROP ROLE IF EXISTS relaybus_up_eve;
-DROP ROLE IF EXISTS relaybus_up_mallory;
 CREATE ROLE relaybus_up_eve;
 CREATE ROLE relaybus_up_mallory IN ROLE relaybus_admin;
 CREATE TABLE ran (who text);
@@ -168,7 +204,11 @@ check relaybus_up_sqlfn "so no claim hands it out" \
   "SELECT count(*) = 0 FROM relaybus.claim('w', 10)"
 err=$(psql -qXAt -d relaybus_up_sqlfn -v VERBOSITY=verbose -c "SET ROLE relaybus_up_mallory" \
   -c "SELECT relaybus.subscribe('planted', ARRAY['t'], sql_function => 'public.eve_handler(jsonb)')" 2>&1 || true)
-case "$err" in *42501*) ok "subscribing it again needs the owner's privileges (42501)" ;;
+# mallory was a member of relaybus_admin: the update made that the admin right here, so
+# the refusal is subscribe's own, not a missing EXECUTE.
+check relaybus_up_sqlfn "relaybus_admin's member holds the admin right after the update" \
+  "SELECT rights = '{admin,publisher,worker}' FROM relaybus.rights() WHERE role = 'relaybus_up_mallory'"
+case "$err" in *42501*'sql_function runs as its owner'*) ok "subscribing it again needs the owner's privileges (42501)" ;;
   *) not_ok "subscribing it again needs the owner's privileges (got: $err)" ;; esac
 q relaybus_up_sqlfn "SELECT relaybus.subscribe('planted', ARRAY['t'], sql_function => 'public.eve_handler(jsonb)')" >/dev/null
 q relaybus_up_sqlfn "SELECT relaybus.resume('planted')" >/dev/null
@@ -178,6 +218,124 @@ check relaybus_up_sqlfn "which a role with them can do, then resume it" \
 q postgres "DROP DATABASE relaybus_up_sqlfn" >/dev/null
 q postgres "DROP ROLE relaybus_up_mallory" >/dev/null
 q postgres "DROP ROLE relaybus_up_eve" >/dev/null
+
+# 0.2.0 -> the default version, under data and with members of the cluster-wide roles.
+# 0.2.0 granted each database's relaybus objects to relaybus_publisher, relaybus_worker and
+# relaybus_admin; the update gives each member the same right by name in this database, and
+# the three roles nothing here.
+fresh_db relaybus_up_rights ""
+q relaybus_up_rights "CREATE EXTENSION relaybus VERSION '0.2.0'" >/dev/null
+psql -qX -v ON_ERROR_STOP=1 -d relaybus_up_rights >/dev/null <<'SQL'
+SET client_min_messages = warning;
+CREATE ROLE relaybus_up_pub LOGIN IN ROLE relaybus_publisher;
+CREATE ROLE relaybus_up_wrk LOGIN IN ROLE relaybus_worker;
+CREATE ROLE relaybus_up_adm LOGIN IN ROLE relaybus_admin;
+CREATE ROLE relaybus_up_both LOGIN IN ROLE relaybus_publisher, relaybus_worker;
+SELECT relaybus.subscribe('live', ARRAY['e']);
+SELECT relaybus.subscribe('paused', ARRAY['e']);
+SELECT relaybus.subscribe('poisoned', ARRAY['e'], max_attempts => 1);
+SELECT relaybus.publish('e', jsonb_build_object('n', i), 'k' || (i % 10), 'e' || i)
+  FROM generate_series(1, 20) i ORDER BY i;
+SELECT relaybus.pause('paused');
+-- dead letters
+SELECT relaybus.bury(lease_token, 'poison') FROM relaybus.claim('old-dead', 5, '1 hour', ARRAY['poisoned']);
+SELECT relaybus.relinquish('old-dead');
+-- in flight at the update, their leases expired by then
+SELECT count(*) FROM relaybus.claim('old-busy', 8, '1 millisecond', ARRAY['live']);
+SELECT pg_sleep(0.01);
+CREATE TABLE before_update AS SELECT event_id, handler, status FROM relaybus.deliveries;
+CREATE TABLE handled (event_id text, handler text);
+GRANT INSERT ON handled TO PUBLIC;
+-- Drains as the role that calls it: claims and completes until nothing is left.
+CREATE PROCEDURE drain(worker text) LANGUAGE plpgsql AS $$
+DECLARE
+  r record;
+  got int;
+BEGIN
+  LOOP
+    got := 0;
+    FOR r IN SELECT * FROM relaybus.claim(worker, 50, '1 minute') LOOP
+      INSERT INTO public.handled VALUES (r.event_id, r.handler);
+      PERFORM relaybus.complete(r.lease_token);
+      got := got + 1;
+    END LOOP;
+    COMMIT;
+    EXIT WHEN got = 0;
+  END LOOP;
+END $$;
+SQL
+# Every ACL entry of relaybus's schemas, their functions, tables, sequences and types that
+# names one of the three roles.
+old_role_acls="SELECT count(*) FROM (
+    SELECT a.grantee FROM pg_namespace n, aclexplode(n.nspacl) a WHERE n.nspname IN ('relaybus', 'relaybus_internal')
+    UNION ALL SELECT a.grantee FROM pg_proc p, aclexplode(p.proacl) a
+     WHERE p.pronamespace IN (SELECT oid FROM pg_namespace WHERE nspname IN ('relaybus', 'relaybus_internal'))
+    UNION ALL SELECT a.grantee FROM pg_class c, aclexplode(c.relacl) a
+     WHERE c.relnamespace IN (SELECT oid FROM pg_namespace WHERE nspname IN ('relaybus', 'relaybus_internal'))
+    UNION ALL SELECT a.grantee FROM pg_type t, aclexplode(t.typacl) a
+     WHERE t.typnamespace IN (SELECT oid FROM pg_namespace WHERE nspname IN ('relaybus', 'relaybus_internal'))
+  ) g JOIN pg_roles r ON r.oid = g.grantee
+  WHERE r.rolname IN ('relaybus_publisher', 'relaybus_worker', 'relaybus_admin')"
+# What the update must not touch: every row of deliveries, lanes (in-flight lists, leases),
+# subscriptions (the pause) and events, and the statistics they make.
+rows="SELECT md5(string_agg(t, ',' ORDER BY t)) FROM (
+        SELECT to_jsonb(d)::text AS t FROM relaybus.deliveries d UNION ALL
+        SELECT to_jsonb(l)::text FROM relaybus.lanes l UNION ALL
+        SELECT to_jsonb(s)::text FROM relaybus.subscriptions s UNION ALL
+        SELECT to_jsonb(e)::text FROM relaybus.events e) x"
+stats="SELECT string_agg(format('%s pending=%s processing=%s dead=%s', handler, pending, processing, dead), '; ' ORDER BY handler) FROM relaybus.statistics()"
+check relaybus_up_rights "the 0.2.0 database has pending, in-flight and dead deliveries, and a paused handler" \
+  "SELECT (SELECT bool_and(pending > 0) AND sum(processing) > 0 AND sum(dead) > 0 FROM relaybus.statistics())
+      AND (SELECT paused_at IS NOT NULL FROM relaybus.subscriptions WHERE handler = 'paused')"
+check relaybus_up_rights "and there relaybus's objects are granted to the three roles" \
+  "SELECT ($old_role_acls) > 0"
+rows_before=$(q relaybus_up_rights "$rows")
+stats_before=$(q relaybus_up_rights "$stats")
+echo "# before: $stats_before"
+warned=$(psql -qXAt -v ON_ERROR_STOP=1 -d relaybus_up_rights -c "ALTER EXTENSION relaybus UPDATE" 2>&1)
+case "$warned" in
+  *WARNING:*'relaybus_publisher, relaybus_worker and relaybus_admin'*relaybus_up_adm*relaybus_up_both*relaybus_up_pub*relaybus_up_wrk*)
+    ok "the update warns, naming each member and its rights" ;;
+  *) not_ok "the update warns, naming each member and its rights (got: $warned)" ;;
+esac
+check relaybus_up_rights "the database is at the default version, $default_version" \
+  "SELECT extversion = '$default_version' FROM pg_extension WHERE extname = 'relaybus'"
+check relaybus_up_rights "each member holds exactly its role's right in this database (relaybus.rights())" \
+  "SELECT array_agg(role || '=' || rights::text ORDER BY role)
+        = ARRAY['relaybus_up_adm={admin,publisher,worker}', 'relaybus_up_both={publisher,worker}',
+                'relaybus_up_pub={publisher}', 'relaybus_up_wrk={worker}']
+     FROM relaybus.rights()"
+check relaybus_up_rights "relaybus_publisher, relaybus_worker and relaybus_admin hold no privilege on any object of relaybus" \
+  "SELECT ($old_role_acls) = 0"
+[ "$(q relaybus_up_rights "$rows")" = "$rows_before" ] \
+  && ok "every delivery, lane, subscription and event is as it was" \
+  || not_ok "every delivery, lane, subscription and event is as it was"
+stats_after=$(q relaybus_up_rights "$stats")
+[ "$stats_after" = "$stats_before" ] && ok "and so are the statistics (pending, in flight, dead)" \
+  || not_ok "and so are the statistics (before: $stats_before; after: $stats_after)"
+# The converted roles log in and do their jobs.
+as() { local role=$1; shift; psql -qXAt -v ON_ERROR_STOP=1 -U "$role" -d relaybus_up_rights -c "$*"; }
+as relaybus_up_pub "SELECT relaybus.publish('e', '{\"n\": 21}', 'k1', 'e21')" >/dev/null \
+  && ok "relaybus_publisher's member publishes, logged in as itself" \
+  || not_ok "relaybus_publisher's member publishes, logged in as itself"
+err=$(as relaybus_up_pub "SELECT count(*) FROM relaybus.claim('nope')" 2>&1 || true)
+case "$err" in *'permission denied for function claim'*) ok "and may not claim" ;;
+  *) not_ok "and may not claim (got: $err)" ;; esac
+as relaybus_up_adm "SELECT relaybus.resume('paused')" >/dev/null \
+  && as relaybus_up_adm "SELECT relaybus.requeue_dead('poisoned')" >/dev/null \
+  && ok "relaybus_admin's member resumes the paused handler and requeues the dead letters" \
+  || not_ok "relaybus_admin's member resumes the paused handler and requeues the dead letters"
+as relaybus_up_wrk "CALL drain('converted')" >/dev/null \
+  && ok "relaybus_worker's member claims and completes, logged in as itself" \
+  || not_ok "relaybus_worker's member claims and completes, logged in as itself"
+check relaybus_up_rights "it handled every delivery of before the update (pending, in flight, dead), and the new one, each once" \
+  "SELECT NOT EXISTS (SELECT FROM relaybus.deliveries)
+      AND (SELECT count(*) FROM handled) = (SELECT count(*) + 3 FROM before_update)
+      AND NOT EXISTS (SELECT event_id, handler FROM before_update
+                      UNION ALL SELECT 'e21', h FROM unnest(ARRAY['live', 'paused', 'poisoned']) h
+                      EXCEPT SELECT event_id, handler FROM handled)"
+q postgres "DROP DATABASE relaybus_up_rights" >/dev/null
+q postgres "DROP ROLE relaybus_up_pub, relaybus_up_wrk, relaybus_up_adm, relaybus_up_both" >/dev/null
 
 # pg_dump keeps relaybus's rows (the tables are extension configuration tables).
 fresh_db relaybus_up_restored ""
@@ -193,7 +351,7 @@ rows="SELECT md5(string_agg(t, ',' ORDER BY t)) FROM (
   && ok "pg_dump and restore keep every relaybus row" \
   || not_ok "pg_dump and restore keep every relaybus row"
 
-for db in relaybus_up_fresh relaybus_up_empty relaybus_up_data relaybus_up_copy relaybus_up_live relaybus_up_restored; do
+for db in relaybus_up_fresh relaybus_up_empty relaybus_up_empty020 relaybus_up_data relaybus_up_copy relaybus_up_live relaybus_up_restored; do
   q postgres "DROP DATABASE $db" >/dev/null
 done
 echo "upgrade: $passed passed, $failed failed"

@@ -1,22 +1,28 @@
 -- Guarantee: least privilege. Nothing in schema relaybus (or relaybus_internal, the
--- helpers') is granted to PUBLIC; the three roles get EXECUTE on exactly the functions of
--- their job and no direct write privilege on any table; every SECURITY DEFINER function
+-- helpers') is granted to PUBLIC; the three rights (grant_rights) give EXECUTE on exactly
+-- the functions of their job and no direct write privilege on any table; every SECURITY DEFINER function
 -- pins its search_path (otherwise a caller could shadow pg_catalog objects with its own and
--- run code as the owner). 26_catalog_comments checks the helpers' schema itself. The roles
--- are then exercised for real: a LOGIN member of relaybus_worker can claim and complete but
+-- run code as the owner). 26_catalog_comments checks the helpers' schema itself. The rights
+-- are then exercised for real: a LOGIN role with the worker right can claim and complete but
 -- cannot touch a table directly, publish, subscribe or switch the superuser-only settings.
 -- A forgotten REVOKE, a GRANT to the wrong role or a missing SET search_path fails here.
 SELECT rb_reset();
-SELECT plan(41);
+SELECT plan(65);
 
 SET client_min_messages = warning;
-DROP ROLE IF EXISTS rbtest_p15_nobody;
-DROP ROLE IF EXISTS rbtest_p15_worker;
-DROP ROLE IF EXISTS rbtest_p15_publisher;
+DO $$ DECLARE r text; BEGIN
+  FOREACH r IN ARRAY ARRAY['rbtest_p15_nobody', 'rbtest_p15_worker', 'rbtest_p15_publisher', 'rbtest_p15_admin'] LOOP
+    IF EXISTS (SELECT FROM pg_roles WHERE rolname = r) THEN
+      EXECUTE format('DROP OWNED BY %I', r);
+      EXECUTE format('DROP ROLE %I', r);
+    END IF;
+  END LOOP;
+END $$;
 RESET client_min_messages;
 CREATE ROLE rbtest_p15_nobody NOLOGIN;
-CREATE ROLE rbtest_p15_worker LOGIN IN ROLE relaybus_worker;
-CREATE ROLE rbtest_p15_publisher LOGIN IN ROLE relaybus_publisher;
+CREATE ROLE rbtest_p15_worker LOGIN;
+CREATE ROLE rbtest_p15_publisher LOGIN;
+CREATE ROLE rbtest_p15_admin LOGIN;
 
 -- every function relaybus installs: the API (schema relaybus) and the internal helpers
 CREATE TEMP VIEW rb_functions AS
@@ -73,26 +79,39 @@ SELECT is((SELECT array_agg(signature || ': ' || c ORDER BY signature) FROM rb_f
           NULL, 'the pinned search_path is pg_catalog, pg_temp (no writable schema, pg_temp last)');
 
 --------------------------------------------------------------------------------
--- The three roles
+-- The three rights, given in this database by name (grant_rights)
 --------------------------------------------------------------------------------
-SELECT has_role('relaybus_publisher');
-SELECT has_role('relaybus_worker');
-SELECT has_role('relaybus_admin');
+SELECT is(relaybus.grant_rights('rbtest_p15_publisher', 'publisher'), '{publisher}', 'grant_rights gives publisher');
+SELECT is(relaybus.grant_rights('rbtest_p15_worker', 'worker'), '{worker}', 'grant_rights gives worker');
+SELECT is(relaybus.grant_rights('rbtest_p15_admin', 'admin'), '{admin,publisher,worker}',
+          'grant_rights gives admin, which brings publisher and worker');
 SELECT is(has_schema_privilege(r, 'relaybus', 'USAGE'), true, r || ' has USAGE on schema relaybus')
-  FROM unnest(ARRAY['relaybus_publisher', 'relaybus_worker', 'relaybus_admin']) AS r;
+  FROM unnest(ARRAY['rbtest_p15_publisher', 'rbtest_p15_worker', 'rbtest_p15_admin']) AS r;
+SELECT is((SELECT array_agg(role || '=' || array_to_string(rights, '+') ORDER BY role) FROM relaybus.rights()
+            WHERE role LIKE 'rbtest_p15%'),
+          ARRAY['rbtest_p15_admin=admin+publisher+worker', 'rbtest_p15_publisher=publisher', 'rbtest_p15_worker=worker'],
+          'rights() lists who holds what in this database');
+-- 0.2.0's cluster-wide roles, where another database (or an update) made them, hold nothing here
+SELECT is((SELECT array_agg(r.rolname ORDER BY r.rolname) FROM pg_roles r
+            WHERE r.rolname IN ('relaybus_publisher', 'relaybus_worker', 'relaybus_admin')
+              AND (has_schema_privilege(r.oid, 'relaybus', 'USAGE')
+                   OR EXISTS (SELECT FROM rb_functions f WHERE has_function_privilege(r.oid, f.oid, 'EXECUTE')))),
+          NULL, 'the cluster-wide roles of 0.2.0 hold no right in a 0.2.1 database');
 
-SELECT ok(pg_temp.executable('relaybus_publisher', true) @> ARRAY['publish', 'publish_batch'],
+SELECT ok(pg_temp.executable('rbtest_p15_publisher', true) @> ARRAY['publish', 'publish_batch'],
           'publisher can execute publish and publish_batch');
-SELECT is(pg_temp.executable('relaybus_publisher', true) &&
+SELECT is(pg_temp.executable('rbtest_p15_publisher', true) &&
             ARRAY['claim', 'complete', 'complete_many', 'fail', 'bury', 'release', 'extend_lease', 'relinquish',
-                  'subscribe', 'unsubscribe', 'requeue', 'requeue_dead', 'take_over_expired', 'purge_expired'],
-          false, 'publisher cannot execute claim, complete, the other worker functions or subscribe');
+                  'subscribe', 'unsubscribe', 'requeue', 'requeue_dead', 'take_over_expired', 'purge_expired',
+                  'grant_rights', 'revoke_rights', 'rights'],
+          false, 'publisher cannot execute claim, complete, the other worker functions, subscribe or grant_rights');
 
-SELECT ok(pg_temp.executable('relaybus_worker', true) @>
+SELECT ok(pg_temp.executable('rbtest_p15_worker', true) @>
             ARRAY['claim', 'complete', 'complete_many', 'fail', 'bury', 'release', 'extend_lease', 'relinquish'],
           'worker can execute claim, complete, complete_many, fail, bury, release, extend_lease, relinquish');
-SELECT is(pg_temp.executable('relaybus_worker', true) &&
-            ARRAY['publish', 'publish_batch', 'subscribe', 'unsubscribe', 'requeue', 'requeue_dead', 'purge_expired'],
+SELECT is(pg_temp.executable('rbtest_p15_worker', true) &&
+            ARRAY['publish', 'publish_batch', 'subscribe', 'unsubscribe', 'requeue', 'requeue_dead', 'purge_expired',
+                  'grant_rights', 'revoke_rights', 'rights'],
           false, 'worker cannot execute publish, publish_batch, subscribe or the admin functions');
 
 -- the SQL API of the architecture brief (the internal helpers, in relaybus_internal, are
@@ -100,23 +119,66 @@ SELECT is(pg_temp.executable('relaybus_worker', true) &&
 SELECT is(ARRAY(SELECT f FROM unnest(ARRAY['lane_of', 'subscribe', 'unsubscribe', 'publish', 'publish_batch',
                   'claim', 'extend_lease', 'complete', 'complete_many', 'fail', 'bury', 'release', 'relinquish',
                   'requeue', 'requeue_dead', 'take_over_expired', 'purge_expired', 'statistics',
-                  'list_deliveries']) AS f
-                 WHERE f <> ALL (pg_temp.executable('relaybus_admin', true))), '{}',
+                  'list_deliveries', 'grant_rights', 'revoke_rights', 'rights']) AS f
+                 WHERE f <> ALL (pg_temp.executable('rbtest_p15_admin', true))), '{}',
           'admin can execute every function of the SQL API');
+SELECT is(pg_temp.executable('rbtest_p15_admin', true) && ARRAY(SELECT proname::text FROM rb_functions
+            WHERE signature LIKE 'relaybus_internal.%'), false,
+          'admin can execute no internal helper');
 
 SELECT is((SELECT array_agg(r || ' ' || p || ' ' || relname ORDER BY r, p, relname)
              FROM rb_tables,
-                  unnest(ARRAY['relaybus_publisher', 'relaybus_worker', 'relaybus_admin']) AS r,
+                  unnest(ARRAY['rbtest_p15_publisher', 'rbtest_p15_worker', 'rbtest_p15_admin']) AS r,
                   unnest(ARRAY['INSERT', 'UPDATE', 'DELETE', 'TRUNCATE']) AS p
             WHERE has_table_privilege(r, oid, p)),
-          NULL, 'no relaybus role has INSERT, UPDATE, DELETE or TRUNCATE on a relaybus table');
+          NULL, 'no right gives INSERT, UPDATE, DELETE or TRUNCATE on a relaybus table');
 SELECT is((SELECT array_agg(r || ' ' || relname ORDER BY r, relname)
-             FROM rb_tables, unnest(ARRAY['relaybus_publisher', 'relaybus_worker']) AS r
+             FROM rb_tables, unnest(ARRAY['rbtest_p15_publisher', 'rbtest_p15_worker']) AS r
             WHERE has_table_privilege(r, oid, 'SELECT')),
           NULL, 'publisher and worker cannot read the tables directly');
 
+-- revoke_rights takes exactly what it names; admin takes its publisher and worker along
+SELECT is(relaybus.grant_rights('rbtest_p15_nobody', 'publisher', 'worker'), '{publisher,worker}',
+          'grant_rights gives several rights at once');
+SELECT is(relaybus.revoke_rights('rbtest_p15_nobody', 'publisher'), '{worker}', 'revoke_rights takes one of them');
+SELECT is(pg_temp.executable('rbtest_p15_nobody', true),
+          ARRAY['bury', 'claim', 'complete', 'complete_many', 'extend_lease', 'fail', 'lane_of', 'release',
+                'relinquish'],
+          'what publisher and worker share (lane_of, USAGE) stays with the right still held');
+SELECT is(has_schema_privilege('rbtest_p15_nobody', 'relaybus', 'USAGE'), true, 'and so does USAGE on the schema');
+SELECT is(relaybus.grant_rights('rbtest_p15_nobody', 'admin'), '{admin,publisher,worker}', 'admin on top of worker');
+SELECT is(relaybus.revoke_rights('rbtest_p15_nobody', 'admin'), '{}', 'revoking admin takes publisher and worker along');
+SELECT is(pg_temp.executable('rbtest_p15_nobody', true), '{}', 'and leaves the role nothing to execute');
+SELECT is(has_schema_privilege('rbtest_p15_nobody', 'relaybus', 'USAGE'), false, 'nor USAGE on the schema');
+SELECT is((SELECT count(*)::int FROM rb_tables WHERE has_table_privilege('rbtest_p15_nobody', oid, 'SELECT')), 0,
+          'nor SELECT on any table');
+
+-- bad input: a specific SQLSTATE, nothing changed
+SELECT throws_ok($$SELECT relaybus.grant_rights('rbtest_p15_nobody', 'superuser')$$, '22023',
+                 'relaybus has no right named ''superuser''', 'an unknown right -> 22023');
+SELECT throws_ok($$SELECT relaybus.grant_rights('rbtest_p15_nobody', VARIADIC '{}'::text[])$$, '22023', NULL,
+                 'no right -> 22023');
+SELECT throws_ok($$SELECT relaybus.grant_rights('rbtest_p15_nobody', NULL)$$, '22004', NULL, 'a NULL right -> 22004');
+SELECT throws_ok($$SELECT relaybus.grant_rights(NULL, 'worker')$$, '22004', NULL, 'a NULL role -> 22004');
+SELECT throws_ok($$SELECT relaybus.grant_rights('rbtest_p15_no_such_role', 'worker')$$, '42704', NULL,
+                 'an unknown role -> 42704');
+SELECT throws_ok($$SELECT relaybus.grant_rights(0::oid::regrole, 'worker')$$, '42704', NULL, 'PUBLIC -> 42704');
+SELECT throws_ok($$SELECT relaybus.revoke_rights(current_user::regrole, 'admin')$$, '22023', NULL,
+                 'the owner of relaybus''s objects -> 22023');
+SELECT is(pg_temp.executable('rbtest_p15_nobody', true), '{}', 'the refused calls gave nothing');
+
+-- an admin of this database gives and takes rights here without being a superuser
+SET ROLE rbtest_p15_admin;
+SELECT is(relaybus.grant_rights('rbtest_p15_nobody', 'worker'), '{worker}', 'admin role: grant_rights works');
+SELECT is(relaybus.revoke_rights('rbtest_p15_nobody', 'worker'), '{}', 'admin role: revoke_rights works');
+RESET ROLE;
+SET ROLE rbtest_p15_worker;
+SELECT throws_ok($$SELECT relaybus.grant_rights('rbtest_p15_worker', 'admin')$$, '42501', NULL,
+                 'worker role: grant_rights (to itself) -> 42501');
+SELECT throws_ok($$SELECT * FROM relaybus.rights()$$, '42501', NULL, 'worker role: rights() -> 42501');
+RESET ROLE;
 --------------------------------------------------------------------------------
--- Exercised: a LOGIN member of relaybus_worker
+-- Exercised: a LOGIN role with the worker right
 --------------------------------------------------------------------------------
 SELECT relaybus.subscribe('priv_h', ARRAY['priv.t']);
 SELECT relaybus.publish('priv.t', '{"n": 1}', event_id => 'priv-1');
@@ -158,8 +220,7 @@ SELECT is((SELECT array_agg(event_id || '/' || attempts ORDER BY event_id) FROM 
           'only the worker''s completion and the publisher''s publish changed the deliveries');
 
 DROP TABLE priv_claimed;
-DROP ROLE rbtest_p15_nobody;
-DROP ROLE rbtest_p15_worker;
-DROP ROLE rbtest_p15_publisher;
+DROP OWNED BY rbtest_p15_nobody, rbtest_p15_worker, rbtest_p15_publisher, rbtest_p15_admin;
+DROP ROLE rbtest_p15_nobody, rbtest_p15_worker, rbtest_p15_publisher, rbtest_p15_admin;
 
 SELECT * FROM finish();

@@ -1,6 +1,6 @@
 -- In-database handler subscriptions: the function contract, the timeout bounds, and the
 -- privilege rule. The workers run sql_function as its owner, so only a role with that
--- owner's privileges may subscribe it; without the check a relaybus_admin could have a
+-- owner's privileges may subscribe it; without the check an admin could have a
 -- superuser's function run as superuser.
 SELECT rb_reset();
 SELECT plan(10);
@@ -21,9 +21,9 @@ SELECT throws_ok($$SELECT relaybus.subscribe('h17b', ARRAY['t'], sql_function =>
 SELECT throws_ok($$SELECT relaybus.subscribe('h17b', ARRAY['t'], sql_timeout => '5 s')$$,
                  '22023', NULL, 'a timeout without sql_function is refused (22023)');
 
--- A relaybus_admin that does not hold the superuser's privileges.
+-- An admin that does not hold the superuser's privileges.
 CREATE ROLE rbtest_p17_admin LOGIN;
-GRANT relaybus_admin TO rbtest_p17_admin;
+SELECT FROM relaybus.grant_rights('rbtest_p17_admin', 'admin');
 SET ROLE rbtest_p17_admin;
 SELECT throws_ok($$SELECT relaybus.subscribe('h17c', ARRAY['t'], sql_function => 'public.rb17_handler(jsonb)')$$,
                  '42501', NULL, 'an admin may not subscribe a function owned by a role whose privileges it lacks (42501)');
@@ -50,6 +50,7 @@ SELECT rb_reset();
 DROP FUNCTION public.rb17_own(jsonb);
 DROP FUNCTION public.rb17_handler(jsonb);
 DROP FUNCTION public.rb17_two(jsonb, jsonb);
+DROP OWNED BY rbtest_p17_admin;
 DROP OWNED BY rbtest_p17_admin;
 DROP ROLE rbtest_p17_admin;
 SELECT * FROM finish();

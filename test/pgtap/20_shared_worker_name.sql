@@ -63,14 +63,17 @@ SELECT min(id) AS f_id FROM (SELECT 'sw2-f-' || i AS id FROM generate_series(1, 
  WHERE relaybus.lane_of(c.id) = :lane2 \gset
 SELECT is((SELECT array_agg(e) FROM dblink('sw_a', $$SELECT event_id FROM relaybus.claim('shared2',
   10, '30 seconds', ARRAY['sw2'])$$) AS r(e text)), ARRAY['sw2-g'], 'A claims G and holds its lane');
+-- F's publish takes this transaction's now(), older than A's: F is due for A at once
+-- (a due time in the past would count as now, since 0.2.1).
+BEGIN;
 SELECT dblink_exec('sw_a', 'BEGIN');
 SELECT is((SELECT count(*)::int FROM dblink('sw_a', $$SELECT event_id FROM relaybus.claim('shared2',
   10, '30 seconds', ARRAY['sw2'])$$) AS r(e text)), 0, 'A claims again in an open transaction: nothing new');
 SELECT dblink_send_query('sw_b', $$SELECT event_id FROM relaybus.claim('shared2', 10,
   '30 seconds', ARRAY['sw2'])$$);
 SELECT ok(rb_waits_for_lock(:b_pid), 'B''s claim waits for A''s lock on the lane');
--- due at once for A, whose open transaction's now() is older than this publish
-SELECT relaybus.publish('sw2.event', '{}', event_id => :'f_id', available_at => now() - interval '1 hour');
+SELECT relaybus.publish('sw2.event', '{}', event_id => :'f_id');
+COMMIT;
 SELECT is((SELECT array_agg(e) FROM dblink('sw_a', $$SELECT event_id FROM relaybus.claim('shared2',
   10, '30 seconds', ARRAY['sw2'])$$) AS r(e text)), ARRAY[:'f_id'], 'A claims F, published meanwhile');
 SELECT dblink_exec('sw_a', 'COMMIT');

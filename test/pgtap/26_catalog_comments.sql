@@ -16,8 +16,10 @@ SET client_min_messages = warning;
 DROP ROLE IF EXISTS rbtest_p26_admin;
 DROP ROLE IF EXISTS rbtest_p26_worker;
 RESET client_min_messages;
-CREATE ROLE rbtest_p26_admin LOGIN IN ROLE relaybus_admin;
-CREATE ROLE rbtest_p26_worker LOGIN IN ROLE relaybus_worker;
+CREATE ROLE rbtest_p26_admin LOGIN;
+SELECT FROM relaybus.grant_rights('rbtest_p26_admin', 'admin');
+CREATE ROLE rbtest_p26_worker LOGIN;
+SELECT FROM relaybus.grant_rights('rbtest_p26_worker', 'worker');
 
 -- the extension's members (pg_depend deptype 'e') and their descriptions
 CREATE TEMP VIEW rb_members AS
@@ -103,13 +105,16 @@ SELECT is(pg_temp.starts(pg_temp.description('relaybus_internal.create_lanes(tex
 --------------------------------------------------------------------------------
 SELECT is((SELECT array_agg(name ORDER BY name) FROM rb_api
             WHERE name IN ('create_lanes', 'list_deliveries_impl', 'delivery_counts', 'set_paused',
-                           'subscriptions_changed')
+                           'subscriptions_changed', 'right_privileges', 'held_rights', 'set_rights',
+                           'checked_rights')
                OR name LIKE '\_%'),
           NULL, 'no internal helper is in schema relaybus');
 SELECT is((SELECT array_agg(signature ORDER BY signature) FROM rb_helpers),
-          ARRAY['relaybus_internal.create_lanes(text)', 'relaybus_internal.delivery_counts()',
+          ARRAY['relaybus_internal.checked_rights(regrole,text[])', 'relaybus_internal.create_lanes(text)',
+                'relaybus_internal.delivery_counts()', 'relaybus_internal.held_rights(oid)',
                 'relaybus_internal.list_deliveries_impl(text,text,integer)',
-                'relaybus_internal.set_paused(text,boolean)', 'relaybus_internal.subscriptions_changed()'],
+                'relaybus_internal.right_privileges(text)', 'relaybus_internal.set_paused(text,boolean)',
+                'relaybus_internal.set_rights(regrole,text[])', 'relaybus_internal.subscriptions_changed()'],
           'the internal helpers are in schema relaybus_internal');
 SELECT ok(EXISTS (SELECT 1 FROM rb_members WHERE classid = 'pg_namespace'::regclass
                     AND objid = 'relaybus_internal'::regnamespace),
@@ -118,18 +123,18 @@ SELECT is((SELECT nspowner FROM pg_namespace WHERE nspname = 'relaybus_internal'
           (SELECT nspowner FROM pg_namespace WHERE nspname = 'relaybus'),
           'relaybus_internal has the owner of schema relaybus (the role that ran CREATE EXTENSION)');
 SELECT is((SELECT array_agg(r || ' ' || p ORDER BY r, p)
-             FROM unnest(ARRAY['public', 'relaybus_publisher', 'relaybus_worker', 'relaybus_admin']) AS r,
+             FROM unnest(ARRAY['public', 'rbtest_p26_worker', 'rbtest_p26_admin']) AS r,
                   unnest(ARRAY['USAGE', 'CREATE']) AS p
             WHERE has_schema_privilege(r, 'relaybus_internal', p)),
-          NULL, 'PUBLIC and the three roles have neither USAGE nor CREATE on relaybus_internal');
+          NULL, 'PUBLIC, a worker and an admin have neither USAGE nor CREATE on relaybus_internal');
 SELECT is((SELECT array_agg(signature ORDER BY signature) FROM rb_helpers
             WHERE proacl IS NULL OR EXISTS (SELECT 1 FROM aclexplode(proacl) a WHERE a.grantee = 0)),
           NULL, 'no helper has a default ACL or an entry for PUBLIC');
 -- Before the move, no role had EXECUTE on either helper (they were never granted); so none has it now.
 SELECT is((SELECT array_agg(r || ' ' || signature ORDER BY r, signature)
-             FROM rb_helpers, unnest(ARRAY['relaybus_publisher', 'relaybus_worker', 'relaybus_admin']) AS r
+             FROM rb_helpers, unnest(ARRAY['rbtest_p26_worker', 'rbtest_p26_admin']) AS r
             WHERE has_function_privilege(r, oid, 'EXECUTE')),
-          NULL, 'neither the publisher, the worker nor the admin role can execute a helper');
+          NULL, 'neither a worker nor an admin can execute a helper');
 SELECT is((SELECT array_agg(signature ORDER BY signature) FROM rb_helpers
             WHERE NOT EXISTS (SELECT 1 FROM unnest(proconfig) c
                                WHERE regexp_replace(c, '\s', '', 'g') = 'search_path=pg_catalog,pg_temp')),
@@ -139,7 +144,7 @@ SELECT is((SELECT array_agg(signature ORDER BY signature) FROM rb_helpers
 -- creates can stand in for it.
 SELECT is((SELECT array_agg(p.oid::regprocedure::text ORDER BY 1) FROM pg_proc p
             WHERE p.pronamespace = 'relaybus'::regnamespace
-              AND p.prosrc ~ '(?<!relaybus_internal\.)\m(create_lanes|list_deliveries_impl|delivery_counts|set_paused|subscriptions_changed)\M\s*\('),
+              AND p.prosrc ~ '(?<!relaybus_internal\.)\m(create_lanes|list_deliveries_impl|delivery_counts|set_paused|subscriptions_changed|right_privileges|held_rights|set_rights|checked_rights)\M\s*\('),
           NULL, 'the API calls the helpers schema-qualified');
 SELECT ok((SELECT prosrc FROM pg_proc WHERE oid = 'relaybus.list_deliveries(text,text,integer)'::regprocedure)
             LIKE '%relaybus_internal.list_deliveries_impl(%',
@@ -178,7 +183,9 @@ SELECT is((SELECT array_agg(name ORDER BY name) FROM rb_documented WHERE name NO
 SELECT is((SELECT array_agg(name ORDER BY name) FROM (SELECT name FROM rb_api GROUP BY name HAVING count(*) > 1) o),
           NULL, 'each function of the API has one signature (no overloads the docs do not show)');
 
+DROP OWNED BY rbtest_p26_admin;
 DROP ROLE rbtest_p26_admin;
+DROP OWNED BY rbtest_p26_worker;
 DROP ROLE rbtest_p26_worker;
 
 SELECT * FROM finish();

@@ -4,7 +4,7 @@
 -- by exactly what committed work did (publish, publish_batch, claim, complete, fail, bury,
 -- release, takeovers by claim and by take_over_expired) and not at all for a rolled-back
 -- transaction, savepoint or PL/pgSQL exception block; reset_counters zeroes them; only
--- relaybus_admin can call the three functions.
+-- the admin right can call the three functions.
 -- A count moved to the wrong place (or left out), a delta flushed at abort or kept from a
 -- rolled-back subtransaction, or a grant to the worker or publisher fails here.
 -- The counters are per database, so background workers serving another database cannot
@@ -17,9 +17,12 @@ DROP ROLE IF EXISTS rbtest_p27_worker;
 DROP ROLE IF EXISTS rbtest_p27_publisher;
 DROP ROLE IF EXISTS rbtest_p27_admin;
 RESET client_min_messages;
-CREATE ROLE rbtest_p27_worker IN ROLE relaybus_worker;
-CREATE ROLE rbtest_p27_publisher IN ROLE relaybus_publisher;
-CREATE ROLE rbtest_p27_admin IN ROLE relaybus_admin;
+CREATE ROLE rbtest_p27_worker;
+SELECT FROM relaybus.grant_rights('rbtest_p27_worker', 'worker');
+CREATE ROLE rbtest_p27_publisher;
+SELECT FROM relaybus.grant_rights('rbtest_p27_publisher', 'publisher');
+CREATE ROLE rbtest_p27_admin;
+SELECT FROM relaybus.grant_rights('rbtest_p27_admin', 'admin');
 
 --------------------------------------------------------------------------------
 -- metrics(): a constructed state
@@ -255,6 +258,9 @@ RESET ROLE;
 
 SELECT * FROM finish();
 SELECT rb_reset();
+DROP OWNED BY rbtest_p27_worker;
 DROP ROLE rbtest_p27_worker;
+DROP OWNED BY rbtest_p27_publisher;
 DROP ROLE rbtest_p27_publisher;
+DROP OWNED BY rbtest_p27_admin;
 DROP ROLE rbtest_p27_admin;

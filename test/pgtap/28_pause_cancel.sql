@@ -5,7 +5,7 @@
 -- then, records outcome 'cancelled' in the history when it is on (not counted as
 -- completed), and returns false for no delivery; a REPEATABLE READ claim whose snapshot
 -- predates a cancel fails with 40001 rather than hand out the deleted delivery. Bad input and privileges: 22004, 42704,
--- and only relaybus_admin may call the three.
+-- and only the admin right may call the three.
 SELECT rb_reset();
 SELECT plan(37);
 
@@ -13,8 +13,10 @@ SET client_min_messages = warning;
 DROP ROLE IF EXISTS rbtest_p28_worker;
 DROP ROLE IF EXISTS rbtest_p28_admin;
 RESET client_min_messages;
-CREATE ROLE rbtest_p28_worker IN ROLE relaybus_worker;
-CREATE ROLE rbtest_p28_admin IN ROLE relaybus_admin;
+CREATE ROLE rbtest_p28_worker;
+SELECT FROM relaybus.grant_rights('rbtest_p28_worker', 'worker');
+CREATE ROLE rbtest_p28_admin;
+SELECT FROM relaybus.grant_rights('rbtest_p28_admin', 'admin');
 
 SELECT relaybus.subscribe('p1', ARRAY['p.t']);
 SELECT relaybus.subscribe('p2', ARRAY['p.t']);
@@ -112,5 +114,7 @@ SELECT lives_ok($$SELECT relaybus.pause('c1'), relaybus.resume('c1'), relaybus.c
 RESET ROLE;
 
 SELECT * FROM finish();
+DROP OWNED BY rbtest_p28_worker;
 DROP ROLE rbtest_p28_worker;
+DROP OWNED BY rbtest_p28_admin;
 DROP ROLE rbtest_p28_admin;

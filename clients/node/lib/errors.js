@@ -44,11 +44,54 @@ export function outdated(database, version, cause) {
   );
 }
 
-export function missingRole(user, role, cause) {
+// From 0.2.1 rights are given per database, by name (relaybus.grant_rights); 0.2.0 granted
+// them to the cluster-wide roles relaybus_publisher, relaybus_worker and relaybus_admin.
+const RIGHTS_BY_NAME = [0, 2, 1];
+
+function versionAtLeast(version, wanted) {
+  const parts = String(version).split('.').map(Number);
+  for (let i = 0; i < wanted.length; i++) {
+    const x = parts[i] ?? 0;
+    if (Number.isNaN(x)) return true; // an unfamiliar version scheme: assume a newer one
+    if (x !== wanted[i]) return x > wanted[i];
+  }
+  return true;
+}
+
+// `name` as a double-quoted SQL identifier.
+export function quoteIdent(name) {
+  return `"${name.replaceAll('"', '""')}"`;
+}
+
+// `text` as a SQL string literal, by PostgreSQL's quote_literal rules.
+export function quoteLiteral(text) {
+  const quoted = `'${text.replaceAll("'", "''").replaceAll('\\', '\\\\')}'`;
+  return text.includes('\\') ? `E${quoted}` : quoted;
+}
+
+// The literal naming role `name` where a regrole is read (grant_rights's first argument):
+// an identifier, double-quoted inside the literal unless it is all lower case letters,
+// digits and underscores.
+export function roleLiteral(name) {
+  return quoteLiteral(/^[a-z_][a-z0-9_$]*$/.test(name) ? name : quoteIdent(name));
+}
+
+// What an admin runs so that `user` (null: unknown) gets `right` (publisher, worker or
+// admin) in the database, on relaybus `version` (null: unknown, and both ways are named).
+export function grantStatement(right, user, version) {
+  const byName = `SELECT relaybus.grant_rights(${user ? roleLiteral(user) : "'<your role>'"}, ${quoteLiteral(right)})`;
+  const old = `GRANT relaybus_${right} TO ${user ? quoteIdent(user) : '<your role>'}`;
+  if (version === null || version === undefined) return `${byName} (on relaybus 0.2.0: ${old})`;
+  return versionAtLeast(version, RIGHTS_BY_NAME) ? byName : old;
+}
+
+// The role lacks the privileges of a relaybus right. `right` is publisher, worker or admin;
+// `version` the installed relaybus (null when unknown).
+export function missingRight(user, right, version, cause) {
   const who = user ? `"${user}"` : 'the connected role';
-  const grantee = user ? `"${user}"` : '<your role>';
+  const what = version && !versionAtLeast(version, RIGHTS_BY_NAME) ? `relaybus_${right}` : `the ${right} right in this database`;
   return new RelaybusError(
-    `role ${who} lacks the privileges of ${role}: an admin must run GRANT ${role} TO ${grantee}`,
+    `role ${who} lacks the privileges of ${what}: an admin must run ${grantStatement(right, user, version)}`,
     { code: PERMISSION, cause, sqlState: cause?.code },
   );
 }
@@ -62,9 +105,10 @@ export function notSubscribed(handler, database, cause) {
 }
 
 // Turns a database error into a RelaybusError when it is one of the setup problems, and
-// returns it unchanged otherwise. `role` is the relaybus role the call needs; `user` and
-// `database` name the connection, for the message.
-export function explainDatabaseError(err, { role, user, database }) {
+// returns it unchanged otherwise. `right` is the relaybus right the call needs (publisher,
+// worker, admin); `user`, `database` and `version` (relaybus's, null when unknown) name the
+// connection, for the message.
+export function explainDatabaseError(err, { right, user, database, version = null }) {
   const message = typeof err?.message === 'string' ? err.message : '';
   switch (err?.code) {
     case '3F000': // invalid_schema_name: schema "relaybus" does not exist
@@ -75,7 +119,7 @@ export function explainDatabaseError(err, { role, user, database }) {
       break;
     case '42501': // insufficient_privilege
       if (/permission denied for (schema relaybus|function)/.test(message)) {
-        return missingRole(user, role, err);
+        return missingRight(user, right, version, err);
       }
       break;
     case '42704': {

@@ -3,14 +3,25 @@
 // run, instead of surfacing later as a claim error repeated every poll interval.
 //
 // 1. The catalog: is relaybus installed in this database, at 0.2.0 or later (claim's
-//    holder argument is 0.2.0's), and is the role a member of relaybus_worker.
+//    holder argument is 0.2.0's), and may the role execute the functions of the worker
+//    right (however it got them: the right, a role holding it, superuser).
 // 2. A claim in a transaction that is rolled back: relaybus itself then validates the
 //    handler names, the worker name, the holder and the lease, and nothing is kept.
 
-import { explainDatabaseError, missingRole, notInstalled, outdated } from './errors.js';
+import { explainDatabaseError, missingRight, notInstalled, outdated } from './errors.js';
 import { CLAIM, SETUP } from './sql.js';
 
-const ROLE = 'relaybus_worker';
+const RIGHT = 'worker';
+const WORKER_FUNCTIONS = [
+  'relaybus.claim(text,integer,interval,text[],text)',
+  'relaybus.extend_lease(text,interval,text)',
+  'relaybus.complete(text)',
+  'relaybus.complete_many(text[])',
+  'relaybus.fail(text,text,timestamptz)',
+  'relaybus.bury(text,text)',
+  'relaybus.release(text)',
+  'relaybus.relinquish(text,text)',
+];
 
 function atLeast(version, wanted) {
   const a = version.split('.').map(Number);
@@ -28,16 +39,16 @@ export async function checkWorkerSetup(pool, { name, lease, handlers, holder }) 
   const client = await pool.connect();
   let broken = false;
   try {
-    const { rows: [setup] } = await client.query(SETUP, [ROLE]);
+    const { rows: [setup] } = await client.query(SETUP, [WORKER_FUNCTIONS]);
     if (setup.version === null) throw notInstalled(setup.database);
     if (!atLeast(setup.version, '0.2.0')) throw outdated(setup.database, setup.version);
-    if (setup.member !== true) throw missingRole(setup.user, ROLE);
+    if (setup.missing.length > 0) throw missingRight(setup.user, RIGHT, setup.version);
 
     await client.query('BEGIN');
     try {
       await client.query(CLAIM, [name, 1, lease, handlers, holder]);
     } catch (err) {
-      throw explainDatabaseError(err, { role: ROLE, user: setup.user, database: setup.database });
+      throw explainDatabaseError(err, { right: RIGHT, user: setup.user, database: setup.database, version: setup.version });
     } finally {
       await client.query('ROLLBACK').catch(() => {
         broken = true;

@@ -45,11 +45,11 @@ function checkHeaders(value, what) {
   return value === undefined || value === null ? null : checkJsonObject(value, what);
 }
 
-async function run(client, text, values, role) {
+async function run(client, text, values, right) {
   try {
     return await client.query(text, values);
   } catch (err) {
-    throw explainDatabaseError(err, { role, user: client.user, database: client.database });
+    throw explainDatabaseError(err, { right, user: client.user, database: client.database });
   }
 }
 
@@ -69,7 +69,7 @@ export async function publish(client, type, payload = {}, options = {}) {
     o.availableAt === undefined || o.availableAt === null ? null : checkTime(o.availableAt, 'publish: availableAt'),
     o.headers === undefined || o.headers === null ? null : JSON.stringify(checkHeaders(o.headers, 'publish: headers')),
   ];
-  const { rows } = await run(client, PUBLISH, values, 'relaybus_publisher');
+  const { rows } = await run(client, PUBLISH, values, 'publisher');
   return rows[0].id;
 }
 
@@ -99,14 +99,14 @@ export async function publishBatch(client, events) {
     if (headers !== null) element.headers = headers;
     return element;
   });
-  const { rows } = await run(client, PUBLISH_BATCH, [JSON.stringify(elements)], 'relaybus_publisher');
+  const { rows } = await run(client, PUBLISH_BATCH, [JSON.stringify(elements)], 'publisher');
   return rows.map((r) => r.id);
 }
 
 const SUBSCRIBE_OPTIONS = ['maxAttempts', 'backoffBase', 'backoffMax'];
 
-// Registers or updates an (external) handler: relaybus.subscribe, which needs
-// relaybus_admin. For setup scripts and tests; backoffs are in milliseconds.
+// Registers or updates an (external) handler: relaybus.subscribe, which needs the admin
+// right. For setup scripts and tests; backoffs are in milliseconds.
 export async function subscribe(client, handler, eventTypes, options = {}) {
   checkClient(client, 'subscribe');
   checkName(handler, 'subscribe: handler');
@@ -118,5 +118,5 @@ export async function subscribe(client, handler, eventTypes, options = {}) {
   const maxAttempts = o.maxAttempts === undefined ? 25 : checkInteger(o.maxAttempts, 'subscribe: maxAttempts', 1, 2 ** 31 - 1);
   const base = o.backoffBase === undefined ? 1000 : checkMillis(o.backoffBase, 'subscribe: backoffBase');
   const max = o.backoffMax === undefined ? Math.max(3600000, base) : checkMillis(o.backoffMax, 'subscribe: backoffMax');
-  await run(client, SUBSCRIBE, [handler, eventTypes, maxAttempts, interval(base), interval(max)], 'relaybus_admin');
+  await run(client, SUBSCRIBE, [handler, eventTypes, maxAttempts, interval(base), interval(max)], 'admin');
 }

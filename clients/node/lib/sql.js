@@ -36,13 +36,20 @@ export const CANCEL_BACKENDS = 'SELECT pg_catalog.pg_cancel_backend(pid) FROM un
 export const RELINQUISH = 'SELECT relaybus.relinquish($1, $2) AS n';
 
 // What the worker checks before it claims: is relaybus there, in which version, and may
-// this role use it. The role test runs only when the role exists (pg_has_role raises
-// otherwise); a superuser passes it.
+// this role use it. $1: the functions a worker calls; `missing` lists those the current
+// role may not execute (or 'schema relaybus'), which is what relaybus's functions check,
+// however the role got them (a right, membership in a role holding one, superuser).
+// to_regprocedure keeps an older relaybus, without some of them, from failing the query:
+// they count as missing, and the version check comes first.
 export const SETUP = `
-  SELECT current_user AS "user", current_database() AS database,
-         (SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'relaybus') AS version,
-         CASE WHEN EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = $1)
-              THEN pg_catalog.pg_has_role(current_user, $1, 'USAGE') END AS member`;
+  SELECT current_user AS "user", current_database() AS database, v.version,
+         CASE WHEN v.version IS NULL THEN NULL
+              WHEN NOT pg_catalog.has_schema_privilege('relaybus', 'USAGE') THEN ARRAY['schema relaybus']
+              ELSE ARRAY(SELECT f FROM pg_catalog.unnest($1::text[]) AS f
+                          WHERE NOT coalesce(pg_catalog.has_function_privilege(
+                                               pg_catalog.to_regprocedure(f), 'EXECUTE'), false))
+         END AS missing
+    FROM (SELECT (SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'relaybus') AS version) v`;
 
 export const LISTEN = 'LISTEN relaybus';
 export const CHANNEL = 'relaybus';

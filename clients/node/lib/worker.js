@@ -34,7 +34,7 @@ import { Wakeup, sleep } from './wakeup.js';
 import { WakeupListener } from './wakeup-listener.js';
 import { workerOptions } from './worker-options.js';
 
-const ROLE = 'relaybus_worker';
+const RIGHT = 'worker';
 
 // pg waits for a connection without limit by default: against a server that accepts TCP
 // connections and never answers, a claim (and start() and stop() with it) would never
@@ -69,6 +69,7 @@ export class Worker extends EventEmitter {
   #stopping = null;
   #database = null;
   #user = null;
+  #version = null;
 
   #wakeup = new Wakeup();
   #lastClaim = -Infinity; // performance.now() when the latest claim began
@@ -208,6 +209,7 @@ export class Worker extends EventEmitter {
       });
       this.#database = setup.database;
       this.#user = setup.user;
+      this.#version = setup.version;
     } catch (err) {
       this.#state = 'stopped';
       await this.#endPool();
@@ -449,7 +451,7 @@ export class Worker extends EventEmitter {
   // until it succeeds again. A `permanent` error (one not retried) is only emitted here:
   // the caller logs it at error level, with what it does instead.
   #report(err, operation, { permanent = false } = {}) {
-    const explained = explainDatabaseError(err, { role: ROLE, user: this.#user, database: this.#database });
+    const explained = explainDatabaseError(err, { right: RIGHT, user: this.#user, database: this.#database, version: this.#version });
     if (this.listenerCount('error') > 0) {
       this.#emitSafely('error', explained, { operation });
       return;

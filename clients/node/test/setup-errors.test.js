@@ -1,6 +1,7 @@
-// When relaybus is missing, outdated, or the role lacks its relaybus role, the worker's
+// When relaybus is missing, outdated, or the role lacks its relaybus right, the worker's
 // start() and publish() fail with a message that says what to run, and start() leaves
-// no connection behind. A role with just the right grants works.
+// no connection behind. A role with just the right rights works, and running the printed
+// statement is what gives them (on 0.2.0, the GRANT of the cluster's role).
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import pg from 'pg';
@@ -11,26 +12,52 @@ import { recordingLogger, waitFor } from './helpers/wait.js';
 
 let bare; // no extension
 let old; // relaybus 0.1.0
-let db; // relaybus 0.2.0
-let nobody; // a role without any relaybus role
-let worker; // a role with relaybus_worker only
-let publisher; // a role with relaybus_publisher only
+let v020; // relaybus 0.2.0, whose rights are the cluster's roles
+let db; // relaybus, the default version
+let nobody; // a role without any relaybus right
+let odd; // the same, with a name that needs quoting everywhere
+let worker; // a role with the worker right only
+let publisher; // a role with the publisher right only
 
 before(async () => {
   bare = await createDatabase('bare', { extension: false });
   old = await createDatabase('old', { extension: false });
   await old.admin.query("CREATE EXTENSION relaybus VERSION '0.1.0'");
+  v020 = await createDatabase('v020', { extension: false });
+  await v020.admin.query("CREATE EXTENSION relaybus VERSION '0.2.0'");
+  await subscribe(v020.admin, 'mailer', ['order.placed']);
   db = await createDatabase('setup');
   await subscribe(db.admin, 'mailer', ['order.placed']);
   nobody = await createRole('nobody');
-  worker = await createRole('worker', ['relaybus_worker']);
-  publisher = await createRole('publisher', ['relaybus_publisher']);
+  odd = await createRole('odd', { name: `relaybus_node_O'Neil "Ops" \\_${process.pid}` });
+  worker = await createRole('worker');
+  await db.admin.query("SELECT relaybus.grant_rights($1, 'worker')", [worker.name]);
+  publisher = await createRole('publisher');
+  await db.admin.query("SELECT relaybus.grant_rights($1, 'publisher')", [publisher.name]);
 });
 
 after(async () => {
-  for (const d of [bare, old, db]) await d?.drop();
-  for (const r of [nobody, worker, publisher]) await r?.drop();
+  for (const d of [bare, old, v020, db]) await d?.drop();
+  for (const r of [nobody, odd, worker, publisher]) await r?.drop();
 });
+
+// The statement a message tells an admin to run: from `prefix` to the end of the message.
+function statementIn(message, prefix) {
+  return message.slice(message.indexOf(prefix));
+}
+
+// grant_rights as the server quotes its role argument: an identifier inside a literal.
+async function grantRights(role, right) {
+  const { rows } = await db.admin.query(
+    "SELECT format('SELECT relaybus.grant_rights(%L, %L)', quote_ident($1), $2::text) AS statement",
+    [role, right],
+  );
+  return rows[0].statement;
+}
+
+function escapeRegExp(text) {
+  return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+}
 
 async function connections(database) {
   const { rows } = await db.admin.query('SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1', [database]);
@@ -62,12 +89,47 @@ test('start() on relaybus 0.1.0 says to update the extension', async () => {
   });
 });
 
-test('start() as a role without relaybus_worker says what to GRANT', async () => {
+test('start() as a role without the worker right says what to run', async () => {
   for (const role of [nobody.name, publisher.name]) {
+    const grant = await grantRights(role, 'worker');
     await assert.rejects(newWorker(connectionString(db.name, role)).start(), {
       code: 'RELAYBUS_PERMISSION',
-      message: new RegExp(`role "${role}" lacks the privileges of relaybus_worker: an admin must run GRANT relaybus_worker TO "${role}"`),
+      message: new RegExp(
+        `role "${escapeRegExp(role)}" lacks the privileges of the worker right in this database: ` +
+          `an admin must run ${escapeRegExp(grant)}$`,
+      ),
     });
+  }
+});
+
+test('the statement printed for a role whose name needs quoting gives it the right', async () => {
+  const url = connectionString(db.name, odd.name);
+  const err = await newWorker(url).start().then(() => null, (e) => e);
+  assert.equal(err?.code, 'RELAYBUS_PERMISSION');
+  assert.ok(err.message.endsWith(`an admin must run ${await grantRights(odd.name, 'worker')}`), err.message);
+  await db.admin.query(statementIn(err.message, 'SELECT relaybus.grant_rights('));
+  const w = newWorker(url);
+  await w.start();
+  await w.stop();
+});
+
+test('on relaybus 0.2.0 the message names the GRANT of relaybus_worker, which works there only', async () => {
+  const role = await createRole('v020');
+  try {
+    const err = await newWorker(connectionString(v020.name, role.name)).start().then(() => null, (e) => e);
+    assert.equal(err?.code, 'RELAYBUS_PERMISSION');
+    assert.match(err.message, new RegExp(`lacks the privileges of relaybus_worker: an admin must run GRANT relaybus_worker TO "${role.name}"$`));
+    await v020.admin.query(statementIn(err.message, 'GRANT relaybus_worker TO '));
+    const w = newWorker(connectionString(v020.name, role.name));
+    await w.start();
+    await w.stop();
+    // The cluster's role gives nothing in a database with rights per database.
+    await assert.rejects(newWorker(connectionString(db.name, role.name)).start(), {
+      code: 'RELAYBUS_PERMISSION',
+      message: /lacks the privileges of the worker right in this database/,
+    });
+  } finally {
+    await role.drop();
   }
 });
 
@@ -83,7 +145,7 @@ test('start() without any handler is refused', async () => {
   await assert.rejects(new Worker({ connectionString: db.url, name: 'empty' }).start(), /no handlers; call worker\.handle/);
 });
 
-test('publish() without relaybus, or without relaybus_publisher, says what to do', async () => {
+test('publish() without relaybus, or without the publisher right, says what to do', async () => {
   const onBare = new pg.Client({ connectionString: bare.url });
   await onBare.connect();
   try {
@@ -98,11 +160,16 @@ test('publish() without relaybus, or without relaybus_publisher, says what to do
   for (const role of [nobody.name, worker.name]) {
     const client = new pg.Client({ connectionString: connectionString(db.name, role) });
     await client.connect();
+    const grant = await grantRights(role, 'publisher');
     try {
       await assert.rejects(publish(client, 'order.placed', {}), {
         code: 'RELAYBUS_PERMISSION',
         sqlState: '42501',
-        message: new RegExp(`GRANT relaybus_publisher TO "${role}"`),
+        // The version is not asked for after a failed call: both ways are named.
+        message: new RegExp(
+          `an admin must run ${escapeRegExp(grant)} ` +
+            `\\(on relaybus 0\\.2\\.0: GRANT relaybus_publisher TO "${role}"\\)$`,
+        ),
       });
     } finally {
       await client.end();
@@ -110,7 +177,7 @@ test('publish() without relaybus, or without relaybus_publisher, says what to do
   }
 });
 
-test('a role with only relaybus_publisher publishes, and one with only relaybus_worker handles', async () => {
+test('a role with only the publisher right publishes, and one with only the worker right handles', async () => {
   const client = new pg.Client({ connectionString: connectionString(db.name, publisher.name) });
   await client.connect();
   let id;

@@ -1,6 +1,6 @@
 """The exceptions this package raises, and the one a handler raises to dead-letter.
 
-Setup problems (no extension, a role without the relaybus role, a handler nobody
+Setup problems (no extension, a role without the relaybus right, a handler nobody
 subscribed) are the mistakes a newcomer makes first; each gets its own class and a message
 that says what to run. Each is raised ``from`` the psycopg error that revealed it, so the
 server's SQLSTATE and message stay available as ``__cause__``.
@@ -16,7 +16,9 @@ class ExtensionNotInstalled(RelaybusError):
 
 
 class PermissionDenied(RelaybusError):
-    """The connected role lacks relaybus_worker or relaybus_publisher."""
+    """The connected role lacks the privileges of relaybus's worker or publisher right in
+    this database (given by relaybus.grant_rights; on 0.2.0, by the relaybus_worker and
+    relaybus_publisher roles)."""
 
 
 class HandlerNotSubscribed(RelaybusError):

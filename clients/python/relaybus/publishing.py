@@ -78,11 +78,11 @@ def _type(value: Any, what: str) -> str:
     return value
 
 
-def _execute(conn, query: str, params, role: str):
+def _execute(conn, query: str, params, right: str):
     try:
         return conn.execute(query, params)
     except psycopg.Error as exc:
-        setup_error = translate(exc, getattr(conn, "connection", conn), role)
+        setup_error = translate(exc, getattr(conn, "connection", conn), right)
         if setup_error is None:
             raise
         raise setup_error from exc
@@ -103,7 +103,7 @@ def publish(conn, type: str, payload: Mapping, key: Optional[str] = None, *,
               _optional_text(event_id, "event_id"), _handlers(handlers, "handlers"),
               _aware(available_at, "available_at"),
               None if headers is None else _json_object(headers, "headers"))
-    return _execute(conn, _PUBLISH, params, "relaybus_publisher").fetchone()[0]
+    return _execute(conn, _PUBLISH, params, "publisher").fetchone()[0]
 
 
 def _batch_element(index: int, event: Any) -> dict:
@@ -150,5 +150,5 @@ def publish_batch(conn, events: Iterable[Mapping]) -> List[str]:
         for i, element in enumerate(elements):
             _dumps(element, f"events[{i}]")
         raise
-    rows = _execute(conn, _PUBLISH_BATCH, (body,), "relaybus_publisher").fetchall()
+    rows = _execute(conn, _PUBLISH_BATCH, (body,), "publisher").fetchall()
     return [row[0] for row in rows]

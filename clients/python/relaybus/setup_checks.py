@@ -17,6 +17,9 @@ from .errors import ExtensionNotInstalled, HandlerNotSubscribed, PermissionDenie
 # Holders (claim/extend_lease/relinquish with `holder`) arrived in 0.2.0; a worker without
 # them walks into the pool trap this package exists to avoid.
 MINIMUM_VERSION = (0, 2, 0)
+# From 0.2.1 rights are given per database by name (relaybus.grant_rights); 0.2.0 granted
+# them to the cluster-wide roles relaybus_publisher, relaybus_worker and relaybus_admin.
+RIGHTS_BY_NAME_VERSION = (0, 2, 1)
 
 WORKER_FUNCTIONS = (
     "relaybus.claim(text,integer,interval,text[],text)",
@@ -41,8 +44,49 @@ def _not_installed(dbname: str, detail: str = "") -> ExtensionNotInstalled:
         f"package installed)")
 
 
-def _grant_hint(role_name: str, who: str) -> str:
-    return f"an admin runs: GRANT {role_name} TO {who}"
+def _parse_version(version: Optional[str]) -> tuple:
+    try:
+        return tuple(int(part) for part in version.split("."))
+    except (AttributeError, ValueError):
+        return ()
+
+
+_PLAIN_ROLE_NAME = re.compile(r"[a-z_][a-z0-9_$]*")
+
+
+def quote_ident(name: str) -> str:
+    """``name`` as a double-quoted SQL identifier."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def quote_literal(text: str) -> str:
+    """``text`` as a SQL string literal, by PostgreSQL's quote_literal rules."""
+    quoted = "'" + text.replace("'", "''").replace("\\", "\\\\") + "'"
+    return "E" + quoted if "\\" in text else quoted
+
+
+def role_literal(name: str) -> str:
+    """The string literal that names role ``name`` where a regrole is read (as
+    relaybus.grant_rights reads its first argument): an identifier, so a name that is not
+    all lower case letters, digits and underscores is double-quoted inside the literal."""
+    return quote_literal(name if _PLAIN_ROLE_NAME.fullmatch(name) else quote_ident(name))
+
+
+def grant_statement(right: str, role: Optional[str], version: Optional[str]) -> str:
+    """What an admin runs so that ``role`` (None: unknown) gets ``right`` (publisher, worker
+    or admin) in the database, on relaybus ``version`` (None: unknown, both are named)."""
+    named = role_literal(role) if role is not None else "'<role>'"
+    by_name = f"SELECT relaybus.grant_rights({named}, {quote_literal(right)})"
+    old = f"GRANT relaybus_{right} TO {quote_ident(role) if role is not None else '<role>'}"
+    if version is None:
+        return f"{by_name} (on relaybus 0.2.0: {old})"
+    return by_name if _parse_version(version) >= RIGHTS_BY_NAME_VERSION else old
+
+
+def _needs(right: str, version: Optional[str]) -> str:
+    if version is not None and _parse_version(version) < RIGHTS_BY_NAME_VERSION:
+        return f"relaybus_{right}"
+    return f"the {right} right in this database"
 
 
 def check_extension(conn: psycopg.Connection) -> str:
@@ -52,18 +96,17 @@ def check_extension(conn: psycopg.Connection) -> str:
     if row is None:
         raise _not_installed(conn.info.dbname)
     version = row[0]
-    try:
-        parsed = tuple(int(part) for part in version.split("."))
-    except ValueError:
-        parsed = ()
-    if parsed < MINIMUM_VERSION:
+    if _parse_version(version) < MINIMUM_VERSION:
         raise ExtensionNotInstalled(
             f"database {conn.info.dbname!r} has relaybus {version}, and this client needs "
             f"0.2.0 or later (worker holders): a superuser runs ALTER EXTENSION relaybus UPDATE")
     return version
 
 
-def _check_privileges(conn: psycopg.Connection, functions: Iterable[str], role_name: str) -> None:
+def _check_privileges(conn: psycopg.Connection, functions: Iterable[str], right: str,
+                      version: str) -> None:
+    # The privileges themselves, of the current role: however they were given (a right, a
+    # role that holds one, superuser), they are what relaybus's functions check.
     user, schema_ok = conn.execute(
         "SELECT current_user, has_schema_privilege('relaybus', 'USAGE')").fetchone()
     # Without USAGE on the schema even naming a function in has_function_privilege fails.
@@ -74,25 +117,25 @@ def _check_privileges(conn: psycopg.Connection, functions: Iterable[str], role_n
     if missing:
         what = ", ".join(f.split("(")[0] for f in missing)
         raise PermissionDenied(
-            f"role {user!r} may not use {what}: it needs {role_name} ({_grant_hint(role_name, user)})")
+            f"role {user!r} may not use {what}: it needs {_needs(right, version)} "
+            f"(an admin runs: {grant_statement(right, user, version)})")
 
 
 def check_publisher(conn: psycopg.Connection) -> None:
     """Checks that the connection can publish: relaybus 0.2.0+ is installed and the current
-    role has relaybus_publisher's rights. Raises ExtensionNotInstalled or PermissionDenied.
-    Only reads catalogs, so it is safe inside the caller's transaction."""
-    check_extension(conn)
-    _check_privileges(conn, PUBLISHER_FUNCTIONS, "relaybus_publisher")
+    role may execute relaybus.publish and relaybus.publish_batch (the publisher right).
+    Raises ExtensionNotInstalled or PermissionDenied. Only reads catalogs, so it is safe
+    inside the caller's transaction."""
+    _check_privileges(conn, PUBLISHER_FUNCTIONS, "publisher", check_extension(conn))
 
 
 def check_worker(conn: psycopg.Connection, name: str, holder: str, handlers: list,
                  lease) -> None:
-    """Everything a Worker needs before it claims: the extension, relaybus_worker's rights,
+    """Everything a Worker needs before it claims: the extension, the worker right's privileges,
     and every handler subscribed. The handlers are checked by a real claim in a transaction
     that is rolled back: it validates exactly what the claim loop will send (names, holder,
     lease) and leaves nothing behind."""
-    check_extension(conn)
-    _check_privileges(conn, WORKER_FUNCTIONS, "relaybus_worker")
+    _check_privileges(conn, WORKER_FUNCTIONS, "worker", check_extension(conn))
     try:
         with conn.transaction(force_rollback=True):
             conn.execute("SELECT count(*) FROM relaybus.claim(%s, 1, %s, %s, %s)",
@@ -102,25 +145,28 @@ def check_worker(conn: psycopg.Connection, name: str, holder: str, handlers: lis
         named = re.search(r'handler "(.*)" is not subscribed', message)
         handler = named.group(1).replace("'", "''") if named else "<handler>"
         raise HandlerNotSubscribed(
-            f"{message}; subscribe it first (as relaybus_admin): "
+            f"{message}; subscribe it first (as a role with the admin right): "
             f"SELECT relaybus.subscribe('{handler}', ARRAY['<event type>'])") from exc
 
 
-def _current_user(conn) -> Optional[str]:
+def _current_user_and_version(conn) -> tuple:
     # Only on an autocommit connection outside a transaction: inside one, the failed call
     # aborted it, and without autocommit asking would open one for the caller.
     if not getattr(conn, "autocommit", False) or \
             conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-        return None
+        return None, None
     try:
-        return conn.execute("SELECT current_user").fetchone()[0]
+        return conn.execute(
+            "SELECT current_user, (SELECT extversion FROM pg_catalog.pg_extension "
+            "WHERE extname = 'relaybus')").fetchone()
     except psycopg.Error:
-        return None
+        return None, None
 
 
-def translate(exc: psycopg.Error, conn: psycopg.Connection, role_name: str) -> Optional[Exception]:
+def translate(exc: psycopg.Error, conn: psycopg.Connection, right: str) -> Optional[Exception]:
     """The setup error hidden in a relaybus call's failure, or None if it is something else
-    (bad input, a conflict): those keep their own SQLSTATE and message."""
+    (bad input, a conflict): those keep their own SQLSTATE and message. ``right`` is the
+    relaybus right the call needs (publisher, worker, admin)."""
     message = (exc.diag.message_primary or str(exc)) if exc.diag else str(exc)
     if isinstance(exc, pg_errors.InvalidSchemaName) and "relaybus" in message:
         return _not_installed(conn.info.dbname)
@@ -128,11 +174,12 @@ def translate(exc: psycopg.Error, conn: psycopg.Connection, role_name: str) -> O
         return _not_installed(conn.info.dbname, f" or is older than 0.2.0 ({message})")
     if (isinstance(exc, pg_errors.InsufficientPrivilege)
             and message.startswith("permission denied") and "relaybus" in message):
-        who = _current_user(conn)
+        who, version = _current_user_and_version(conn)
         if who is None:
             return PermissionDenied(
-                f"{message}: the current role needs {role_name} "
-                f"({_grant_hint(role_name, '<that role>')}; check_publisher(conn) names it)")
-        return PermissionDenied(f"{message}: role {who!r} needs {role_name} "
-                                f"({_grant_hint(role_name, who)})")
+                f"{message}: the current role needs the {right} right in this database "
+                f"(an admin runs: {grant_statement(right, None, None)}; "
+                f"check_publisher(conn) names the role)")
+        return PermissionDenied(f"{message}: role {who!r} needs {_needs(right, version)} "
+                                f"(an admin runs: {grant_statement(right, who, version)})")
     return None

@@ -42,10 +42,12 @@ def _server(dbname="postgres"):
 
 @pytest.fixture(scope="session")
 def make_database():
-    """Creates databases named relaybus_py_*, dropped at the end of the session."""
+    """Creates databases named relaybus_py_*, dropped at the end of the session; relaybus's
+    default version is installed unless ``version`` names another (or ``extension`` is
+    false)."""
     created = []
 
-    def make(extension: bool = True) -> str:
+    def make(extension: bool = True, version: str = None) -> str:
         name = unique(f"relaybus_py_{os.getpid()}")
         with _server() as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
@@ -54,7 +56,10 @@ def make_database():
         created.append(name)
         if extension:
             with _server(name) as conn:
-                conn.execute("CREATE EXTENSION relaybus")
+                if version is None:
+                    conn.execute("CREATE EXTENSION relaybus")
+                else:
+                    conn.execute(f"CREATE EXTENSION relaybus VERSION '{version}'")
         return name
 
     yield make

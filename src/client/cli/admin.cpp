@@ -14,6 +14,7 @@
 #include "listings.hpp"
 #include "operator_store.hpp"
 #include "pg_readiness.hpp"
+#include "shell_word.hpp"
 
 namespace relaybus::cli {
 
@@ -111,7 +112,7 @@ int cancel_command(const tool::Parsed& args) {
   if (!db->cancel(event_id, handler))
     throw GuidedError("event \"" + event_id + "\" has no delivery to handler \"" + handler +
                           "\": nothing cancelled",
-                      "relaybus dead list --handler " + handler +
+                      "relaybus dead list --handler=" + shell_word(handler) +
                           " lists its dead letters; a completed delivery has none left");
   std::printf("cancelled %s for %s\n", event_id.c_str(), handler.c_str());
   return 0;
@@ -150,7 +151,7 @@ int dead_requeue_command(const tool::Parsed& args) {
     if (!db->requeue(event_id, handler))
       throw GuidedError("event \"" + event_id + "\" has no dead delivery to handler \"" + handler +
                             "\": nothing requeued",
-                        "relaybus dead list --handler " + handler +
+                        "relaybus dead list --handler=" + shell_word(handler) +
                             " lists that handler's dead letters (a delivery that is pending, "
                             "in flight or completed is not one)");
     print_requeued(1, format_of(args));

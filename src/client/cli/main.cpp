@@ -78,7 +78,8 @@ relaybus::tool::Program program() {
       "Every command takes --db CONN; without it libpq's PG* environment variables choose\n"
       "the PostgreSQL database. A mongodb:// URI names the MongoDB store instead (its path is\n"
       "the database, \"relaybus\" when it has none; a replica set is needed). On PostgreSQL\n"
-      "every command but setup needs relaybus_admin.\n"
+      "every command but setup needs relaybus's admin right in that database, given by\n"
+      "SELECT relaybus.grant_rights('ROLE', 'admin') (on relaybus 0.2.0: relaybus_admin).\n"
       "Exit codes: 0 done, 1 the command failed (the message says why, and what to do),\n"
       "2 a bad command line. Reference: docs/cli.md.\n";
   p.moved = [](const std::string& word) -> std::string {

@@ -1,6 +1,10 @@
 #include "pg_readiness.hpp"
 
+#include "core/sql_quote.hpp"
+
+#include <cstdlib>
 #include <memory>
+#include <sstream>
 
 #include <libpq-fe.h>
 
@@ -37,14 +41,56 @@ std::string identifier(PGconn* conn, const std::string& name) {
   return out;
 }
 
+// The literal naming `role` where a regrole is read (grant_rights's first argument): an
+// identifier, so a name that is not all lower case letters, digits and underscores is
+// double-quoted inside the literal.
+std::string role_literal(PGconn* conn, const std::string& role) {
+  bool plain = !role.empty() && (role[0] == '_' || (role[0] >= 'a' && role[0] <= 'z'));
+  for (char c : role)
+    plain = plain && (c == '_' || c == '$' || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'));
+  return core::sql_literal(plain ? role : identifier(conn, role));
+}
+
+// From 0.2.1 rights are given per database, by name (relaybus.grant_rights); 0.2.0 granted
+// them to the cluster-wide role relaybus_admin.
+bool rights_by_name(const std::string& version) {
+  std::istringstream in(version);
+  std::string part;
+  for (int wanted : {0, 2, 1}) {
+    if (!std::getline(in, part, '.')) return wanted == 0;
+    char* end = nullptr;
+    const long got = std::strtol(part.c_str(), &end, 10);
+    if (end == part.c_str() || *end != '\0') return true;  // unfamiliar: assume newer
+    if (got != wanted) return got > wanted;
+  }
+  return true;
+}
+
 // The extension is looked up in the connected database only: each database has its own.
+// The admin check is the privilege itself, which is what the SQL functions check, however
+// the role got it (the admin right, a role holding it, superuser): EXECUTE on
+// relaybus.statistics(), which only the admin right gives, and USAGE on the schema. Found
+// by name in the catalogs, so that a missing schema or a schema without USAGE does not fail
+// the query. Last, the roles holding that EXECUTE of which the role is a member without
+// their privileges (NOINHERIT): a GRANT would change nothing for it.
 constexpr const char* kReadiness =
     "SELECT current_database(), current_user,"
     " (SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'relaybus'),"
-    " coalesce((SELECT pg_catalog.pg_has_role(current_user, r.oid, 'USAGE')"
-    "           FROM pg_catalog.pg_roles r WHERE r.rolname = 'relaybus_admin'), false),"
-    " coalesce((SELECT pg_catalog.pg_has_role(current_user, r.oid, 'MEMBER')"
-    "           FROM pg_catalog.pg_roles r WHERE r.rolname = 'relaybus_admin'), false)";
+    " coalesce((SELECT pg_catalog.has_schema_privilege(n.oid, 'USAGE')"
+    "                  AND pg_catalog.has_function_privilege(p.oid, 'EXECUTE')"
+    "           FROM pg_catalog.pg_proc p"
+    "           JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace"
+    "           WHERE n.nspname = 'relaybus' AND p.proname = 'statistics'"
+    "             AND p.pronargs = 0), false),"
+    " (SELECT pg_catalog.string_agg(DISTINCT pg_catalog.quote_ident(r.rolname), ', ')"
+    "    FROM pg_catalog.pg_proc p"
+    "    JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace"
+    "    CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) a"
+    "    JOIN pg_catalog.pg_roles r ON r.oid = a.grantee"
+    "   WHERE n.nspname = 'relaybus' AND p.proname = 'statistics' AND p.pronargs = 0"
+    "     AND a.privilege_type = 'EXECUTE'"
+    "     AND pg_catalog.pg_has_role(current_user, r.oid, 'MEMBER')"
+    "     AND NOT pg_catalog.pg_has_role(current_user, r.oid, 'USAGE'))";
 
 }  // namespace
 
@@ -81,13 +127,26 @@ PgReadiness check_pg_ready(const std::string& conninfo, const std::string& comma
   ready.version = PQgetvalue(r.get(), 0, 2);
   if (needs_admin && PQgetvalue(r.get(), 0, 3)[0] != 't') {
     const std::string role = identifier(conn.get(), ready.user);
-    const std::string problem = "role \"" + ready.user + "\" lacks relaybus_admin, which " +
-                                command + " needs (" + where(conn.get()) + ")";
+    const bool by_name = rights_by_name(ready.version);
+    const std::string problem =
+        "role \"" + ready.user + "\" lacks " +
+        (by_name ? "relaybus's admin right in database \"" + ready.database + "\""
+                 : std::string("relaybus_admin")) +
+        ", which " + command + " needs (" + where(conn.get()) + ")";
     // A NOINHERIT member has the role but not its privileges: GRANT would change nothing.
-    if (PQgetvalue(r.get(), 0, 4)[0] == 't')
-      throw GuidedError(problem + ": it is a member but does not inherit its privileges",
+    if (!PQgetisnull(r.get(), 0, 4)) {
+      const std::string holders = PQgetvalue(r.get(), 0, 4);
+      throw GuidedError(problem + ": it is a member of " + holders +
+                            ", which has it, but does not inherit its privileges",
                         "as a superuser run ALTER ROLE " + role +
-                            " INHERIT; (or connect as a role that inherits relaybus_admin)");
+                            " INHERIT; (or connect as a role that inherits " + holders + ")");
+    }
+    if (by_name)
+      throw GuidedError(problem,
+                        "as a superuser, or a role with the admin right, run SELECT "
+                        "relaybus.grant_rights(" +
+                            role_literal(conn.get(), ready.user) + ", 'admin') in database \"" +
+                            ready.database + "\"; (or connect as a role that has it)");
     throw GuidedError(problem, "as a superuser run GRANT relaybus_admin TO " + role +
                                    "; (or connect as a role that has it)");
   }

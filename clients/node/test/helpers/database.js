@@ -46,11 +46,12 @@ export async function createDatabase(tag, { extension = true } = {}) {
   };
 }
 
-// A login role for privilege tests; cluster-wide, so named per process and dropped after.
-export async function createRole(tag, grants = []) {
-  const name = `relaybus_node_${tag}_${process.pid}`;
-  await onServer(`DROP ROLE IF EXISTS ${name}`);
-  await onServer(`CREATE ROLE ${name} LOGIN`);
-  for (const g of grants) await onServer(`GRANT ${g} TO ${name}`);
-  return { name, drop: () => onServer(`DROP ROLE IF EXISTS ${name}`) };
+// A login role for privilege tests; cluster-wide, so named per process and dropped after
+// (after the databases it holds rights in: rights are privileges in a database).
+// `name` replaces the generated name, for names that need quoting.
+export async function createRole(tag, { name = `relaybus_node_${tag}_${process.pid}` } = {}) {
+  const quoted = `"${name.replaceAll('"', '""')}"`;
+  await onServer(`DROP ROLE IF EXISTS ${quoted}`);
+  await onServer(`CREATE ROLE ${quoted} LOGIN`);
+  return { name, quoted, drop: () => onServer(`DROP ROLE IF EXISTS ${quoted}`) };
 }
