@@ -79,19 +79,18 @@ bool ClaimLoop::wait_for_work() {
 }
 
 bool ClaimLoop::space_out_wakeup() {
-  {
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (changed_.wait_until(lock, last_claim_ + options_.wakeup_interval,
-                            [this] { return stopping_; }))
-      return false;
-  }
-  // What arrived meanwhile was sent before the coming claim begins: that claim answers it.
+  std::unique_lock<std::mutex> lock(mutex_);
+  return !changed_.wait_until(lock, last_claim_ + options_.wakeup_interval,
+                              [this] { return stopping_; });
+}
+
+void ClaimLoop::take_notifications() {
+  if (!options_.listen) return;
   try {
     store_->wait_for_wakeup(std::chrono::milliseconds(0));
   } catch (const std::exception&) {
     // A broken connection: the claim reports it.
   }
-  return true;
 }
 
 void ClaimLoop::run() {
@@ -125,6 +124,7 @@ void ClaimLoop::run() {
       ask = std::min(batch, capacity - in_flight_);
     }
     std::vector<Delivery> got;
+    take_notifications();
     last_claim_ = std::chrono::steady_clock::now();
     try {
       got = store_->claim(worker_, static_cast<int>(ask), options_.lease, handlers_);

@@ -6,7 +6,9 @@
 // Every role may NOTIFY any channel, so a notification is only a hint and may come from
 // anyone who can connect: a claim it causes starts no sooner than wakeup_interval after
 // the previous claim began. A notification heard sooner is not dropped: the claim waits
-// out the spacing, and every notification heard until it starts counts as one.
+// out the spacing. Every claim takes the notifications heard before it begins, since it
+// answers them: however many arrived, they count as one, and none piles up unread while
+// the worker is busy.
 #pragma once
 
 #include <chrono>
@@ -61,8 +63,9 @@ class ClaimLoop {
 
  private:
   void run();
-  bool wait_for_work();     // sleeps out the poll interval; false when stopping
-  bool space_out_wakeup();  // waits until a woken claim may start; false when stopping
+  bool wait_for_work();       // sleeps out the poll interval; false when stopping
+  bool space_out_wakeup();    // waits until a woken claim may start; false when stopping
+  void take_notifications();  // those heard before a claim: it answers them
 
   const StoreFactory stores_;
   const Worker worker_;

@@ -310,6 +310,7 @@ export class Worker extends EventEmitter {
       let rows;
       try {
         this.#stats.claims += 1;
+        this.#wakeup.clear(); // what woke it so far, this claim answers
         this.#lastClaim = performance.now();
         ({ rows } = await this.#pool.query(CLAIM, [o.name, wanted, this.#leaseText, handlers, this.#holder]));
         this.#recovered('claim');
@@ -338,11 +339,10 @@ export class Worker extends EventEmitter {
   // Every role may NOTIFY any channel, so a notification may come from anyone who can
   // connect: the claim it causes starts no sooner than wakeupInterval after the previous
   // one began. It is not dropped, only delayed; and every notification heard until that
-  // claim starts was sent before it, so the claim answers them all at once.
+  // claim begins counts as one, since the claim answers them all.
   async #spaceOutWakeup() {
     const wait = this.#lastClaim + this.#o.wakeupInterval - performance.now();
     if (wait > 0) await sleep(wait, this.#lifetime.signal);
-    this.#wakeup.clear();
   }
 
   #settled(n) {

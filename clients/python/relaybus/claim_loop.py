@@ -10,8 +10,9 @@ interval.
 
 Every role may NOTIFY any channel, so a notification may come from anyone who can connect:
 a claim it causes starts no sooner than ``wakeup_interval`` after the previous claim began.
-A notification heard sooner is not dropped: the claim waits out the spacing, and every
-notification heard until it starts counts as one.
+A notification heard sooner is not dropped: the claim waits out the spacing. Every claim
+takes the notifications heard before it begins, since it answers them: however many
+arrived, they count as one.
 
 Errors never end the loop: a lost connection is reopened (with LISTEN again), any other
 error (an admin unsubscribed a handler, say) is logged; both back off, doubling up to the
@@ -117,6 +118,8 @@ class ClaimLoop:
             self._wait_for_reason(self._poll_interval)
             return
         asked = min(self._batch_size, free)
+        if self._listen:
+            self._wait.forget(self._conn)
         self._last_claim = time.monotonic()
         rows = self._conn.execute(
             _CLAIM, (self._worker, asked, self._lease, self._handlers, self._holder)).fetchall()
@@ -127,11 +130,8 @@ class ClaimLoop:
             self._wait_for_reason(self._poll_interval)
 
     def _wait_for_reason(self, timeout: float) -> None:
-        conn = self._conn if self._listen else None
-        reason = self._wait.wait(conn, timeout)
+        reason = self._wait.wait(self._conn if self._listen else None, timeout)
         if reason == "notified":
             self._stats.add(wakeups=1)
             spacing = self._last_claim + self._wakeup_interval - time.monotonic()
             self._stopping.wait(max(0.0, spacing))
-            # What arrived meanwhile was sent before the coming claim: that claim answers it.
-            self._wait.forget(conn)

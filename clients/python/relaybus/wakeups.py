@@ -102,11 +102,11 @@ class NotificationWait:
                 # Something else arrived (a notice, a notification for another handler):
                 # keep waiting for the rest of the timeout.
 
-    def forget(self, conn: Optional[psycopg.Connection]) -> None:
-        """Forgets the notifications heard so far, those still in the socket included.
-        Raises psycopg.OperationalError if the connection died."""
-        if conn is not None:
-            self._read_notifications(conn)
+    def forget(self, conn: psycopg.Connection) -> None:
+        """Forgets the notifications heard so far, those still in the socket included: the
+        claim about to begin answers them. Raises psycopg.OperationalError if the
+        connection died."""
+        self._read_notifications(conn)
         self._take_pending()
 
     def _read_notifications(self, conn: psycopg.Connection) -> None:

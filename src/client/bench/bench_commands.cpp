@@ -28,6 +28,7 @@ client::DispatcherConfig dispatcher_config(const tool::Parsed& args) {
   c.poll_interval = std::chrono::milliseconds(args.get<int>("poll-ms"));
   c.lease = std::chrono::milliseconds(args.get<int>("lease-ms"));
   c.completion_window = std::chrono::microseconds(args.get<int>("window-us"));
+  c.wakeup_interval = std::chrono::microseconds(args.get<int>("wakeup-us"));
   c.listen = args.get<bool>("listen");
   return c;
 }
