@@ -18,7 +18,7 @@ DECLARE
   creators text;
   planted text;
 BEGIN
-  SELECT r.rolname INTO owner
+  SELECT pg_catalog.quote_ident(r.rolname) INTO owner
     FROM pg_catalog.pg_namespace n JOIN pg_catalog.pg_roles r ON r.oid = n.nspowner
    WHERE n.nspname = 'relaybus' AND NOT r.rolsuper;
   IF owner IS NOT NULL THEN
@@ -29,7 +29,7 @@ BEGIN
                    'or drop it and let CREATE EXTENSION create it.';
   END IF;
 
-  SELECT pg_catalog.string_agg(DISTINCT coalesce(r.rolname, 'PUBLIC'), ', ') INTO creators
+  SELECT pg_catalog.string_agg(DISTINCT coalesce(pg_catalog.quote_ident(r.rolname), 'PUBLIC'), ', ') INTO creators
     FROM pg_catalog.pg_namespace n
    CROSS JOIN LATERAL pg_catalog.aclexplode(n.nspacl) a
     LEFT JOIN pg_catalog.pg_roles r ON r.oid = a.grantee
@@ -43,25 +43,25 @@ BEGIN
   END IF;
 
   SELECT pg_catalog.string_agg(x.what, '; ' ORDER BY x.what) INTO planted
-    FROM (SELECT pg_catalog.format('function %s (owner %s)', p.oid::pg_catalog.regprocedure, r.rolname) AS what
+    FROM (SELECT pg_catalog.format('function %s (owner %s)', p.oid::pg_catalog.regprocedure, pg_catalog.quote_ident(r.rolname)) AS what
             FROM pg_catalog.pg_proc p
             JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
             JOIN pg_catalog.pg_roles r ON r.oid = p.proowner
            WHERE n.nspname = 'relaybus' AND NOT r.rolsuper
           UNION ALL
-          SELECT pg_catalog.format('operator %s (owner %s)', o.oid::pg_catalog.regoperator, r.rolname)
+          SELECT pg_catalog.format('operator %s (owner %s)', o.oid::pg_catalog.regoperator, pg_catalog.quote_ident(r.rolname))
             FROM pg_catalog.pg_operator o
             JOIN pg_catalog.pg_namespace n ON n.oid = o.oprnamespace
             JOIN pg_catalog.pg_roles r ON r.oid = o.oprowner
            WHERE n.nspname = 'relaybus' AND NOT r.rolsuper
           UNION ALL
-          SELECT pg_catalog.format('relation %s (owner %s)', c.oid::pg_catalog.regclass, r.rolname)
+          SELECT pg_catalog.format('relation %s (owner %s)', c.oid::pg_catalog.regclass, pg_catalog.quote_ident(r.rolname))
             FROM pg_catalog.pg_class c
             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
             JOIN pg_catalog.pg_roles r ON r.oid = c.relowner
            WHERE n.nspname = 'relaybus' AND NOT r.rolsuper
           UNION ALL
-          SELECT pg_catalog.format('type %s (owner %s)', t.oid::pg_catalog.regtype, r.rolname)
+          SELECT pg_catalog.format('type %s (owner %s)', t.oid::pg_catalog.regtype, pg_catalog.quote_ident(r.rolname))
             FROM pg_catalog.pg_type t
             JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace
             JOIN pg_catalog.pg_roles r ON r.oid = t.typowner

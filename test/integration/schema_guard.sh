@@ -10,10 +10,11 @@ source test/integration/lib/checks.bash
 export PGDATABASE=postgres
 psql() { command psql -qX -v ON_ERROR_STOP=1 "$@"; }
 sql() { psql -qXAt -v ON_ERROR_STOP=1 -d "$1" -c "$2"; }
-dbs=(relaybus_it_guard1 relaybus_it_guard2 relaybus_it_guard3 relaybus_it_guard4 relaybus_it_guard5)
+dbs=(relaybus_it_guard1 relaybus_it_guard2 relaybus_it_guard3 relaybus_it_guard4 relaybus_it_guard5 relaybus_it_guard6)
 cleanup() {
   for db in "${dbs[@]}"; do command psql -qX -d postgres -c "DROP DATABASE IF EXISTS $db" 2>/dev/null; done
   command psql -qX -d postgres -c "DROP ROLE IF EXISTS relaybus_it_mallory" 2>/dev/null
+  command psql -qX -d postgres -c 'DROP ROLE IF EXISTS "relaybus_it_Mal""ory"' 2>/dev/null
 }
 cleanup
 trap cleanup EXIT
@@ -68,6 +69,25 @@ sql "${dbs[3]}" "ALTER EXTENSION relaybus UPDATE TO '0.2.0'" >/dev/null \
 sql "${dbs[1]}" "REVOKE CREATE ON SCHEMA relaybus FROM relaybus_it_mallory"
 sql "${dbs[1]}" "CREATE EXTENSION relaybus" >/dev/null \
   && ok "a superuser's schema, the grant revoked: installs" || not_ok "a mended schema does not install"
+
+# 6. The roles the refusals name are quoted as identifiers (issue 32, finding 4): an operator
+# pastes them into REVOKE or ALTER ... OWNER.
+sql postgres 'CREATE ROLE "relaybus_it_Mal""ory"'
+sql postgres "CREATE DATABASE ${dbs[5]}"
+sql "${dbs[5]}" 'CREATE SCHEMA relaybus; GRANT CREATE, USAGE ON SCHEMA relaybus TO "relaybus_it_Mal""ory"'
+err=$(command psql -qXAt -d "${dbs[5]}" -c "CREATE EXTENSION relaybus" 2>&1 || true)
+case "$err" in
+  *'may create objects in schema relaybus: "relaybus_it_Mal""ory"'*) ok "a creator with an odd name is quoted as an identifier" ;;
+  *) not_ok "a creator with an odd name is not quoted: $err" ;;
+esac
+sql "${dbs[5]}" 'SET ROLE "relaybus_it_Mal""ory"; CREATE TABLE relaybus.t (x int)'
+sql "${dbs[5]}" 'REVOKE CREATE ON SCHEMA relaybus FROM "relaybus_it_Mal""ory"'
+err=$(command psql -qXAt -d "${dbs[5]}" -c "CREATE EXTENSION relaybus" 2>&1 || true)
+case "$err" in
+  *'(owner "relaybus_it_Mal""ory")'*) ok "an owner with an odd name is quoted as an identifier" ;;
+  *) not_ok "an owner with an odd name is not quoted: $err" ;;
+esac
+sql "${dbs[5]}" 'DROP TABLE relaybus.t; REVOKE ALL ON SCHEMA relaybus FROM "relaybus_it_Mal""ory"'
 
 echo "schema guard: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
