@@ -118,7 +118,7 @@ export interface WorkerOptions {
   lease?: number;
   /** Longest wait between claims when idle, in ms. Default 1000. */
   pollInterval?: number;
-  /** Least time in ms from one claim to the next that a notification causes (anyone who can connect may NOTIFY). Default 2. */
+  /** Least time in ms from one claim to the next that a notification causes (anyone who can connect may NOTIFY). Default 1. */
   wakeupInterval?: number;
   /** Most completions in one complete_many. Default 100. */
   completionBatchSize?: number;

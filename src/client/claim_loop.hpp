@@ -31,7 +31,7 @@ class ClaimLoop {
     int batch_size = 10;   // most deliveries one claim asks for
     int concurrency = 10;  // most deliveries in flight
     std::chrono::milliseconds poll_interval{1000};
-    std::chrono::microseconds wakeup_interval{2000};  // least spacing of woken claims
+    std::chrono::microseconds wakeup_interval{1000};  // least spacing of woken claims
     std::chrono::milliseconds lease{30000};
     bool listen = true;
   };

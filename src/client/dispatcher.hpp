@@ -41,7 +41,7 @@ struct DispatcherConfig {
   std::chrono::milliseconds poll_interval{1000};
   // Least time from one claim to the next that a notification causes: anyone who can
   // connect may NOTIFY relaybus, and a flood of them costs a claim per interval at most.
-  std::chrono::microseconds wakeup_interval{2000};
+  std::chrono::microseconds wakeup_interval{1000};
   std::chrono::milliseconds lease{30000};
   std::chrono::microseconds completion_window{2000};
   std::size_t max_completion_batch = 1000;

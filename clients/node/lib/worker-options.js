@@ -66,7 +66,7 @@ export function workerOptions(options) {
     lease,
     pollInterval,
     wakeupInterval:
-      o.wakeupInterval === undefined ? 2 : checkMillis(o.wakeupInterval, 'new Worker: wakeupInterval', { max: 60000 }),
+      o.wakeupInterval === undefined ? 1 : checkMillis(o.wakeupInterval, 'new Worker: wakeupInterval', { max: 60000 }),
     completionBatchSize:
       o.completionBatchSize === undefined ? 100 : checkInteger(o.completionBatchSize, 'new Worker: completionBatchSize', 1, 10000),
     completionDelay: o.completionDelay === undefined ? 2 : checkMillis(o.completionDelay, 'new Worker: completionDelay', { max: 60000 }),

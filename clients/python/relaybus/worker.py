@@ -77,7 +77,7 @@ class Worker:
     def __init__(self, conninfo: str = "", *, name: str, holder: Optional[str] = None,
                  concurrency: int = 4, batch_size: Optional[int] = None,
                  lease: arguments.Seconds = 30.0, poll_interval: arguments.Seconds = 1.0,
-                 listen: bool = True, wakeup_interval: arguments.Seconds = 0.002,
+                 listen: bool = True, wakeup_interval: arguments.Seconds = 0.001,
                  completion_delay: arguments.Seconds = 0.002,
                  completion_batch: int = 1000, shutdown_grace: arguments.Seconds = 10.0,
                  bury_on: Iterable[Type[BaseException]] = (),

@@ -47,9 +47,9 @@ void dispatcher_options(po::options_description& o) {
        "the claim loop's poll interval")
       ("lease-ms", at_least<int>("lease-ms", 1)->default_value(30000)->value_name("MS"),
        "the lease of a claim")
-      ("window-us", at_least<int>("window-us", 0)->default_value(2000)->value_name("US"),
+      ("window-us", at_least<int>("window-us", 0)->default_value(1000)->value_name("US"),
        "how long completions wait to be grouped into one complete_many")
-      ("wakeup-us", at_least<int>("wakeup-us", 0)->default_value(2000)->value_name("US"),
+      ("wakeup-us", at_least<int>("wakeup-us", 0)->default_value(1000)->value_name("US"),
        "least time from one claim to the next that a notification causes")
       ("listen", po::value<bool>()->default_value(true, "true")->value_name("true|false"),
        "wake up on publish notifications")
