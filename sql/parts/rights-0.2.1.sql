@@ -84,22 +84,28 @@ AS $fn$
                   WHERE a.grantee = $1 AND a.privilege_type = 'EXECUTE')
 $fn$;
 
--- set_rights(role, rights): makes role hold exactly rights (and what admin brings) in this
--- database: revokes every privilege of every right, then grants those of rights. Returns
--- what role holds afterwards.
+-- set_rights(role, given, taken): gives role the rights given and takes those taken (admin
+-- with the publisher and worker rights it brings) in this database, on top of what it
+-- holds. Returns what role holds afterwards.
 --
--- Serialized by a transaction advisory lock, so that two of them never update one ACL at
--- once (PostgreSQL would fail one with "tuple concurrently updated"). Writes pg_proc's,
--- pg_namespace's and pg_class's ACLs of schema relaybus. The owner of relaybus's objects
--- grants: grant_rights and revoke_rights run as it.
-CREATE FUNCTION relaybus_internal.set_rights(role regrole, rights text[]) RETURNS text[]
+-- What role holds is read under a transaction advisory lock, then every privilege of every
+-- right is revoked and those of the rights kept are granted: two calls never update one
+-- ACL at once (PostgreSQL would fail one with "tuple concurrently updated"), and neither
+-- undoes the other's change. Writes the ACLs of schema relaybus and its objects. The owner
+-- of relaybus's objects grants: grant_rights and revoke_rights run as it.
+CREATE FUNCTION relaybus_internal.set_rights(role regrole, given text[], taken text[])
+  RETURNS text[]
   LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
   grant_item record;
   grantee name := (SELECT r.rolname FROM pg_roles r WHERE r.oid = role);
+  kept text[];
 BEGIN
   PERFORM pg_advisory_xact_lock(pg_catalog.hashtext('relaybus.rights'));
+  kept := ARRAY(SELECT DISTINCT h FROM unnest(relaybus_internal.held_rights(role) || given) h
+                 WHERE h <> ALL (taken)
+                   AND NOT (h IN ('publisher', 'worker') AND 'admin' = ANY (taken)));
   FOR grant_item IN
     SELECT DISTINCT p.privilege, p.object
       FROM unnest(ARRAY['publisher', 'worker', 'admin']) r, relaybus_internal.right_privileges(r) p
@@ -109,7 +115,7 @@ BEGIN
   END LOOP;
   FOR grant_item IN
     SELECT DISTINCT p.privilege, p.object
-      FROM unnest(rights) r, relaybus_internal.right_privileges(r) p
+      FROM unnest(kept) r, relaybus_internal.right_privileges(r) p
   LOOP
     EXECUTE format('GRANT %s ON %s TO %I', grant_item.privilege, grant_item.object,
                    grantee);
@@ -167,9 +173,7 @@ $fn$;
 CREATE FUNCTION relaybus.grant_rights(role regrole, VARIADIC rights text[]) RETURNS text[]
   LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
-  SELECT relaybus_internal.set_rights(
-           $1, relaybus_internal.held_rights($1)
-               || relaybus_internal.checked_rights($1, $2))
+  SELECT relaybus_internal.set_rights($1, relaybus_internal.checked_rights($1, $2), '{}')
 $fn$;
 
 -- revoke_rights(role, rights...): takes the named rights from role in this database;
@@ -181,10 +185,7 @@ $fn$;
 CREATE FUNCTION relaybus.revoke_rights(role regrole, VARIADIC rights text[]) RETURNS text[]
   LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
-  SELECT relaybus_internal.set_rights(
-           $1, ARRAY(SELECT h FROM unnest(relaybus_internal.held_rights($1)) h
-                      WHERE h <> ALL (relaybus_internal.checked_rights($1, $2))
-                        AND NOT (h IN ('publisher', 'worker') AND 'admin' = ANY ($2))))
+  SELECT relaybus_internal.set_rights($1, '{}', relaybus_internal.checked_rights($1, $2))
 $fn$;
 
 -- rights(): every role holding a relaybus right in this database, with the rights it holds

@@ -26,12 +26,11 @@ BEGIN
      ORDER BY m.rolname
   LOOP
     converted := converted || format('%s: %s', quote_ident(member.rolname),
-      array_to_string(relaybus_internal.set_rights(member.oid::regrole,
-                       relaybus_internal.held_rights(member.oid) || member.rights), ', '));
+      array_to_string(relaybus_internal.set_rights(member.oid::regrole, member.rights, '{}'), ', '));
   END LOOP;
   FOREACH old_role IN ARRAY ARRAY['relaybus_publisher', 'relaybus_worker', 'relaybus_admin'] LOOP
     IF EXISTS (SELECT FROM pg_catalog.pg_roles r WHERE r.rolname = old_role) THEN
-      PERFORM relaybus_internal.set_rights(old_role::regrole, '{}');
+      PERFORM relaybus_internal.set_rights(old_role::regrole, '{}', '{admin}');
     END IF;
   END LOOP;
   IF cardinality(converted) > 0 THEN

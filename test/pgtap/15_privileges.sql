@@ -7,7 +7,7 @@
 -- cannot touch a table directly, publish, subscribe or switch the superuser-only settings.
 -- A forgotten REVOKE, a GRANT to the wrong role or a missing SET search_path fails here.
 SELECT rb_reset();
-SELECT plan(65);
+SELECT plan(71);
 
 SET client_min_messages = warning;
 DO $$ DECLARE r text; BEGIN
@@ -152,6 +152,26 @@ SELECT is(pg_temp.executable('rbtest_p15_nobody', true), '{}', 'and leaves the r
 SELECT is(has_schema_privilege('rbtest_p15_nobody', 'relaybus', 'USAGE'), false, 'nor USAGE on the schema');
 SELECT is((SELECT count(*)::int FROM rb_tables WHERE has_table_privilege('rbtest_p15_nobody', oid, 'SELECT')), 0,
           'nor SELECT on any table');
+
+-- two transactions giving one role different rights at once: both stick (what the role
+-- holds is read under the lock, so the second does not undo the first)
+SELECT rb_connect('p15_a');
+SELECT rb_connect('p15_b');
+SELECT p AS p15_b_pid FROM dblink('p15_b', 'SELECT pg_backend_pid()') AS t(p int) \gset
+SELECT dblink_exec('p15_a', 'BEGIN');
+SELECT is((SELECT r FROM dblink('p15_a', $$SELECT relaybus.grant_rights('rbtest_p15_nobody', 'publisher')$$)
+             AS t(r text[])), '{publisher}', 'concurrent grants: A gives publisher, not committed yet');
+SELECT dblink_send_query('p15_b', $$SELECT relaybus.grant_rights('rbtest_p15_nobody', 'worker')$$);
+SELECT ok(rb_waits_for_lock(:p15_b_pid), 'B''s grant_rights waits for A''s');
+SELECT dblink_exec('p15_a', 'COMMIT');
+SELECT is((SELECT r FROM dblink_get_result('p15_b') AS t(r text[])), '{publisher,worker}',
+          'B gives worker on top of what A gave');
+SELECT is((SELECT count(*)::int FROM dblink_get_result('p15_b') AS t(r text[])), 0, '(no further result)');
+SELECT is((SELECT rights FROM relaybus.rights() WHERE role = 'rbtest_p15_nobody'), '{publisher,worker}',
+          'the role holds both');
+SELECT is(relaybus.revoke_rights('rbtest_p15_nobody', 'admin'), '{}', 'and revoking admin takes both');
+SELECT dblink_disconnect('p15_a');
+SELECT dblink_disconnect('p15_b');
 
 -- bad input: a specific SQLSTATE, nothing changed
 SELECT throws_ok($$SELECT relaybus.grant_rights('rbtest_p15_nobody', 'superuser')$$, '22023',

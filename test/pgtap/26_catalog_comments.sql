@@ -114,7 +114,7 @@ SELECT is((SELECT array_agg(signature ORDER BY signature) FROM rb_helpers),
                 'relaybus_internal.delivery_counts()', 'relaybus_internal.held_rights(oid)',
                 'relaybus_internal.list_deliveries_impl(text,text,integer)',
                 'relaybus_internal.right_privileges(text)', 'relaybus_internal.set_paused(text,boolean)',
-                'relaybus_internal.set_rights(regrole,text[])', 'relaybus_internal.subscriptions_changed()'],
+                'relaybus_internal.set_rights(regrole,text[],text[])', 'relaybus_internal.subscriptions_changed()'],
           'the internal helpers are in schema relaybus_internal');
 SELECT ok(EXISTS (SELECT 1 FROM rb_members WHERE classid = 'pg_namespace'::regclass
                     AND objid = 'relaybus_internal'::regnamespace),
