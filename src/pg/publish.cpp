@@ -137,14 +137,9 @@ Targets target_handlers(const std::string& type,
   return found;
 }
 
-std::int64_t event_size(Datum payload, Datum headers, bool headers_null) {
-  std::int64_t size = 0;
-  pg_call([&] { size = handler_event::size_of(payload, headers, headers_null); });
-  return size;
-}
-
-void check_in_database_size(std::int64_t size, const std::vector<std::string>& handlers,
-                            const Targets& targets, const std::string& where) {
+void check_in_database_size(Datum payload, Datum headers, bool headers_null,
+                            const std::vector<std::string>& handlers, const Targets& targets,
+                            const std::string& where) {
   const std::string* in_database = nullptr;
   for (std::size_t i = 0; i < targets.handlers.size() && in_database == nullptr; ++i) {
     if (targets.in_database[i] &&
@@ -152,6 +147,8 @@ void check_in_database_size(std::int64_t size, const std::vector<std::string>& h
       in_database = &targets.handlers[i];
   }
   if (in_database == nullptr) return;
+  std::int64_t size = 0;
+  pg_call([&] { size = handler_event::size_of(payload, headers, headers_null); });
   if (size <= settings::sql_handler_max_payload_bytes()) return;
   const char* handler = in_database->c_str();
   const char* prefix = where.c_str();
@@ -209,11 +206,10 @@ void publish_repeat(const std::string& event_id, const PublishInput& in, const s
   bool headers_null = false;
   const Datum payload = row::datum(0, 4, &null);
   const Datum headers = row::datum(0, 5, &headers_null);
-  const std::int64_t stored_size = event_size(payload, headers, headers_null);
   const Targets targets = target_handlers(stored_type, in.handlers);
   const std::vector<std::string> added = core::handlers_to_add(targets.handlers, std::move(had));
   if (added.empty()) return;
-  check_in_database_size(stored_size, added, targets, where);
+  check_in_database_size(payload, headers, headers_null, added, targets, where);
 
   Params update_params;
   update_params.text(event_id);
@@ -232,8 +228,7 @@ std::string publish_one(PublishInput& in, const std::string& where) {
   const std::string event_id = in.event_id ? *in.event_id : new_event_id();
   const Targets targets = target_handlers(in.type, in.handlers);
   const std::vector<std::string>& handlers = targets.handlers;
-  check_in_database_size(event_size(in.payload, in.headers, in.headers_null), handlers, targets,
-                         where);
+  check_in_database_size(in.payload, in.headers, in.headers_null, handlers, targets, where);
 
   static Statement insert_event(
       "INSERT INTO relaybus.events (id, type, key, payload, headers, handlers)"

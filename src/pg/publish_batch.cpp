@@ -46,7 +46,7 @@ bool publish_new_events(std::vector<PublishInput>& inputs, std::vector<std::stri
           cache.emplace(std::make_pair(in.type, in.handlers), target_handlers(in.type, in.handlers))
               .first;
     targets[i] = found->second;
-    check_in_database_size(event_size(in.payload, in.headers, in.headers_null), targets[i].handlers,
+    check_in_database_size(in.payload, in.headers, in.headers_null, targets[i].handlers,
                            targets[i], where);
   }
   std::vector<std::string> sorted_ids(ids);

@@ -40,15 +40,14 @@ struct Targets {
 Targets target_handlers(const std::string& type,
                         const std::optional<std::vector<std::string>>& given);
 
-// An event's size as relaybus.sql_handler_max_payload counts it (handler_event::size_of:
-// payload plus headers, uncompressed, read from their headers without detoasting them).
-std::int64_t event_size(Datum payload, Datum headers, bool headers_null);
-
-// Refuses (54000) an event of `size` bytes over relaybus.sql_handler_max_payload when any
-// of these handlers (of `targets`, sorted) is an in-database one, naming the first: its
-// workers would refuse the event (handler_event.hpp). `where` prefixes the message.
-void check_in_database_size(std::int64_t size, const std::vector<std::string>& handlers,
-                            const Targets& targets, const std::string& where);
+// Refuses (54000) an event (payload, headers) over relaybus.sql_handler_max_payload when
+// any of these handlers (of `targets`, sorted) is an in-database one, naming the first: its
+// workers would refuse the event (handler_event.hpp). The size is handler_event::size_of's
+// (payload plus headers, uncompressed, read from their headers without detoasting them),
+// taken only when such a handler is there. `where` prefixes the message.
+void check_in_database_size(Datum payload, Datum headers, bool headers_null,
+                            const std::vector<std::string>& handlers, const Targets& targets,
+                            const std::string& where);
 
 // Wakes, at commit, the workers of these handlers (of `targets`).
 void wake(const std::vector<std::string>& handlers, const Targets& targets);
