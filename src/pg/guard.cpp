@@ -79,4 +79,8 @@ void run_guarded_worker(WorkerBody body, Datum arg) {
   guard([&] { body(arg); });
 }
 
+void run_guarded_callback(CallbackBody body, void* arg) {
+  guard([&] { body(arg); });
+}
+
 }  // namespace relaybus::pg

@@ -50,6 +50,11 @@ Datum run_guarded(FunctionCallInfo fcinfo, SqlBody body);
 using WorkerBody = void (*)(Datum);
 void run_guarded_worker(WorkerBody body, Datum arg);
 
+// The same boundary for a callback PostgreSQL calls (a transaction callback): an error is
+// raised as an ERROR once the C++ code has unwound.
+using CallbackBody = void (*)(void*);
+void run_guarded_callback(CallbackBody body, void* arg);
+
 }  // namespace relaybus::pg
 
 #define RELAYBUS_SQL_FUNCTION(c_name, body)         \

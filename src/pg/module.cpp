@@ -1,5 +1,6 @@
 // The shared library's entry: PostgreSQL's magic block and _PG_init.
 #include "background.hpp"
+#include "commit_order.hpp"
 #include "counters.hpp"
 #include "drop_warning.hpp"
 #include "handler_turns.hpp"
@@ -22,6 +23,7 @@ void _PG_init(void) {
   relaybus::pg::handler_turns::install(preloading);
   relaybus::pg::subscription_cache::install();
   relaybus::pg::subscription_changes::install(preloading);
+  relaybus::pg::commit_order::install();
   if (preloading) relaybus::pg::background::register_workers();
 }
 }
