@@ -23,7 +23,6 @@
 
 #include <boost/container/flat_set.hpp>
 
-#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -116,10 +115,10 @@ struct LanePlan {
 };
 
 // The claim's decision for one lane. `window`: the positions of the window up to the tail,
-// ascending, each once. Finished positions may be left out; every other position of the
-// window up to the last one passed must be there: an absent one with exists = false, an
-// in-flight one with its key (its key blocks the later ones of its key). Positions above
-// the tail are not passed and stay untouched.
+// ascending, each once (in another order they are still decided ascending, a repeat once). Finished
+// positions may be left out; every other position of the window up to the last one passed must be
+// there: an absent one with exists = false, an in-flight one with its key (its key blocks the later
+// ones of its key). Positions above the tail are not passed and stay untouched.
 //
 // Positions are decided in ascending order, each by the first rule that applies:
 //  1. at or below the cursor, in done or in flight: SKIP. In flight, its key blocks the
@@ -129,7 +128,8 @@ struct LanePlan {
 //  4. keyed and blocked: WAIT, and its key stays blocked. A key is blocked by an earlier
 //     position of the key that is unfinished (in flight, or left to WAIT, or picked in this
 //     plan), by being in `keys_already_in_batch` (at most one delivery of a key per batch;
-//     the set spans every lane of the batch, exception rows included), and every key is
+//     the set spans every lane of the batch and the exception rows it claimed: the caller
+//     adds the keys this plan picked before it plans the next lane), and every key is
 //     blocked once a position of the window below this one was neither passed nor finished
 //     (its key is unknown, so it may be this one's). Blocked comes before PARK: a position
 //     only moves to an exception row when nothing earlier of its key is left in the window,
