@@ -5,7 +5,7 @@ reset, preload (as the harness does: --preload-batch events per transaction, 1,0
 told), VACUUM, then one consumer drains with claim(--batch) + complete_many while
 pg_stat_statements.track = all records the statements inside the two functions. Prints,
 per system, the client's time per claim and per complete_many (medians) and the server
-time per statement (calls, total ms, ms per call, rows).
+time per statement (calls; execution and planning time, in all and per call; rows).
 
   bench/ab/positions_profile.py --conn CONNINFO [--systems positions,positions_log]
                                 [--events N] [--batch B] [--preload-batch P]
@@ -42,6 +42,7 @@ def profile(conninfo, name, events, batch, preload_batch):
                                           "WHERE schemaname = 'relaybus_next'")]:
             c.execute(f"VACUUM {t}")
         c.execute("SET pg_stat_statements.track = 'all'")
+        c.execute("SET pg_stat_statements.track_planning = on")
         c.execute("SELECT pg_stat_statements_reset()")
         claims, completes = [], []
         while True:
@@ -55,18 +56,18 @@ def profile(conninfo, name, events, batch, preload_batch):
             claims.append((t1 - t0) * 1000)
             completes.append((time.perf_counter() - t1) * 1000)
         stats = c.execute(
-            "SELECT calls, total_exec_time, rows, left(regexp_replace(query, '\\s+', ' ', 'g'), 110) "
+            "SELECT calls, total_exec_time, total_plan_time, rows, left(regexp_replace(query, '\\s+', ' ', 'g'), 110) "
             "FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
-            "AND query NOT LIKE '%pg_stat_statements%' AND total_exec_time > 0.5 "
-            "ORDER BY total_exec_time DESC").fetchall()
+            "AND query NOT LIKE '%pg_stat_statements%' AND total_exec_time + total_plan_time > 0.5 "
+            "ORDER BY total_exec_time + total_plan_time DESC").fetchall()
         left = system.unfinished(c)
     print(f"## {name}: {events} events preloaded {preload_batch} per transaction, claims of {batch}; "
           f"{len(claims)} batches, {left} left")
     print(f"client: claim median {statistics.median(claims):.2f} ms, complete_many median "
           f"{statistics.median(completes):.2f} ms, drain {sum(claims) + sum(completes):.0f} ms")
-    print("calls | server ms | ms/call | rows | statement")
-    for calls, total, nrows, query in stats:
-        print(f"{calls} | {total:.1f} | {total / calls:.3f} | {nrows} | {query}")
+    print("calls | execution ms | per call | planning ms | per call | rows | statement")
+    for calls, total, plan, nrows, query in stats:
+        print(f"{calls} | {total:.1f} | {total / calls:.3f} | {plan:.1f} | {plan / calls:.3f} | {nrows} | {query}")
     print()
 
 
