@@ -40,7 +40,60 @@ import psycopg  # noqa: E402
 TYPE = "bench.event"
 LANES = 256
 
-SCHEMA = """
+# Shared with positions_log.py: completions do not depend on how positions are handed out.
+COMPLETE_MANY = """
+-- complete_many: per lane of the tokens, if its epoch is still theirs, the positions that
+-- are in flight leave the list and join the done set; the cursor then moves over every
+-- position complete from it up. Returns how many tokens completed. The per-lane arithmetic
+-- is a plpgsql loop: the same in one statement (unnest, sort and a window per lane) cost
+-- twice as much (4.1 against 2.1 ms a batch of 500).
+CREATE FUNCTION relaybus_next.complete_many(p_handler text, p_tokens text[]) RETURNS int
+LANGUAGE plpgsql
+SET enable_seqscan = off SET enable_bitmapscan = off SET enable_hashjoin = off
+SET enable_mergejoin = off SET jit = off
+AS $f$
+DECLARE
+  n int := 0;
+  r record;
+  ok int8[];
+  complete int8[];
+  a int8;
+BEGIN
+  FOR r IN
+    WITH t AS (
+      SELECT split_part(x, '.', 1)::int2 AS lane, split_part(x, '.', 2)::int8 AS epoch,
+             split_part(x, '.', 3)::int8 AS position FROM unnest(p_tokens) x),
+    g AS (SELECT t.lane, t.epoch, array_agg(t.position) AS ps FROM t GROUP BY t.lane, t.epoch)
+    SELECT l.lane, l.acked_upto, l.done, l.in_flight, g.ps
+      FROM g JOIN relaybus_next.lanes l ON l.handler = p_handler AND l.lane = g.lane AND l.epoch = g.epoch
+     ORDER BY l.lane FOR NO KEY UPDATE OF l
+  LOOP
+    IF r.in_flight @> r.ps AND r.ps @> r.in_flight THEN
+      ok := r.in_flight;  -- the common case: everything in flight completes
+      r.in_flight := '{}';
+    ELSE
+      ok := array(SELECT DISTINCT p FROM unnest(r.ps) p WHERE p = ANY (r.in_flight));
+      r.in_flight := array(SELECT f FROM unnest(r.in_flight) f WHERE f <> ALL (ok));
+    END IF;
+    CONTINUE WHEN cardinality(ok) = 0;
+    complete := r.done || ok;
+    a := r.acked_upto;
+    WHILE a + 1 = ANY (complete) LOOP  -- at most 64 steps: claims stay 64 above the cursor
+      a := a + 1;
+    END LOOP;
+    IF a > r.acked_upto THEN
+      complete := array(SELECT p FROM unnest(complete) p WHERE p > a);
+    END IF;
+    UPDATE relaybus_next.lanes l SET in_flight = r.in_flight, acked_upto = a, done = complete
+     WHERE l.handler = p_handler AND l.lane = r.lane;
+    n := n + cardinality(ok);
+  END LOOP;
+  RETURN n;
+END $f$;
+"""
+
+# The schema's start, shared with positions_log.py: the events and the lanes.
+COMMON_TABLES = """
 DROP SCHEMA IF EXISTS relaybus_next CASCADE;
 CREATE SCHEMA relaybus_next;
 CREATE TABLE relaybus_next.events (
@@ -53,6 +106,9 @@ CREATE TABLE relaybus_next.lanes (
   done int8[] NOT NULL DEFAULT '{}', in_flight int8[] NOT NULL DEFAULT '{}',
   lease_owner text, lease_expires_at timestamptz, epoch int8 NOT NULL DEFAULT 0,
   PRIMARY KEY (handler, lane)) WITH (fillfactor = 50);
+"""
+
+SCHEMA = COMMON_TABLES + """
 -- next_position: the last position handed out. A row of its own, so that a publisher's
 -- lock on it (held to commit) never meets a claim's or a completion's lock on the lane
 -- row; readers of it (claim, below) take no lock.
@@ -156,55 +212,7 @@ BEGIN
      AND cardinality(l.in_flight) = 0 AND n.next_position = l.acked_upto + cardinality(l.done);
 END $f$;
 
--- complete_many: per lane of the tokens, if its epoch is still theirs, the positions that
--- are in flight leave the list and join the done set; the cursor then moves over every
--- position complete from it up. Returns how many tokens completed. The per-lane arithmetic
--- is a plpgsql loop: the same in one statement (unnest, sort and a window per lane) cost
--- twice as much (4.1 against 2.1 ms a batch of 500).
-CREATE FUNCTION relaybus_next.complete_many(p_handler text, p_tokens text[]) RETURNS int
-LANGUAGE plpgsql
-SET enable_seqscan = off SET enable_bitmapscan = off SET enable_hashjoin = off
-SET enable_mergejoin = off SET jit = off
-AS $f$
-DECLARE
-  n int := 0;
-  r record;
-  ok int8[];
-  complete int8[];
-  a int8;
-BEGIN
-  FOR r IN
-    WITH t AS (
-      SELECT split_part(x, '.', 1)::int2 AS lane, split_part(x, '.', 2)::int8 AS epoch,
-             split_part(x, '.', 3)::int8 AS position FROM unnest(p_tokens) x),
-    g AS (SELECT t.lane, t.epoch, array_agg(t.position) AS ps FROM t GROUP BY t.lane, t.epoch)
-    SELECT l.lane, l.acked_upto, l.done, l.in_flight, g.ps
-      FROM g JOIN relaybus_next.lanes l ON l.handler = p_handler AND l.lane = g.lane AND l.epoch = g.epoch
-     ORDER BY l.lane FOR NO KEY UPDATE OF l
-  LOOP
-    IF r.in_flight @> r.ps AND r.ps @> r.in_flight THEN
-      ok := r.in_flight;  -- the common case: everything in flight completes
-      r.in_flight := '{}';
-    ELSE
-      ok := array(SELECT DISTINCT p FROM unnest(r.ps) p WHERE p = ANY (r.in_flight));
-      r.in_flight := array(SELECT f FROM unnest(r.in_flight) f WHERE f <> ALL (ok));
-    END IF;
-    CONTINUE WHEN cardinality(ok) = 0;
-    complete := r.done || ok;
-    a := r.acked_upto;
-    WHILE a + 1 = ANY (complete) LOOP  -- at most 64 steps: claims stay 64 above the cursor
-      a := a + 1;
-    END LOOP;
-    IF a > r.acked_upto THEN
-      complete := array(SELECT p FROM unnest(complete) p WHERE p > a);
-    END IF;
-    UPDATE relaybus_next.lanes l SET in_flight = r.in_flight, acked_upto = a, done = complete
-     WHERE l.handler = p_handler AND l.lane = r.lane;
-    n := n + cardinality(ok);
-  END LOOP;
-  RETURN n;
-END $f$;
-"""
+""" + COMPLETE_MANY
 
 # One event: its lane's next position (the counter's row lock orders the lane's publishers
 # until commit), the event, its delivery; one statement.
@@ -254,6 +262,11 @@ UNFINISHED = (f"SELECT {runner.HARNESS} coalesce(sum(n.next_position - l.acked_u
 
 class Positions:
     default_batch = 500
+    # What positions_log.py (the same prototype, publishing through the commit log) replaces.
+    schema = SCHEMA
+    per_lane_tables = ("lanes", "lane_counters")  # a row per lane, made by reset
+    publish_one, publish_many = PUBLISH_ONE, PUBLISH_MANY
+    unfinished_sql = UNFINISHED
 
     def connect(self, conninfo):
         return psycopg.connect(conninfo, autocommit=True)
@@ -274,31 +287,31 @@ class Positions:
     def reset(self, conn):
         for attempt in range(5):
             try:
-                conn.execute(SCHEMA)
+                conn.execute(self.schema)
                 break
             except (psycopg.errors.DeadlockDetected, psycopg.errors.LockNotAvailable):
                 if attempt == 4:
                     raise
                 time.sleep(0.2 * (attempt + 1))
-        for table in ("lanes", "lane_counters"):
+        for table in self.per_lane_tables:
             conn.execute(f"INSERT INTO relaybus_next.{table} (handler, lane) SELECT %s, g FROM generate_series(0, %s) g",
                          (runner.HANDLER, LANES - 1))
         # Its lane rows are fixed from here on: statistics now, so that the plans of claim and
         # complete_many join them by key from the first call (the harness vacuums without
         # ANALYZE).
-        conn.execute("ANALYZE relaybus_next.lanes, relaybus_next.lane_counters")
+        conn.execute("ANALYZE " + ", ".join(f"relaybus_next.{t}" for t in self.per_lane_tables))
 
     def publish(self, conn, events):
         params = dict(type=TYPE, handler=runner.HANDLER)
         if len(events) == 1:
             e = events[0]
-            conn.execute(PUBLISH_ONE, dict(params, id=e.id, key=e.key, payload=e.payload))
+            conn.execute(self.publish_one, dict(params, id=e.id, key=e.key, payload=e.payload))
             return
-        conn.execute(PUBLISH_MANY, dict(params, ids=[e.id for e in events], keys=[e.key for e in events],
+        conn.execute(self.publish_many, dict(params, ids=[e.id for e in events], keys=[e.key for e in events],
                                         payloads=[e.payload for e in events]))
 
     def unfinished(self, conn):
-        return conn.execute(UNFINISHED).fetchone()[0]
+        return conn.execute(self.unfinished_sql).fetchone()[0]
 
     def consume(self, conninfo, options, handled, should_stop, index):
         worker = f"positions-{index}"

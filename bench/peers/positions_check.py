@@ -20,8 +20,25 @@ which a benchmark drain never shows (it completes every batch whole):
   a lock_timeout; and a REPEATABLE READ publisher whose snapshot predates those writes to
   the lane publishes to it without a serialization failure.
 
-Usage: positions_check.py --conn CONNINFO [--events N] [--seed S]. It recreates the
-relaybus_next schema in that database. Prints TAP lines; exits 1 on the first broken rule.
+With --system positions_log, the same checks run against positions_log.py (positions from
+the commit log), where a publisher holds no lane until its commit; and three more that only
+it needs:
+
+- absent positions: deliveries published in a subtransaction that rolls back leave
+  positions in the log with no delivery; claims fold them into the cursor (every other
+  event is delivered, in per-key order, the lane is released and nothing counts as
+  unfinished);
+- commit order: of two open transactions publishing to one lane, the one that commits
+  first takes the lower positions, and a key published by both is claimed in commit order;
+- publishers of one lane do not wait for each other: with one open transaction holding a
+  publish to a lane, another publishes to the lane and commits under a lock_timeout.
+
+Every check also asserts the cursor's invariant that the claim of positions_log.py relies
+on: acked_upto + 1 is never in the done set.
+
+Usage: positions_check.py --conn CONNINFO [--system positions|positions_log] [--events N]
+[--seed S]. It recreates the relaybus_next schema in that database (positions_log needs a
+superuser, for the library's function). Prints TAP lines; exits 1 on the first broken rule.
 """
 import argparse
 import json
@@ -31,11 +48,14 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import positions  # noqa: E402
+import positions_log  # noqa: E402
 import runner  # noqa: E402
 import psycopg  # noqa: E402
 
 CLAIM = ("SELECT token, event_id, key FROM relaybus_next.claim(%s, %s, %s, %s::interval)")
 COMPLETE = "SELECT relaybus_next.complete_many(%s, %s)"
+SYSTEMS = {"positions": positions.Positions, "positions_log": positions_log.PositionsLog}
+System = positions.Positions  # the system checked: main() sets it from --system
 
 
 def fail(msg):
@@ -68,7 +88,7 @@ def publish(system, conn, evs):
 
 
 def out_of_order(conn, count, rng):
-    system = positions.Positions()
+    system = System()
     system.reset(conn)
     evs = events(count, 20) + one_lane(conn, "hot-", 150)
     publish(system, conn, evs)
@@ -99,9 +119,12 @@ def out_of_order(conn, count, rng):
             fail(f"claim returned nothing with {count - len(completed)} events not completed")
         bounds = conn.execute(
             "SELECT coalesce(max(cardinality(in_flight)), 0), "
-            "coalesce(max((SELECT max(p) FROM unnest(done) p) - acked_upto), 0) FROM relaybus_next.lanes").fetchone()
+            "coalesce(max((SELECT max(p) FROM unnest(done) p) - acked_upto), 0), "
+            "count(*) FILTER (WHERE acked_upto + 1 = ANY (done)) FROM relaybus_next.lanes").fetchone()
         if bounds[0] > 32 or bounds[1] > 64:
             fail(f"a lane holds {bounds[0]} in flight or a done position {bounds[1]} above its cursor")
+        if bounds[2]:
+            fail(f"{bounds[2]} lanes have the position after their cursor in their done set")
         tokens = list(outstanding)
         pick = rng.sample(tokens, max(1, len(tokens) // 3)) if tokens else []
         got = conn.execute(COMPLETE, (runner.HANDLER, pick)).fetchone()[0]
@@ -123,7 +146,7 @@ def out_of_order(conn, count, rng):
 
 
 def live_lease(conn):
-    system = positions.Positions()
+    system = System()
     system.reset(conn)
     system.publish(conn, events(10, 1))
     held = conn.execute(CLAIM, (runner.HANDLER, "holder", 100, "1 hour")).fetchall()
@@ -134,7 +157,7 @@ def live_lease(conn):
 
 
 def fencing(conn):
-    system = positions.Positions()
+    system = System()
     system.reset(conn)
     system.publish(conn, events(10, 1))  # one key: c-2 .. c-10 even, plus unkeyed ones
     old = conn.execute(CLAIM, (runner.HANDLER, "old", 100, "0 seconds")).fetchall()
@@ -151,7 +174,7 @@ def fencing(conn):
 
 
 def lane_cap(conn):
-    system = positions.Positions()
+    system = System()
     system.reset(conn)
     system.publish(conn, one_lane(conn, "cap-", 100))
     got = conn.execute(CLAIM, (runner.HANDLER, "cap", 500, "30 seconds")).fetchall()
@@ -161,13 +184,15 @@ def lane_cap(conn):
 
 
 def publishers_apart(conn, conninfo):
-    system = positions.Positions()
+    system = System()
     system.reset(conn)
     evs = one_lane(conn, "apart-", 12)
     system.publish(conn, evs[:10])
     first = conn.execute(CLAIM, (runner.HANDLER, "apart", 5, "30 seconds")).fetchall()
     with psycopg.connect(conninfo) as publisher:
-        system.publish(publisher, [evs[10]])  # not committed: its counter row stays locked
+        # Not committed: positions.py's counter row stays locked; positions_log.py locks
+        # nothing before the commit.
+        system.publish(publisher, [evs[10]])
         conn.execute("SET lock_timeout = '2s'")
         try:
             done = conn.execute(COMPLETE, (runner.HANDLER, [r[0] for r in first])).fetchone()[0]
@@ -199,7 +224,7 @@ def publishers_apart(conn, conninfo):
 
 
 def oldest_first(conn):
-    system = positions.Positions()
+    system = System()
     system.reset(conn)
     by_lane = {}  # lane -> an unkeyed event id in it
     for i in range(1, 2000):
@@ -217,12 +242,117 @@ def oldest_first(conn):
     print(f"ok - a claim of one takes the oldest work (lane {high}) before five newer lanes below it")
 
 
+def keys_in_lane0(conn, prefix, count):
+    return [r[0] for r in conn.execute(
+        "SELECT k FROM (SELECT %s || g AS k FROM generate_series(1, 100000) g) x "
+        "WHERE (hashtext(k) & 255) = 0 LIMIT %s", (prefix, count))]
+
+
+def lane0(conn):
+    return conn.execute(
+        "SELECT acked_upto, done, in_flight, lease_owner, "
+        "(SELECT max(first_position + span - 1) FROM relaybus_next.lane_commits c WHERE c.lane = 0) "
+        "FROM relaybus_next.lanes WHERE lane = 0").fetchone()
+
+
+def drain_lane(conn, worker, limit=20):
+    """Claims (100 at a time) and completes until a claim returns nothing; the claimed
+    event ids in claim order, and the tokens."""
+    order, tokens = [], []
+    for _ in range(limit):
+        rows = conn.execute(CLAIM, (runner.HANDLER, worker, 100, "1 hour")).fetchall()
+        if not rows:
+            return order, tokens
+        order += [r[1] for r in rows]
+        tokens += [r[0] for r in rows]
+        if conn.execute(COMPLETE, (runner.HANDLER, [r[0] for r in rows])).fetchone()[0] != len(rows):
+            fail("complete_many did not complete a claimed batch")
+    fail(f"claims still returned deliveries after {limit} rounds")
+
+
+def absent_positions(conn, conninfo):
+    """positions_log: positions logged without a delivery (rolled back with a savepoint) at
+    the cursor, in the middle of a window, at the end of a lane, and a whole transaction's
+    share; claims fold them, every other event is delivered once, keys in order."""
+    system = System()
+    system.reset(conn)
+    u = one_lane(conn, "gap-", 11)
+    key = keys_in_lane0(conn, "gk-", 1)[0]
+    k = [runner.Event(f"gap-k{i}", key, i, "{}") for i in (1, 2, 3)]
+
+    def rolled_back(c, evs):
+        c.execute("SAVEPOINT s")
+        publish(system, c, evs)
+        c.execute("ROLLBACK TO SAVEPOINT s")
+
+    with psycopg.connect(conninfo) as c:
+        rolled_back(c, u[0:3])                   # positions 1-3: absent, at the cursor
+        publish(system, c, [k[0], u[3]])         # 4, 5
+        rolled_back(c, [u[4], k[1], u[5]])       # 6-8: absent, the middle one keyed
+        publish(system, c, [k[2], u[6]])         # 9, 10
+        c.commit()
+        publish(system, c, [u[7]])               # 11
+        rolled_back(c, u[8:10])                  # 12, 13: absent, at the end
+        c.commit()
+        rolled_back(c, [u[10]])                  # 14: a transaction with nothing but an absent one
+        c.commit()
+    want = [k[0].id, u[3].id, k[2].id, u[6].id, u[7].id]
+    order, _ = drain_lane(conn, "gap")
+    if sorted(order) != sorted(want) or len(order) != len(want):
+        fail(f"with absent positions, claimed {order}, not {want}")
+    if order.index(k[0].id) > order.index(k[2].id):
+        fail(f"key {key}: {k[2].id} claimed before {k[0].id} across an absent position of the key")
+    acked, done, in_flight, owner, last = lane0(conn)
+    if (acked, done, in_flight, owner, last) != (14, [], [], None, 14):
+        fail(f"after the drain, lane 0 is acked_upto {acked}, done {done}, in flight {in_flight}, "
+             f"held by {owner}, last logged position {last}: not 14, empty, empty, free, 14")
+    if system.unfinished(conn) != 0:
+        fail(f"{system.unfinished(conn)} unfinished after every delivery completed and the absent ones folded")
+    print("ok - absent positions (rolled-back savepoints: at the cursor, inside the window, at the end, a whole "
+          "transaction's) are folded into the cursor; the rest delivered once, the key in order; the lane released")
+
+
+def commit_order(conn, conninfo):
+    """positions_log: two open transactions publish to lane 0; the one that commits first
+    takes the lower positions, whoever published first; and it does not wait for the other."""
+    system = System()
+    system.reset(conn)
+    key = keys_in_lane0(conn, "ck-", 1)[0]
+    other = one_lane(conn, "co-", 1)[0]
+    first = runner.Event("co-first", key, 1, "{}")  # published first, committed last
+    second = runner.Event("co-second", key, 2, "{}")
+    with psycopg.connect(conninfo) as p1, psycopg.connect(conninfo) as p2:
+        system.publish(p1, [first])
+        p2.execute("SET lock_timeout = '2s'")
+        try:
+            system.publish(p2, [second, other])
+            p2.commit()
+        except psycopg.errors.LockNotAvailable:
+            fail("a publisher of lane 0 waited for another open publisher of the lane")
+        print("ok - a publisher of a lane commits while another publisher of the lane is open")
+        p1.commit()
+    positions_of = {r[0]: r[1] for r in conn.execute(
+        "SELECT d.event_id, c.first_position + d.ordinal FROM relaybus_next.deliveries d "
+        "JOIN relaybus_next.lane_commits c ON c.handler = d.handler AND c.lane = d.lane AND c.txn = d.txn "
+        "AND d.ordinal < c.span")}
+    if [positions_of.get(e.id) for e in (second, other, first)] != [1, 2, 3]:
+        fail(f"positions {positions_of}: not in commit order")
+    order, _ = drain_lane(conn, "order")
+    if order.index(second.id) > order.index(first.id):
+        fail(f"key {key}: claimed {order}, not in commit order")
+    print("ok - positions follow commit order, not publish order; the key's events are claimed in commit order")
+
+
 def main():
+    global System
     ap = argparse.ArgumentParser()
     ap.add_argument("--conn", required=True)
+    ap.add_argument("--system", choices=sorted(SYSTEMS), default="positions")
     ap.add_argument("--events", type=int, default=5000)
     ap.add_argument("--seed", type=int, default=12)
     o = ap.parse_args()
+    System = SYSTEMS[o.system]
+    print(f"# {o.system}")
     with psycopg.connect(o.conn, autocommit=True) as conn:
         out_of_order(conn, o.events, random.Random(o.seed))
         live_lease(conn)
@@ -230,6 +360,9 @@ def main():
         lane_cap(conn)
         oldest_first(conn)
         publishers_apart(conn, o.conn)
+        if o.system == "positions_log":
+            absent_positions(conn, o.conn)
+            commit_order(conn, o.conn)
     return 0
 
 
