@@ -4,6 +4,8 @@
   bench/run --quick        a few minutes: drain, publish, mixed
   bench/run --full         longer runs, more configurations
   bench/run --validity     a tiny validity-only run (the test suite's bench_validity.sh)
+  bench/run --quick --only held     one scenario alone (drain, publish, mixed; held and
+                           steady: the held-snapshot scenarios, bench/held_bench.py)
   bench/run --quick --mongo mongodb://localhost:27017/relaybus_bench?replicaSet=rs0
                            the same scenarios on the MongoDB store (bench/mongo_bench.py)
 

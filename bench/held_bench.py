@@ -478,6 +478,14 @@ def markdown(runs):
                        f"{cell('during')} | {cell('after')} | {rate} | {back} | {r.get('dead_tuples_max', 0):,} | "
                        f"{'valid' if r['valid'] else 'INVALID: ' + ', '.join(r['problems'])} |")
         out.append("")
+        short = [r for r in mine if r["metrics"].get("throughput") and r["metrics"].get("offered")
+                 and r["metrics"]["throughput"] < 0.95 * r["metrics"]["offered"]]
+        for r in short:
+            out.append(f"**{r.get('label', r['version'])} did not reach the offered rate**: "
+                       f"{r['metrics']['throughput']:,.0f} of {r['metrics']['offered']:,}/s published "
+                       f"(backlog max {fmt(r['metrics'].get('backlog_max'))}: its publishers, one event per "
+                       "transaction through its own client, fell behind), so its figures are at that lower rate "
+                       "and not comparable with the others'.\n")
         bucket = mine[0]["params"]["bucket_s"]
         out.append(f"p99 ms per {bucket:g} s bucket (by commit time; * = the hold began or ended in the bucket "
                    "for at least one system)\n")
