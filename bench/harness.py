@@ -4,6 +4,8 @@
   bench/run --quick        a few minutes: drain, publish, mixed
   bench/run --full         longer runs, more configurations
   bench/run --validity     a tiny validity-only run (the test suite's bench_validity.sh)
+  bench/run --quick --only held     one scenario alone (drain, publish, mixed; held and
+                           steady: the held-snapshot scenarios, bench/held_bench.py)
   bench/run --quick --mongo mongodb://localhost:27017/relaybus_bench?replicaSet=rs0
                            the same scenarios on the MongoDB store (bench/mongo_bench.py)
 
@@ -695,7 +697,9 @@ def main():
     mode.add_argument("--validity", action="store_const", dest="mode", const="validity")
     ap.add_argument("--port", type=int, default=int(os.environ.get("RELAYBUS_BENCH_PORT", "54360")))
     ap.add_argument("--rounds", type=int, default=None, help="A B rounds per configuration (default 2, validity 1)")
-    ap.add_argument("--only", default=None, help="run only this scenario (drain, publish, mixed)")
+    ap.add_argument("--only", default=None,
+                    help="run only this scenario (drain, publish, mixed; held, steady: the held-snapshot "
+                         "scenarios of bench/held_bench.py)")
     ap.add_argument("--out", default=None, help="results directory (default bench/results/<timestamp>)")
     ap.add_argument("--no-peers", action="store_true",
                     help="leave out the peers (PgQ, graphile-worker, pg-boss, the floor): bench/peers_bench.py")
@@ -708,6 +712,15 @@ def main():
         args = argparse.Namespace(report=sys.argv[sys.argv.index("--report") + 1])
         data = json.load(open(os.path.join(args.report, "results.json")))
         print(write_report(args.report, data["info"], data["runs"]))
+        held = os.path.join(args.report, "held.json")
+        if os.path.exists(held):  # the held-snapshot scenarios' section, appended as a run appends it
+            sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+            import held_bench
+            data = json.load(open(held))
+            md = held_bench.report(args.report, data["info"], data["runs"])
+            with open(os.path.join(args.report, "results.md"), "a") as f:
+                f.write("\n" + md + "\n")
+            print(md)
         return 0
     args = ap.parse_args()
     rounds = args.rounds or (1 if args.mode == "validity" else 2)
@@ -735,8 +748,9 @@ def main():
     started = time.time()
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import peers_bench
+    import held_bench
     me = sys.modules[__name__]
-    peer_results = []
+    peer_results, held_results = [], []
     try:
         prepare(cluster)
         if not args.no_peers:
@@ -756,6 +770,9 @@ def main():
                     print(f"    {version} round {rnd + 1}: {shown} ({state})", file=sys.stderr)
         if not args.no_peers:
             peer_results = peers_bench.run(me, cluster, args.mode, rounds, outdir, args.only)
+            # Through the peers' runners too (the relaybus loop among them): one pass, the
+            # systems interleaved round by round inside it.
+            held_results = held_bench.run(me, peers_bench, cluster, args.mode, outdir, args.only)
     finally:
         cluster.stop()
 
@@ -771,9 +788,14 @@ def main():
         with open(os.path.join(outdir, "peers.json"), "w") as f:
             json.dump(dict(info=info, runs=peer_results), f, indent=1)
         md += "\n" + peer_md
+    if held_results:
+        held_md = held_bench.report(outdir, info, held_results)
+        with open(os.path.join(outdir, "results.md"), "a") as f:
+            f.write("\n" + held_md + "\n")
+        md += "\n" + held_md
     print(md)
     print(f"results: {outdir}", file=sys.stderr)
-    results = results + peer_results
+    results = results + peer_results + held_results
     invalid = [r for r in results if not r["valid"]]
     if invalid:
         print(f"{len(invalid)} INVALID run(s)", file=sys.stderr)

@@ -21,6 +21,10 @@ NODE = "node"
 SYSTEMS = {
     "relaybus 0.2.0": ("db_020", None, None),
     "relaybus 0.2.0 loop": ("db_loop", "relaybus_loop.py", None),
+    # The same loop on relaybus 0.2.0 itself (CREATE EXTENSION relaybus VERSION '0.2.0', see
+    # EXTENSION_VERSIONS) beside the default version: the held-snapshot scenarios
+    # (bench/held_bench.py) compare the two.
+    "relaybus loop, VERSION 0.2.0": ("db_loop020", "relaybus_loop.py", None),
     "floor": ("db_floor", "floor.py", None),
     # Not relaybus: the next storage phase's design, measured before it is built (positions.py).
     "positions prototype": ("db_positions", "positions.py", None),
@@ -34,6 +38,11 @@ SYSTEMS = {
     "pg-boss (tuned)": ("db_pgboss", "pgboss.mjs", "tuned"),
     "pg-boss (defaults)": ("db_pgboss", "pgboss.mjs", "defaults"),
 }
+
+
+# A database whose relaybus is not the default version: prepare() creates it at this version
+# (the runner's reset then finds it there: CREATE EXTENSION IF NOT EXISTS).
+EXTENSION_VERSIONS = {"db_loop020": "0.2.0"}
 
 
 def plans(mode):
@@ -167,14 +176,19 @@ def target_of(h, cluster, system):
     return RunnerTarget(h, cluster, system)
 
 
-def prepare(h, cluster, mode):
-    """The peers' databases (the relaybus ones are the harness's)."""
-    for db in sorted({SYSTEMS[s][0] for _, _, _, systems, _ in plans(mode) for s in systems} - {"db_020", "db_010"}):
+def prepare(h, cluster, mode, extra=()):
+    """The peers' databases (the relaybus ones are the harness's), for the systems of this
+    mode's plans and `extra` (the held-snapshot scenarios' systems); a database that exists
+    already is left as it is."""
+    systems = {s for _, _, _, ss, _ in plans(mode) for s in ss} | set(extra)
+    have = {r[0] for r in cluster.sql("postgres", "SELECT datname FROM pg_database")}
+    for db in sorted({SYSTEMS[s][0] for s in systems} - {"db_020", "db_010"} - have):
         cluster.sql("postgres", f"CREATE DATABASE {db}")
         cluster.sql(db, "CREATE EXTENSION pg_stat_statements")
+        if db in EXTENSION_VERSIONS:
+            cluster.sql(db, f"CREATE EXTENSION relaybus VERSION '{EXTENSION_VERSIONS[db]}'")
     node = os.path.join(PEERS, "node")
-    if any(built(s) and SYSTEMS[s][1] and SYSTEMS[s][1].endswith(".mjs")
-           for _, _, _, ss, _ in plans(mode) for s in ss):
+    if any(built(s) and SYSTEMS[s][1] and SYSTEMS[s][1].endswith(".mjs") for s in systems):
         if not os.path.isdir(os.path.join(node, "node_modules")):
             subprocess.run([os.path.join(node, "install.sh")], check=True)
 

@@ -244,18 +244,21 @@ async function reset(args) {
 async function preload(args) {
   const conn = required(args, "conn");
   const n = num(args, "events", 0);
+  // --first: the first event's number (the held-snapshot rounds preload again and again
+  // into a queue they never empty, bench/held_bench.py); ids e-<first> .. e-<first + n - 1>.
+  const first = num(args, "first", 1);
   const keys = Math.max(1, Math.floor(n / 4));
   const boss = await startBoss(conn, { supervise: false, schedule: false });
   for (let c = 0; c * PRELOAD_CHUNK < n; c++) {
     const jobs = [];
-    for (let i = c * PRELOAD_CHUNK + 1; i <= Math.min((c + 1) * PRELOAD_CHUNK, n); i++) {
+    for (let i = first + c * PRELOAD_CHUNK; i < first + Math.min((c + 1) * PRELOAD_CHUNK, n); i++) {
       jobs.push({ name: QUEUE, data: dataOf({ id: `e-${i}`, key: i % 2 === 0 ? `k${i % keys}` : null, n: i }) });
     }
     await boss.insert(jobs);
   }
   await boss.stop({ graceful: false, wait: true });
   const db = await bookkeeping(conn);
-  await vacuumAnalyze(db);
+  if (args["no-vacuum"] === undefined) await vacuumAnalyze(db);  // --no-vacuum: autovacuum only (held rounds)
   await db.end();
 }
 

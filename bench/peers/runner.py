@@ -32,11 +32,13 @@ class Event:
         self.id, self.key, self.n, self.payload = id, key, n, payload
 
 
-def preload_events(count):
-    """e-1 .. e-N: payload {"n": i}, every even one keyed k<i mod max(1, N/4)>."""
+def preload_events(count, first=1):
+    """e-<first> .. e-<first + N - 1> (e-1 .. e-N by default): payload {"n": i}, every even one
+    keyed k<i mod max(1, N/4)>. The held-snapshot rounds (bench/held_bench.py) preload again
+    and again into a queue they never empty, each round from the next `first`."""
     keys = max(1, count // 4)
     return [Event(f"e-{i}", f"k{i % keys}" if i % 2 == 0 else None, i, json.dumps({"n": i}))
-            for i in range(1, count + 1)]
+            for i in range(first, first + count)]
 
 
 def publisher_events(index, keys):
@@ -237,6 +239,9 @@ def main(system):
     ap.add_argument("--conn")
     ap.add_argument("--out")
     ap.add_argument("--events", type=int, default=0)
+    ap.add_argument("--first", type=int, default=1, help="preload: the first event's number")
+    ap.add_argument("--no-vacuum", action="store_true",
+                    help="preload: no VACUUM or ANALYZE of the runner's own (the Python runners run none)")
     ap.add_argument("--consumers", type=int, default=1)
     ap.add_argument("--publishers", type=int, default=1)
     ap.add_argument("--batch", type=int, default=None)
@@ -257,7 +262,7 @@ def main(system):
             system.reset(conn)
         return 0
     if o.command == "preload":
-        events = preload_events(o.events)
+        events = preload_events(o.events, o.first)
         with system.connect(o.conn) as conn:
             for i in range(0, len(events), 1000):
                 system.publish(conn, events[i:i + 1000])
