@@ -10,7 +10,10 @@ one cluster, each in a schema of its own:
   locked until commit;
 - log: the commit log (src/pg/commit_order.hpp): the publish writes the event and its
   delivery with the transaction's id and an ordinal; the positions are handed out at
-  commit, under a lock per lane held from PRE_COMMIT to the end of the commit.
+  commit, under a lock per lane held from PRE_COMMIT to the end of the commit;
+- staged: the same lane locks, but the publish writes only the event and keeps its
+  delivery in backend memory; at PRE_COMMIT the deliveries are inserted with their
+  positions (commit_order::stage), so a window is one range scan.
 
   bench/ab/commit_order.py --conn CONNINFO [--seconds S] [--connections N]
                            [--paths relaybus,counter,log] [--throughput N]
@@ -57,7 +60,18 @@ CREATE TABLE co_counter.deliveries (handler text NOT NULL, lane int2 NOT NULL,
 INSERT INTO co_counter.lane_counters (handler, lane)
   SELECT 'bench.commit-order', g FROM generate_series(0, 255) g;
 """,
-    "log": """
+    "staged": """
+DROP SCHEMA IF EXISTS co_staged CASCADE;
+CREATE SCHEMA co_staged;
+CREATE TABLE co_staged.events (id text PRIMARY KEY, type text NOT NULL, key text,
+  payload jsonb NOT NULL, published_at timestamptz NOT NULL DEFAULT now());
+CREATE TABLE co_staged.deliveries (handler text NOT NULL, lane int2 NOT NULL,
+  position int8 NOT NULL, event_id text NOT NULL, key text,
+  available_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (handler, lane, position));
+CREATE FUNCTION co_staged.stage(regclass, text, int2, text, text) RETURNS void
+  AS 'relaybus', 'relaybus_commit_order_stage' LANGUAGE C VOLATILE;
+""",
+  "log": """
 DROP SCHEMA IF EXISTS co_log CASCADE;
 CREATE SCHEMA co_log;
 CREATE TABLE co_log.events (id text PRIMARY KEY, type text NOT NULL, key text,
@@ -85,6 +99,11 @@ event AS (INSERT INTO co_counter.events (id, type, key, payload)
   VALUES (%(id)s::text, 'bench.event', %(key)s::text, %(payload)s::jsonb))
 INSERT INTO co_counter.deliveries (handler, lane, position, event_id, key)
 SELECT 'bench.commit-order', lane, next_position, %(id)s::text, %(key)s::text FROM lane""",
+    "staged": """
+WITH event AS (INSERT INTO co_staged.events (id, type, key, payload)
+  VALUES (%(id)s::text, 'bench.event', %(key)s::text, %(payload)s::jsonb))
+SELECT co_staged.stage('co_staged.deliveries', 'bench.commit-order',
+       (hashtext(coalesce(%(key)s::text, %(id)s::text)) & 255)::int2, %(id)s::text, %(key)s::text)""",
     "log": """
 WITH event AS (INSERT INTO co_log.events (id, type, key, payload)
   VALUES (%(id)s::text, 'bench.event', %(key)s::text, %(payload)s::jsonb)),
@@ -122,6 +141,15 @@ SELECT 'bench.commit-order', i.lane,
        b.next_position - count(*) OVER (PARTITION BY i.lane) + row_number() OVER (PARTITION BY i.lane ORDER BY i.n),
        i.id, i.key
   FROM input i JOIN bumped b ON b.lane = i.lane ORDER BY i.n""",
+    "staged": """
+WITH input AS (
+  SELECT u.id, u.key, u.payload, u.n, (hashtext(coalesce(u.key, u.id)) & 255)::int2 AS lane
+    FROM unnest(%(ids)s::text[], %(keys)s::text[], %(payloads)s::jsonb[]) WITH ORDINALITY AS u(id, key, payload, n)),
+event AS (
+  INSERT INTO co_staged.events (id, type, key, payload)
+  SELECT id, 'bench.event', key, payload FROM input ORDER BY n)
+SELECT count(co_staged.stage('co_staged.deliveries', 'bench.commit-order', s.lane, s.id, s.key))
+  FROM (SELECT * FROM input ORDER BY n OFFSET 0) s""",
     "log": """
 WITH input AS (
   SELECT u.id, u.key, u.payload, u.n, (hashtext(coalesce(u.key, u.id)) & 255)::int2 AS lane
@@ -279,7 +307,7 @@ def main():
     p.add_argument("--conn", required=True)
     p.add_argument("--seconds", type=float, default=20)
     p.add_argument("--connections", type=int, default=32)
-    p.add_argument("--paths", default="relaybus,counter,log")
+    p.add_argument("--paths", default="relaybus,counter,log,staged")
     p.add_argument("--throughput", type=int, default=0)
     p.add_argument("--rounds", type=int, default=2)
     args = p.parse_args()

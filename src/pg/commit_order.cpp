@@ -5,6 +5,7 @@
 
 #include "../core/error.hpp"
 
+#include <algorithm>
 #include <map>
 #include <tuple>
 
@@ -21,9 +22,20 @@ namespace {
 // (log table, lane, handler): the order locks are taken in and rows written in.
 using Key = std::tuple<Oid, std::int16_t, std::string>;
 
+// A delivery kept in backend memory until commit (stage()), with the subtransaction that
+// staged it: it goes if that subtransaction rolls back.
+struct StagedRow {
+  std::string handler;
+  std::int16_t lane;
+  std::string event_id;
+  std::optional<std::string> key;
+  SubTransactionId subtransaction;
+};
+
 struct Noted {
-  std::map<Key, std::int32_t> deliveries;  // how many each (log, lane, handler) took
-  std::map<Oid, Oid> writer;               // log table -> the role its row is inserted as
+  std::map<Key, std::int32_t> deliveries;        // how many each (log, lane, handler) took
+  std::map<Oid, Oid> writer;                     // log table -> the role its row is inserted as
+  std::map<Oid, std::vector<StagedRow>> staged;  // deliveries table -> its staged rows
 };
 
 Noted noted;
@@ -37,6 +49,56 @@ struct LogStatement {
 // table by OID at preparation: the statement runs at commit, under whatever search_path
 // the session has by then.
 std::map<Oid, LogStatement> statements;
+
+std::map<Oid, LogStatement> staged_statements;
+
+std::string qualified_name(Oid table) {
+  char* name = nullptr;
+  pg_call([&] {
+    const char* relname = get_rel_name(table);
+    if (relname == nullptr)
+      ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
+                      errmsg("relaybus: the commit order's table %u does not exist", table)));
+    name = quote_qualified_identifier(get_namespace_name(get_rel_namespace(table)), relname);
+  });
+  return std::string(name);
+}
+
+SPIPlanPtr prepare_kept(LogStatement& statement, std::vector<Oid> types) {
+  SPIPlanPtr prepared = nullptr;
+  pg_call([&] {
+    prepared = SPI_prepare_cursor(statement.sql.c_str(), static_cast<int>(types.size()),
+                                  types.data(), CURSOR_OPT_GENERIC_PLAN);
+    if (prepared != nullptr) SPI_keepplan(prepared);
+  });
+  if (prepared == nullptr)
+    throw core::Error(core::ErrorCode::kInternal, "relaybus: could not prepare the commit order");
+  statement.plan = prepared;
+  return prepared;
+}
+
+// The staged deliveries of one table, each at its lane's last position plus its place
+// among the transaction's deliveries of that (handler, lane).
+SPIPlanPtr staged_plan_for(Oid table) {
+  LogStatement& statement = staged_statements[table];
+  if (statement.plan != nullptr) return statement.plan;
+  const std::string name = qualified_name(table);
+  statement.sql =
+      "INSERT INTO " + name +
+      " (handler, lane, position, event_id, key)"
+      " SELECT u.h, u.l,"
+      " COALESCE((SELECT d.position FROM " +
+      name +
+      " d WHERE d.handler OPERATOR(pg_catalog.=) u.h AND d.lane OPERATOR(pg_catalog.=) u.l"
+      " ORDER BY d.position DESC LIMIT 1), 0) OPERATOR(pg_catalog.+) u.o,"
+      " u.e, u.k"
+      " FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]),"
+      " pg_catalog.unnest($2::pg_catalog.int2[]), pg_catalog.unnest($3::pg_catalog.int4[]),"
+      " pg_catalog.unnest($4::pg_catalog.text[]), pg_catalog.unnest($5::pg_catalog.text[]))"
+      " AS u(h, l, o, e, k)";
+  return prepare_kept(statement,
+                      {TEXTARRAYOID, INT2ARRAYOID, INT4ARRAYOID, TEXTARRAYOID, TEXTARRAYOID});
+}
 
 SPIPlanPtr plan_for(Oid log) {
   LogStatement& statement = statements[log];
@@ -80,6 +142,49 @@ void lock_lane(Oid log, std::int16_t lane) {
   pg_call([&] { (void)LockAcquire(&tag, ExclusiveLock, false, false); });
 }
 
+void execute_as_writer(Oid table, SPIPlanPtr plan, Params& params) {
+  Oid saved_user = InvalidOid;
+  int saved_context = 0;
+  int rc = 0;
+  pg_call([&] {
+    GetUserIdAndSecContext(&saved_user, &saved_context);
+    SetUserIdAndSecContext(noted.writer[table], saved_context | SECURITY_LOCAL_USERID_CHANGE);
+    rc = SPI_execute_snapshot(plan, params.values(), params.nulls(), GetLatestSnapshot(),
+                              InvalidSnapshot, false, true, 0);
+    SetUserIdAndSecContext(saved_user, saved_context);
+  });
+  if (rc != SPI_OK_INSERT)
+    throw core::Error(core::ErrorCode::kInternal, "relaybus: could not write the commit order");
+}
+
+// The rows that survived their subtransactions, numbered from 1 per (handler, lane) in the
+// order they were staged: no position is left absent.
+void write_staged(Oid table, const std::vector<StagedRow>& rows) {
+  std::map<std::pair<std::string, std::int16_t>, std::int32_t> counted;
+  std::vector<std::string> handlers, event_ids;
+  std::vector<std::int16_t> lanes;
+  std::vector<std::int32_t> ordinals;
+  std::vector<Datum> keys;
+  std::vector<bool> key_nulls;
+  for (const StagedRow& row : rows) {
+    handlers.push_back(row.handler);
+    lanes.push_back(row.lane);
+    ordinals.push_back(++counted[{row.handler, row.lane}]);
+    event_ids.push_back(row.event_id);
+    Datum key = 0;
+    if (row.key) pg_call([&] { key = PointerGetDatum(cstring_to_text(row.key->c_str())); });
+    keys.push_back(key);
+    key_nulls.push_back(!row.key.has_value());
+  }
+  Params params;
+  params.text_array(handlers);
+  params.int2_array(lanes);
+  params.int4_array(ordinals);
+  params.text_array(event_ids);
+  params.datum_array(keys, key_nulls, TEXTOID);
+  execute_as_writer(table, staged_plan_for(table), params);
+}
+
 // Every lane lock first, in key order; then, with a snapshot that sees every transaction
 // that held one of them before, one insert per log table.
 void write_log() {
@@ -95,32 +200,25 @@ void write_log() {
   SpiConnection spi;
   auto next = noted.deliveries.begin();
   while (next != noted.deliveries.end()) {
-    const Oid log = std::get<0>(next->first);
+    const Oid table = std::get<0>(next->first);
     Params params;
     std::vector<std::string> handlers;
     std::vector<std::int16_t> lanes;
     std::vector<std::int32_t> counts;
-    for (; next != noted.deliveries.end() && std::get<0>(next->first) == log; ++next) {
+    for (; next != noted.deliveries.end() && std::get<0>(next->first) == table; ++next) {
       lanes.push_back(std::get<1>(next->first));
       handlers.push_back(std::get<2>(next->first));
       counts.push_back(next->second);
     }
-    params.text_array(handlers);
-    params.int2_array(lanes);
-    params.int4_array(counts);
-    SPIPlanPtr plan = plan_for(log);
-    Oid saved_user = InvalidOid;
-    int saved_context = 0;
-    int rc = 0;
-    pg_call([&] {
-      GetUserIdAndSecContext(&saved_user, &saved_context);
-      SetUserIdAndSecContext(noted.writer[log], saved_context | SECURITY_LOCAL_USERID_CHANGE);
-      rc = SPI_execute_snapshot(plan, params.values(), params.nulls(), GetLatestSnapshot(),
-                                InvalidSnapshot, false, true, 0);
-      SetUserIdAndSecContext(saved_user, saved_context);
-    });
-    if (rc != SPI_OK_INSERT)
-      throw core::Error(core::ErrorCode::kInternal, "relaybus: could not write the commit log");
+    const auto staged = noted.staged.find(table);
+    if (staged == noted.staged.end()) {
+      params.text_array(handlers);
+      params.int2_array(lanes);
+      params.int4_array(counts);
+      execute_as_writer(table, plan_for(table), params);
+    } else if (!staged->second.empty()) {
+      write_staged(table, staged->second);
+    }
   }
   spi.finish();
 }
@@ -128,6 +226,24 @@ void write_log() {
 void forget() {
   noted.deliveries.clear();
   noted.writer.clear();
+  noted.staged.clear();
+}
+
+// A staged row belongs to the subtransaction that staged it until that one commits into
+// its parent; it goes with a rollback.
+void at_subtransaction_event(SubXactEvent event, SubTransactionId mine, SubTransactionId parent,
+                             void*) {
+  if (noted.staged.empty()) return;
+  for (auto& [table, rows] : noted.staged) {
+    if (event == SUBXACT_EVENT_ABORT_SUB) {
+      rows.erase(std::remove_if(rows.begin(), rows.end(),
+                                [&](const StagedRow& r) { return r.subtransaction == mine; }),
+                 rows.end());
+    } else if (event == SUBXACT_EVENT_COMMIT_SUB) {
+      for (StagedRow& r : rows)
+        if (r.subtransaction == mine) r.subtransaction = parent;
+    }
+  }
 }
 
 void run_write_log(void*) {
@@ -165,6 +281,16 @@ void at_transaction_event(XactEvent event, void*) {
 
 void install() {
   RegisterXactCallback(at_transaction_event, nullptr);
+  RegisterSubXactCallback(at_subtransaction_event, nullptr);
+}
+
+void stage(Oid table, const std::string& handler, std::int16_t lane, const std::string& event_id,
+           const std::optional<std::string>& key) {
+  if (lane < 0) throw core::Error(core::ErrorCode::kInvalidParameter, "relaybus: lane is negative");
+  noted.writer.emplace(table, GetUserId());
+  noted.deliveries[Key{table, lane, handler}]++;
+  noted.staged[table].push_back(
+      StagedRow{handler, lane, event_id, key, GetCurrentSubTransactionId()});
 }
 
 std::int32_t note(Oid log, const std::string& handler, std::int16_t lane) {
@@ -189,3 +315,24 @@ Datum commit_order_note_body(FunctionCallInfo fcinfo) {
 }  // namespace
 
 RELAYBUS_SQL_FUNCTION(relaybus_commit_order_note, commit_order_note_body)
+
+namespace {
+
+// The same for staged deliveries: (table regclass, handler text, lane int2, event_id text,
+// key text), key may be NULL.
+Datum commit_order_stage_body(FunctionCallInfo fcinfo) {
+  for (int i = 0; i < 4; ++i)
+    if (PG_ARGISNULL(i))
+      throw relaybus::core::Error(relaybus::core::ErrorCode::kNullValue,
+                                  "relaybus: only the key may be NULL");
+  std::optional<std::string> key;
+  if (!PG_ARGISNULL(4)) key = relaybus::pg::text_of(PG_GETARG_DATUM(4));
+  relaybus::pg::commit_order::stage(PG_GETARG_OID(0), relaybus::pg::text_of(PG_GETARG_DATUM(1)),
+                                    PG_GETARG_INT16(2), relaybus::pg::text_of(PG_GETARG_DATUM(3)),
+                                    key);
+  PG_RETURN_VOID();
+}
+
+}  // namespace
+
+RELAYBUS_SQL_FUNCTION(relaybus_commit_order_stage, commit_order_stage_body)

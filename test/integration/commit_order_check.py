@@ -19,7 +19,10 @@ relaybus_commit_order_note, declared here (no version of the extension's SQL dec
   may not insert into the log commits), and a commit whose log write fails (the noting
   role may not insert) fails as a whole: the rows it wrote are gone;
 - the commit's statement ignores the session's search_path: an operator + and a function
-  unnest planted in a schema ahead of pg_catalog are not called.
+  unnest planted in a schema ahead of pg_catalog are not called;
+- staged deliveries (commit_order::stage, the alternative measured beside the log): not
+  visible to their own transaction, gone with a rolled-back savepoint, inserted at commit
+  with positions 1, 2, ... per lane that a concurrent reader never sees with a gap.
 
   commit_order_check.py --conn CONNINFO   (a database of its own; superuser)
 """
@@ -38,6 +41,10 @@ CREATE TABLE co.log (handler text NOT NULL, lane int2 NOT NULL, first_position i
   span int4 NOT NULL, txn xid8 NOT NULL, PRIMARY KEY (handler, lane, first_position));
 CREATE TABLE co.deliveries (handler text NOT NULL, lane int2 NOT NULL, txn xid8 NOT NULL,
   ordinal int4 NOT NULL, PRIMARY KEY (handler, lane, txn, ordinal));
+CREATE TABLE co.staged (handler text NOT NULL, lane int2 NOT NULL, position int8 NOT NULL,
+  event_id text NOT NULL, key text, PRIMARY KEY (handler, lane, position));
+CREATE FUNCTION co.stage(regclass, text, int2, text, text) RETURNS void
+  AS 'relaybus', 'relaybus_commit_order_stage' LANGUAGE C VOLATILE;
 CREATE FUNCTION co.note(regclass, text, int2) RETURNS int4
   AS 'relaybus', 'relaybus_commit_order_note' LANGUAGE C STRICT VOLATILE;
 -- A publish: the delivery row with the transaction's id and its ordinal.
@@ -233,6 +240,65 @@ def search_path(conninfo):
             check(False, f"the commit's log write ignores planted operators ({e})")
 
 
+STAGED_GAPS = """
+SELECT count(*) FROM (
+  SELECT position, lag(position) OVER (PARTITION BY handler, lane ORDER BY position) AS before
+    FROM co.staged) s
+ WHERE position <> coalesce(before, 0) + 1"""
+
+
+def staged(conninfo):
+    """commit_order::stage: deliveries kept until commit, inserted with their positions."""
+    with psycopg.connect(conninfo) as c:
+        c.execute("SAVEPOINT s")
+        c.execute("SELECT co.stage('co.staged', 'x', 1::int2, 'gone', NULL)")
+        c.execute("ROLLBACK TO SAVEPOINT s")
+        c.execute("SAVEPOINT t")
+        c.execute("SELECT co.stage('co.staged', 'x', 1::int2, 'kept-1', 'k')")
+        c.execute("RELEASE SAVEPOINT t")
+        c.execute("SELECT co.stage('co.staged', 'x', 1::int2, 'kept-2', NULL)")
+        own = c.execute("SELECT count(*) FROM co.staged WHERE handler = 'x'").fetchone()[0]
+        c.commit()
+        rows = c.execute("SELECT position, event_id, key FROM co.staged WHERE handler = 'x' ORDER BY position").fetchall()
+        c.commit()
+        check(own == 0, "a transaction does not see its own staged deliveries before it commits")
+        check(rows == [(1, "kept-1", "k"), (2, "kept-2", None)],
+              f"a staged delivery rolled back with its savepoint is gone, the rest take positions 1.. in order ({rows})")
+    stop = time.monotonic() + 5
+    errors, commits = [], [0]
+    lock = threading.Lock()
+
+    def publisher(n):
+        i = 0
+        with psycopg.connect(conninfo) as c:
+            while time.monotonic() < stop:
+                try:
+                    for lane in random.sample(range(4), random.randint(1, 3)):
+                        i += 1
+                        c.execute("SELECT co.stage('co.staged', 'y', %s::int2, %s, NULL)", (lane, f"{n}-{i}"))
+                        time.sleep(random.uniform(0, 0.003))
+                    c.commit()
+                    with lock:
+                        commits[0] += 1
+                except psycopg.Error as e:
+                    c.rollback()
+                    with lock:
+                        errors.append(str(e).splitlines()[0])
+
+    threads = [threading.Thread(target=publisher, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    reads = bad = 0
+    with psycopg.connect(conninfo, autocommit=True) as reader:
+        while time.monotonic() < stop:
+            reads += 1
+            bad += reader.execute(STAGED_GAPS).fetchone()[0] != 0
+    for t in threads:
+        t.join()
+    check(not errors and commits[0] > 50, f"8 staging publishers over 4 lanes: {commits[0]} commits, no errors {sorted(set(errors))[:3]}")
+    check(reads > 20 and bad == 0, f"{reads} reads saw every lane's staged positions without a gap ({bad} did not)")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--conn", required=True)
@@ -240,7 +306,7 @@ def main():
     with psycopg.connect(conninfo, autocommit=True) as c:
         c.execute("SET client_min_messages = warning")
         c.execute(SETUP)
-    for part in (subtransactions, waits, snapshots, prepare, roles, search_path, order):
+    for part in (subtransactions, waits, snapshots, prepare, roles, search_path, order, staged):
         part(conninfo)
     print(f"# {failures} failed")
     return 1 if failures else 0
