@@ -51,8 +51,9 @@ def plans(mode):
     if mode == "validity":
         return [("held", "validity: 2 rounds of 300, snapshot + xid held",
                  dict(rounds=2, events=300, batch=50, variant="snapshot + xid"),
-                 ["relaybus 0.2.0 loop", "relaybus loop, VERSION 0.2.0", "PgQ (tuned ticker)",
-                  "graphile-worker (tuned)"]),
+                 # The test suite's run: one relaybus and one peer exercise every code path;
+                 # the suite has to stay under 20 minutes.
+                 ["relaybus 0.2.0 loop", "PgQ (tuned ticker)"]),
                 ("steady", "validity: 200/s for 6 s, snapshot held from 1.5 s to 4.5 s",
                  dict(rate=200, duration_s=6, hold_from_s=1.5, hold_s=3, bucket_s=1),
                  ["relaybus 0.2.0 loop"])]
