@@ -703,6 +703,11 @@ def main():
     ap.add_argument("--out", default=None, help="results directory (default bench/results/<timestamp>)")
     ap.add_argument("--no-peers", action="store_true",
                     help="leave out the peers (PgQ, graphile-worker, pg-boss, the floor): bench/peers_bench.py")
+    ap.add_argument("--peers-only", default=None, metavar="RUNNERS",
+                    help="only the peer systems whose runner is listed (comma-separated names in bench/peers "
+                         "without .py: positions,positions_staged,pgq), without relaybus's own runs, their "
+                         "databases or the held-snapshot scenarios: for a cluster whose library the "
+                         "extension's SQL does not name (dynamic_library_path in RELAYBUS_CLUSTER_SETTINGS)")
     ap.add_argument("--mongo", default=None, metavar="URI",
                     help="run on the MongoDB store at URI instead (a replica set and a database of "
                          "its own, which every run drops: see bench/mongo_bench.py)")
@@ -723,9 +728,13 @@ def main():
             print(md)
         return 0
     args = ap.parse_args()
+    keep = set(args.peers_only.split(",")) if args.peers_only else None
+    if keep and args.no_peers:
+        ap.error("--peers-only and --no-peers leave nothing to run")
     rounds = args.rounds or (1 if args.mode == "validity" else 2)
 
-    if not (os.access(CLI, os.X_OK) and os.access(BENCH, os.X_OK)):
+    # (The peers' runners use neither.)
+    if not keep and not (os.access(CLI, os.X_OK) and os.access(BENCH, os.X_OK)):
         subprocess.run(["make", "-s", "-C", ROOT, "client"], check=True)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     outdir = args.out or os.path.join(ROOT, "bench", "results", stamp)
@@ -752,10 +761,11 @@ def main():
     me = sys.modules[__name__]
     peer_results, held_results = [], []
     try:
-        prepare(cluster)
+        if not keep:
+            prepare(cluster)
         if not args.no_peers:
-            peers_bench.prepare(me, cluster, args.mode)
-        todo = [pl for pl in plans(args.mode) if not args.only or pl[0] == args.only]
+            peers_bench.prepare(me, cluster, args.mode, keep=keep)
+        todo = [pl for pl in plans(args.mode) if (not args.only or pl[0] == args.only) and not keep]
         for n, (scenario, config, params) in enumerate(todo, 1):
             print(f"[{n}/{len(todo)}] {scenario}: {config}", file=sys.stderr)
             for rnd in range(rounds):
@@ -769,10 +779,11 @@ def main():
                     shown = "INVALID" if not r["valid"] else f"{m['throughput']:,.0f} {m['throughput_unit']}"
                     print(f"    {version} round {rnd + 1}: {shown} ({state})", file=sys.stderr)
         if not args.no_peers:
-            peer_results = peers_bench.run(me, cluster, args.mode, rounds, outdir, args.only)
+            peer_results = peers_bench.run(me, cluster, args.mode, rounds, outdir, args.only, keep=keep)
             # Through the peers' runners too (the relaybus loop among them): one pass, the
             # systems interleaved round by round inside it.
-            held_results = held_bench.run(me, peers_bench, cluster, args.mode, outdir, args.only)
+            if not keep:
+                held_results = held_bench.run(me, peers_bench, cluster, args.mode, outdir, args.only)
     finally:
         cluster.stop()
 

@@ -31,6 +31,9 @@ SYSTEMS = {
     # The same, its positions handed out by the commit log (src/pg/commit_order.hpp) instead
     # of a counter row per lane (positions_log.py).
     "positions prototype (commit log)": ("db_positions_log", "positions_log.py", None),
+    # The same, its deliveries staged in backend memory and inserted at commit with their
+    # positions (commit_order::stage), with no counter row (positions_staged.py).
+    "positions prototype (staged)": ("db_positions_staged", "positions_staged.py", None),
     "PgQ (tuned ticker)": ("db_pgq", "pgq.py", "tuned"),
     "PgQ (pgqd defaults)": ("db_pgq", "pgq.py", "defaults"),
     "graphile-worker (tuned)": ("db_graphile", "graphile.mjs", "tuned"),
@@ -50,20 +53,21 @@ def plans(mode):
     if mode == "validity":
         return [("drain", "peers validity drain", dict(events=300, consumers=1, batch=50),
                  ["relaybus 0.2.0 loop", "floor", "positions prototype", "positions prototype (commit log)",
-                  "PgQ (tuned ticker)", "graphile-worker (tuned)", "pg-boss (tuned)"], "relaybus 0.2.0 loop")]
+                  "positions prototype (staged)", "PgQ (tuned ticker)", "graphile-worker (tuned)", "pg-boss (tuned)"],
+                 "relaybus 0.2.0 loop")]
     n = 20000
     dur = 20 if mode == "quick" else 30
     one = dict(events=n, consumers=1, batch=500)
     return [
         ("drain", "one consumer, batch 500", one,
          ["relaybus 0.2.0 loop", "floor", "positions prototype", "positions prototype (commit log)",
-          "PgQ (tuned ticker)", "graphile-worker (tuned)", "pg-boss (tuned)"],
+          "positions prototype (staged)", "PgQ (tuned ticker)", "graphile-worker (tuned)", "pg-boss (tuned)"],
          "relaybus 0.2.0 loop"),
         # PgQ's two consumers are two registered consumers, each reading every batch and
         # handling its half (README.md).
         ("drain", "two consumers, batch 500", dict(one, consumers=2),
          ["relaybus 0.2.0 loop", "floor", "positions prototype", "positions prototype (commit log)",
-          "PgQ (tuned ticker)", "graphile-worker (tuned)"], "relaybus 0.2.0 loop"),
+          "positions prototype (staged)", "PgQ (tuned ticker)", "graphile-worker (tuned)"], "relaybus 0.2.0 loop"),
         # The dispatcher as the harness's TUNED (bench/harness.py): c200 b200 t2 poll 50 ms.
         ("drain", "1 process, tuned", dict(events=n, dispatchers=1, concurrency=200, batch=200, poll_ms=50,
                                            handler_threads=2, consumers=1),
@@ -80,11 +84,13 @@ def plans(mode):
         # (docs/design.md, "The next storage phase").
         ("publish", "single publish, P=1", dict(publishers=1, batch=1, events=20000),
          ["relaybus 0.2.0 loop", "relaybus 0.2.0", "floor", "positions prototype",
-          "positions prototype (commit log)", "PgQ (pgqd defaults)", "graphile-worker (defaults)", "pg-boss (defaults)"],
+          "positions prototype (commit log)", "positions prototype (staged)", "PgQ (pgqd defaults)",
+          "graphile-worker (defaults)", "pg-boss (defaults)"],
          "relaybus 0.2.0 loop"),
         ("publish", "100 per statement, P=1", dict(publishers=1, batch=100, events=20000 if mode == "quick" else 100000),
          ["relaybus 0.2.0 loop", "relaybus 0.2.0", "floor", "positions prototype",
-          "positions prototype (commit log)", "PgQ (pgqd defaults)", "graphile-worker (defaults)", "pg-boss (defaults)"],
+          "positions prototype (commit log)", "positions prototype (staged)", "PgQ (pgqd defaults)",
+          "graphile-worker (defaults)", "pg-boss (defaults)"],
          "relaybus 0.2.0 loop"),
         ("mixed", f"1000/s for {dur} s, defaults", dict(rate=1000, duration_s=dur, dispatchers=1, concurrency=10,
                                                        batch=10, poll_ms=1000, consumers=1),
@@ -176,11 +182,16 @@ def target_of(h, cluster, system):
     return RunnerTarget(h, cluster, system)
 
 
-def prepare(h, cluster, mode, extra=()):
+def kept(system, keep):
+    """Whether `system` runs when only the runners named in `keep` (stems: "pgq") do."""
+    return keep is None or os.path.splitext(SYSTEMS[system][1] or "")[0] in keep
+
+
+def prepare(h, cluster, mode, extra=(), keep=None):
     """The peers' databases (the relaybus ones are the harness's), for the systems of this
-    mode's plans and `extra` (the held-snapshot scenarios' systems); a database that exists
-    already is left as it is."""
-    systems = {s for _, _, _, ss, _ in plans(mode) for s in ss} | set(extra)
+    mode's plans and `extra` (the held-snapshot scenarios' systems), only those whose runner
+    is in `keep` if given; a database that exists already is left as it is."""
+    systems = {s for s in {s for _, _, _, ss, _ in plans(mode) for s in ss} | set(extra) if kept(s, keep)}
     have = {r[0] for r in cluster.sql("postgres", "SELECT datname FROM pg_database")}
     for db in sorted({SYSTEMS[s][0] for s in systems} - {"db_020", "db_010"} - have):
         cluster.sql("postgres", f"CREATE DATABASE {db}")
@@ -198,9 +209,10 @@ def built(system):
     return runner is None or os.path.exists(os.path.join(PEERS, runner))
 
 
-def run(h, cluster, mode, rounds, outdir, only=None):
+def run(h, cluster, mode, rounds, outdir, only=None, keep=None):
     results = []
-    todo = [pl for pl in plans(mode) if not only or pl[0] == only]
+    todo = [pl[:3] + ([s for s in pl[3] if kept(s, keep)],) + pl[4:] for pl in plans(mode) if not only or pl[0] == only]
+    todo = [pl for pl in todo if pl[3]]
     for n, (scenario, config, params, systems, reference) in enumerate(todo, 1):
         print(f"[peers {n}/{len(todo)}] {scenario}: {config}", file=sys.stderr)
         for s in [s for s in systems if not built(s)]:
@@ -308,8 +320,11 @@ def goals(table):
 
 
 def goals_markdown(table):
+    rows = goals(table)
+    if all(m.startswith("not measured") for _, m, _ in rows):
+        return ""  # none measured: a run without relaybus (harness --peers-only)
     lines = ["### Against the goals of issue 12\n", "| goal | measured | |", "| --- | --- | --- |"]
-    lines += [f"| {g} | {m} | {'met' if ok else '**not met**'} |" for g, m, ok in goals(table)]
+    lines += [f"| {g} | {m} | {'met' if ok else '**not met**'} |" for g, m, ok in rows]
     return "\n".join(lines) + "\n"
 
 

@@ -1,17 +1,19 @@
 #!/usr/bin/python3
 """Where a drain of the positions prototype spends its server time, per statement, for the
-counter row (bench/peers/positions.py) and the commit log (bench/peers/positions_log.py):
+counter row (bench/peers/positions.py), the commit log (bench/peers/positions_log.py) and
+staged deliveries (bench/peers/positions_staged.py):
 reset, preload (as the harness does: --preload-batch events per transaction, 1,000 unless
 told), VACUUM, then one consumer drains with claim(--batch) + complete_many while
 pg_stat_statements.track = all records the statements inside the two functions. Prints,
 per system, the client's time per claim and per complete_many (medians) and the server
 time per statement (calls; execution and planning time, in all and per call; rows).
 
-  bench/ab/positions_profile.py --conn CONNINFO [--systems positions,positions_log]
+  bench/ab/positions_profile.py --conn CONNINFO [--systems positions,positions_log,positions_staged]
                                 [--events N] [--batch B] [--preload-batch P]
 
 The database needs pg_stat_statements (created here if missing; the cluster must preload it,
-as scripts/cluster does) and, for positions_log, a superuser and the relaybus library.
+as scripts/cluster does) and, for positions_log and positions_staged, a superuser and the
+relaybus library.
 """
 import argparse
 import os
@@ -23,10 +25,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "peers"))
 import positions  # noqa: E402
 import positions_log  # noqa: E402
+import positions_staged  # noqa: E402
 import runner  # noqa: E402
 import psycopg  # noqa: E402
 
-SYSTEMS = {"positions": positions.Positions, "positions_log": positions_log.PositionsLog}
+SYSTEMS = {"positions": positions.Positions, "positions_log": positions_log.PositionsLog,
+           "positions_staged": positions_staged.PositionsStaged}
 
 
 def profile(conninfo, name, events, batch, preload_batch):

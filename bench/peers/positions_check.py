@@ -33,12 +33,27 @@ it needs:
 - publishers of one lane do not wait for each other: with one open transaction holding a
   publish to a lane, another publishes to the lane and commits under a lock_timeout.
 
+With --system positions_staged, the same checks run against positions_staged.py (deliveries
+staged in backend memory and inserted at commit with their positions), and three of its
+own:
+
+- commit order: of two open transactions publishing to one lane, the one that commits first
+  takes the lower positions, and a key published by both is claimed in commit order;
+- publishers of one lane do not wait for each other: with one open transaction holding a
+  publish to a lane, another publishes to the lane and commits under a lock_timeout;
+- savepoints: deliveries staged in a subtransaction that rolls back leave no position
+  behind (the lane's positions are 1..n, the survivors in publish order; a transaction
+  whose only publish was rolled back writes none), a transaction sees its own events but
+  none of its deliveries before it commits, and the drain delivers every survivor once,
+  the key in order, and releases the lane.
+
 Every check also asserts the cursor's invariant that the claim of positions_log.py relies
 on: acked_upto + 1 is never in the done set.
 
-Usage: positions_check.py --conn CONNINFO [--system positions|positions_log] [--events N]
-[--seed S]. It recreates the relaybus_next schema in that database (positions_log needs a
-superuser, for the library's function). Prints TAP lines; exits 1 on the first broken rule.
+Usage: positions_check.py --conn CONNINFO [--system positions|positions_log|positions_staged]
+[--events N] [--seed S]. It recreates the relaybus_next schema in that database
+(positions_log and positions_staged need a superuser, for the library's function). Prints
+TAP lines; exits 1 on the first broken rule.
 """
 import argparse
 import json
@@ -49,12 +64,14 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import positions  # noqa: E402
 import positions_log  # noqa: E402
+import positions_staged  # noqa: E402
 import runner  # noqa: E402
 import psycopg  # noqa: E402
 
 CLAIM = ("SELECT token, event_id, key FROM relaybus_next.claim(%s, %s, %s, %s::interval)")
 COMPLETE = "SELECT relaybus_next.complete_many(%s, %s)"
-SYSTEMS = {"positions": positions.Positions, "positions_log": positions_log.PositionsLog}
+SYSTEMS = {"positions": positions.Positions, "positions_log": positions_log.PositionsLog,
+           "positions_staged": positions_staged.PositionsStaged}
 System = positions.Positions  # the system checked: main() sets it from --system
 
 
@@ -190,8 +207,8 @@ def publishers_apart(conn, conninfo):
     system.publish(conn, evs[:10])
     first = conn.execute(CLAIM, (runner.HANDLER, "apart", 5, "30 seconds")).fetchall()
     with psycopg.connect(conninfo) as publisher:
-        # Not committed: positions.py's counter row stays locked; positions_log.py locks
-        # nothing before the commit.
+        # Not committed: positions.py's counter row stays locked; positions_log.py and
+        # positions_staged.py lock nothing before the commit.
         system.publish(publisher, [evs[10]])
         conn.execute("SET lock_timeout = '2s'")
         try:
@@ -312,9 +329,19 @@ def absent_positions(conn, conninfo):
           "transaction's) are folded into the cursor; the rest delivered once, the key in order; the lane released")
 
 
-def commit_order(conn, conninfo):
-    """positions_log: two open transactions publish to lane 0; the one that commits first
-    takes the lower positions, whoever published first; and it does not wait for the other."""
+# Each delivery's position: through the commit log (positions_log), or its own column.
+POSITIONS_OF = {
+    "positions_log": "SELECT d.event_id, c.first_position + d.ordinal FROM relaybus_next.deliveries d "
+                     "JOIN relaybus_next.lane_commits c ON c.handler = d.handler AND c.lane = d.lane "
+                     "AND c.txn = d.txn AND d.ordinal < c.span",
+    "positions_staged": "SELECT event_id, position FROM relaybus_next.deliveries",
+}
+
+
+def commit_order(conn, conninfo, system_name):
+    """positions_log, positions_staged: two open transactions publish to lane 0; the one that
+    commits first takes the lower positions, whoever published first; and it does not wait
+    for the other."""
     system = System()
     system.reset(conn)
     key = keys_in_lane0(conn, "ck-", 1)[0]
@@ -331,16 +358,70 @@ def commit_order(conn, conninfo):
             fail("a publisher of lane 0 waited for another open publisher of the lane")
         print("ok - a publisher of a lane commits while another publisher of the lane is open")
         p1.commit()
-    positions_of = {r[0]: r[1] for r in conn.execute(
-        "SELECT d.event_id, c.first_position + d.ordinal FROM relaybus_next.deliveries d "
-        "JOIN relaybus_next.lane_commits c ON c.handler = d.handler AND c.lane = d.lane AND c.txn = d.txn "
-        "AND d.ordinal < c.span")}
+    positions_of = {r[0]: r[1] for r in conn.execute(POSITIONS_OF[system_name])}
     if [positions_of.get(e.id) for e in (second, other, first)] != [1, 2, 3]:
         fail(f"positions {positions_of}: not in commit order")
     order, _ = drain_lane(conn, "order")
     if order.index(second.id) > order.index(first.id):
         fail(f"key {key}: claimed {order}, not in commit order")
     print("ok - positions follow commit order, not publish order; the key's events are claimed in commit order")
+
+
+def staged_savepoints(conn, conninfo):
+    """positions_staged: deliveries staged in rolled-back savepoints (first, in the middle, at
+    the end, a whole transaction's) take no position; the survivors get 1..n in publish
+    order; before its commit a transaction sees its events but not its deliveries."""
+    system = System()
+    system.reset(conn)
+    u = one_lane(conn, "sp-", 11)
+    key = keys_in_lane0(conn, "sk-", 1)[0]
+    k = [runner.Event(f"sp-k{i}", key, i, "{}") for i in (1, 2, 3)]
+
+    def rolled_back(c, evs):
+        c.execute("SAVEPOINT s")
+        publish(system, c, evs)
+        c.execute("ROLLBACK TO SAVEPOINT s")
+
+    def released(c, evs):  # a savepoint that is released: its deliveries stay
+        c.execute("SAVEPOINT r")
+        publish(system, c, evs)
+        c.execute("RELEASE SAVEPOINT r")
+
+    with psycopg.connect(conninfo) as c:
+        rolled_back(c, u[0:3])
+        publish(system, c, [k[0], u[3]])
+        rolled_back(c, [u[4], k[1], u[5]])     # the middle one keyed
+        released(c, [k[2], u[6]])
+        seen = c.execute("SELECT (SELECT count(*) FROM relaybus_next.events), "
+                         "(SELECT count(*) FROM relaybus_next.deliveries)").fetchone()
+        if seen != (4, 0):
+            fail(f"before its commit the publisher saw {seen[0]} events and {seen[1]} deliveries, not 4 and 0")
+        c.commit()
+        publish(system, c, [u[7]])
+        rolled_back(c, u[8:10])                # at the end
+        c.commit()
+        rolled_back(c, [u[10]])                # a transaction with nothing but a rolled-back publish
+        c.commit()
+    want = [k[0].id, u[3].id, k[2].id, u[6].id, u[7].id]
+    got = conn.execute("SELECT event_id FROM relaybus_next.deliveries WHERE lane = 0 ORDER BY position").fetchall()
+    lane_positions = [r[0] for r in conn.execute(
+        "SELECT position FROM relaybus_next.deliveries WHERE lane = 0 ORDER BY position")]
+    if [r[0] for r in got] != want or lane_positions != list(range(1, len(want) + 1)):
+        fail(f"lane 0 holds {[r[0] for r in got]} at {lane_positions}, not {want} at 1..{len(want)}")
+    order, _ = drain_lane(conn, "savepoints")
+    if sorted(order) != sorted(want) or len(order) != len(want):
+        fail(f"with rolled-back savepoints, claimed {order}, not {want}")
+    if order.index(k[0].id) > order.index(k[2].id):
+        fail(f"key {key}: {k[2].id} claimed before {k[0].id}")
+    lane = conn.execute("SELECT acked_upto, done, in_flight, lease_owner FROM relaybus_next.lanes "
+                        "WHERE lane = 0").fetchone()
+    if lane != (len(want), [], [], None):
+        fail(f"after the drain, lane 0 is {lane}, not ({len(want)}, [], [], None)")
+    if system.unfinished(conn) != 0:
+        fail(f"{system.unfinished(conn)} unfinished after every delivery completed")
+    print("ok - rolled-back savepoints (first, in the middle, at the end, a whole transaction's) leave no "
+          "position: the survivors are 1..5 in publish order, delivered once, the key in order, the lane "
+          "released; before its commit a publisher sees its events, not its deliveries")
 
 
 def main():
@@ -362,7 +443,10 @@ def main():
         publishers_apart(conn, o.conn)
         if o.system == "positions_log":
             absent_positions(conn, o.conn)
-            commit_order(conn, o.conn)
+        if o.system in ("positions_log", "positions_staged"):
+            commit_order(conn, o.conn, o.system)
+        if o.system == "positions_staged":
+            staged_savepoints(conn, o.conn)
     return 0
 
 

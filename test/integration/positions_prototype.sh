@@ -8,9 +8,12 @@
 # (bench/peers/positions_check.py). The same checks again against the prototype whose
 # positions come from the commit log (bench/peers/positions_log.py), with three of its own:
 # absent positions (rolled-back savepoints) folded into the cursor, positions in commit
-# order, and publishers of one lane that do not wait for each other. It needs a database,
-# not the extension; positions_log needs the library (the suite's cluster preloads it) and
-# a superuser, to declare its function. Needs /usr/bin/python3 with python3-psycopg.
+# order, and publishers of one lane that do not wait for each other. And against the
+# prototype whose deliveries are staged until commit (bench/peers/positions_staged.py):
+# commit order, publishers of one lane apart, and rolled-back savepoints that leave no
+# position behind. It needs a database, not the extension; positions_log and
+# positions_staged need the library (the suite's cluster preloads it) and a superuser, to
+# declare their functions. Needs /usr/bin/python3 with python3-psycopg.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 db=relaybus_it_positions
@@ -19,3 +22,4 @@ psql -d postgres -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db"
 trap 'psql -d postgres -c "DROP DATABASE IF EXISTS $db"' EXIT
 /usr/bin/python3 bench/peers/positions_check.py --conn "dbname=$db"
 /usr/bin/python3 bench/peers/positions_check.py --conn "dbname=$db" --system positions_log
+/usr/bin/python3 bench/peers/positions_check.py --conn "dbname=$db" --system positions_staged
