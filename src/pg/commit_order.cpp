@@ -103,15 +103,7 @@ SPIPlanPtr staged_plan_for(Oid table) {
 SPIPlanPtr plan_for(Oid log) {
   LogStatement& statement = statements[log];
   if (statement.plan != nullptr) return statement.plan;
-  char* name = nullptr;
-  pg_call([&] {
-    const char* relname = get_rel_name(log);
-    if (relname == nullptr)
-      ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
-                      errmsg("relaybus: the commit log table %u does not exist", log)));
-    name = quote_qualified_identifier(get_namespace_name(get_rel_namespace(log)), relname);
-  });
-  const std::string table(name);
+  const std::string table = qualified_name(log);
   statement.sql =
       "INSERT INTO " + table +
       " (handler, lane, first_position, span, txn)"
@@ -124,16 +116,7 @@ SPIPlanPtr plan_for(Oid log) {
       " FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]),"
       " pg_catalog.unnest($2::pg_catalog.int2[]), pg_catalog.unnest($3::pg_catalog.int4[]))"
       " AS u(h, l, n)";
-  Oid types[3] = {TEXTARRAYOID, INT2ARRAYOID, INT4ARRAYOID};
-  SPIPlanPtr prepared = nullptr;
-  pg_call([&] {
-    prepared = SPI_prepare_cursor(statement.sql.c_str(), 3, types, CURSOR_OPT_GENERIC_PLAN);
-    if (prepared != nullptr) SPI_keepplan(prepared);
-  });
-  if (prepared == nullptr)
-    throw core::Error(core::ErrorCode::kInternal, "relaybus: could not prepare the commit log");
-  statement.plan = prepared;
-  return prepared;
+  return prepare_kept(statement, {TEXTARRAYOID, INT2ARRAYOID, INT4ARRAYOID});
 }
 
 void lock_lane(Oid log, std::int16_t lane) {
