@@ -10,6 +10,7 @@ namespace relaybus::core {
 namespace {
 
 constexpr std::string_view kPrefix = "r1.";
+constexpr std::string_view kPositionPrefix = "r3.";
 
 [[noreturn]] void malformed(std::string_view why) {
   throw Error(ErrorCode::kInvalidParameter, "malformed lease token: " + std::string(why));
@@ -66,6 +67,44 @@ LeaseToken parse_lease_token(std::string_view text) {
   if (handler_length >= text.size()) malformed("event id is missing");
   token.handler = std::string(text.substr(0, handler_length));
   token.event_id = std::string(text.substr(handler_length));
+  return token;
+}
+
+std::string encode(const PositionToken& token) {
+  std::string out(kPositionPrefix);
+  out += std::to_string(token.lane);
+  out += '.';
+  out += std::to_string(token.epoch);
+  out += '.';
+  out += std::to_string(token.position);
+  out += '.';
+  out += std::to_string(token.claims);
+  out += '.';
+  out += std::to_string(token.handler.size());
+  out += '.';
+  out += token.handler;
+  return out;
+}
+
+PositionToken parse_position_token(std::string_view text) {
+  if (text.substr(0, kPrefix.size()) == kPrefix)
+    throw Error(ErrorCode::kInvalidParameter,
+                "malformed lease token: a token of relaybus 0.2, claimed before the update to 0.3.0",
+                "Claim again: the update ended every attempt in flight.");
+  if (text.substr(0, kPositionPrefix.size()) != kPositionPrefix) malformed("unknown format");
+  text.remove_prefix(kPositionPrefix.size());
+  PositionToken token;
+  token.lane = static_cast<std::int16_t>(read_field(text, kLaneCount - 1, "lane"));
+  token.epoch = read_field(text, std::numeric_limits<std::int64_t>::max(), "epoch");
+  token.position = read_field(text, std::numeric_limits<std::int64_t>::max(), "position");
+  if (token.position == 0) malformed("position is 0");
+  token.claims = static_cast<std::int32_t>(
+      read_field(text, std::numeric_limits<std::int32_t>::max(), "claims"));
+  const auto handler_length = static_cast<std::size_t>(
+      read_field(text, static_cast<std::int64_t>(text.size()), "handler length"));
+  if (handler_length == 0) malformed("handler is empty");
+  if (handler_length != text.size()) malformed("handler length does not match");
+  token.handler = std::string(text);
   return token;
 }
 

@@ -26,4 +26,24 @@ std::string encode(const LeaseToken& token);
 // token may still name a lease that is gone: the store checks that, not the parser.
 LeaseToken parse_lease_token(std::string_view text);
 
+// 0.3.0's token (positions, src/core/positions.hpp): the lane's epoch at claim time fences
+// a takeover; the position names the delivery in its (handler, lane); claims is its
+// exception row's counter (0 for a position picked from the window, which has none), moved
+// by every attempt that ends without completing, so that a token of an ended attempt never
+// changes a later one of the same position under the same epoch.
+struct PositionToken {
+  std::int16_t lane = 0;
+  std::int64_t epoch = 0;
+  std::int64_t position = 0;
+  std::int32_t claims = 0;
+  std::string handler;
+};
+
+// "r3.<lane>.<epoch>.<position>.<claims>.<handler length>.<handler>".
+std::string encode(const PositionToken& token);
+
+// Parses a 0.3.0 token; throws core::Error (SQLSTATE 22023) for anything malformed,
+// including a token of the older format (a worker that claimed before an upgrade).
+PositionToken parse_position_token(std::string_view text);
+
 }  // namespace relaybus::core

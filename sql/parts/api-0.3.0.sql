@@ -1,0 +1,390 @@
+--------------------------------------------------------------------------------
+-- Functions implemented in C++ (src/pg). Each is a thin entry point guarded against
+-- C++ exceptions and PostgreSQL errors crossing each other.
+--
+-- The delivery path (publish, claim, completion, failure, lease and takeover functions)
+-- runs with sequential, bitmap, hash and merge plans disabled. Its statements keep their
+-- plans in the connection (re-made only after DDL, VACUUM or ANALYZE of their tables), and
+-- relaybus's tables swing from empty to deep and back: a plan made while a table looked empty (a fresh install, a drained queue just
+-- analyzed) scans the whole table on every call once it is deep again, exactly when the
+-- queue can least afford it. Every statement on the path is a lookup along an index, so
+-- an index plan is right at every size; the settings make it the only one on offer.
+-- jit is off with them: the penalty cost of a disabled plan (a table with no usable index,
+-- such as the handful of subscriptions) would otherwise cross jit_above_cost and compile
+-- every call.
+--
+-- The header above each function: its first paragraph (what it does, what it returns) is
+-- also its COMMENT, shown by \df+ (scripts/build-sql); the rest (tables, locks, why) is for
+-- the source only.
+--------------------------------------------------------------------------------
+
+-- lane_of(key_or_event_id): the lane (0..@LANE_MAX@) a delivery with that ordering key, or with
+-- that event id when it has no key, lives in: FNV-1a of the UTF-8 bytes, modulo @LANE_COUNT@.
+--
+-- Touches nothing.
+CREATE FUNCTION relaybus.lane_of(key_or_event_id text) RETURNS smallint
+  AS 'MODULE_PATHNAME', 'relaybus_lane_of' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+-- subscribe: registers or updates handler for event_types ('*' = every type) with its
+-- retry policy and creates its @LANE_COUNT@ lanes; sql_function(jsonb) makes it an in-database
+-- handler, run by the background workers as the function's owner, each call bounded by
+-- sql_timeout (@SQL_TIMEOUT_MIN@..@SQL_TIMEOUT_MAX@; NULL: relaybus.sql_handler_timeout). backoff_base and
+-- backoff_max: 0..@BACKOFF_LIMIT@, a month counting 30 days. Returns nothing.
+--
+-- The workers call sql_function in a security-restricted operation; 42501 unless the
+-- calling role has the privileges of sql_function's owner. The intervals are stored as the
+-- microseconds checked. Writes subscriptions, lanes (relaybus_internal.create_lanes).
+-- Not SECURITY DEFINER: the C body takes its owner's rights itself (src/pg/definer_rights.hpp),
+-- because it must check sql_function's owner against the role that called it, which
+-- PostgreSQL no longer knows inside a SECURITY DEFINER function.
+CREATE FUNCTION relaybus.subscribe(
+  handler text, event_types text[], max_attempts integer DEFAULT @RETRY_MAX_ATTEMPTS@,
+  backoff_base interval DEFAULT '@RETRY_BACKOFF_BASE@', backoff_max interval DEFAULT '@RETRY_BACKOFF_MAX@',
+  sql_function regprocedure DEFAULT NULL, sql_timeout interval DEFAULT NULL) RETURNS void
+  AS 'MODULE_PATHNAME', 'relaybus_subscribe' LANGUAGE C VOLATILE
+  SET search_path = pg_catalog, pg_temp;
+
+-- unsubscribe: removes the handler's subscription; its deliveries and lanes stay (a
+-- re-subscribe resumes them; purge_expired removes its pending deliveries once older than
+-- relaybus.retention_dead). Returns nothing.
+--
+-- Writes subscriptions.
+CREATE FUNCTION relaybus.unsubscribe(handler text) RETURNS void
+  LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+  IF handler IS NULL THEN
+    RAISE EXCEPTION 'handler must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+  END IF;
+  DELETE FROM relaybus.subscriptions s WHERE s.handler = unsubscribe.handler;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'handler "%" is not subscribed', handler USING ERRCODE = 'undefined_object';
+  END IF;
+END
+$fn$;
+
+-- publish: in the caller's transaction, inserts the event and one delivery per handler
+-- (the subscribers of type, or handlers). Idempotent by event_id: a repeat adds deliveries
+-- only for handlers the event never had. Returns the event id (a UUID when not given).
+--
+-- Writes events, deliveries, key_counters (keyed events: the key's row stays locked until
+-- commit, so a key's sequence follows commit order).
+CREATE FUNCTION relaybus.publish(
+  type text, payload jsonb DEFAULT '{}', key text DEFAULT NULL, event_id text DEFAULT NULL,
+  handlers text[] DEFAULT NULL, available_at timestamptz DEFAULT NULL,
+  headers jsonb DEFAULT NULL) RETURNS text
+  AS 'MODULE_PATHNAME', 'relaybus_publish_positions' LANGUAGE C VOLATILE
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  SET enable_seqscan = off SET enable_bitmapscan = off
+  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
+
+-- publish_batch: publish for each element of a JSON array of
+-- {type, payload, key, id, handlers, available_at, headers}, in order. Returns the event
+-- ids in input order.
+--
+-- Writes events, deliveries, key_counters: one statement per table
+-- when every id is new, else event by event as publish. Locks each key's key_counters row
+-- until commit (in key order when every id is new, else in input order).
+CREATE FUNCTION relaybus.publish_batch(events jsonb) RETURNS SETOF text
+  AS 'MODULE_PATHNAME', 'relaybus_publish_batch_positions' LANGUAGE C VOLATILE
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  SET enable_seqscan = off SET enable_bitmapscan = off
+  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
+
+-- claim: leases lanes to worker and returns up to batch_size due deliveries of handlers
+-- (default: every handler without sql_function), respecting per-key order. holder binds
+-- the lanes to (worker, holder), so any connection passing the pair holds them; NULL binds
+-- them to this backend. lease: more than 0, at most @LEASE_MAX@ (22023 otherwise).
+--
+-- Takes over lanes whose lease expired, and the worker's lanes of an incarnation that is
+-- gone. Writes lanes only (plus, on a takeover, the charged deliveries). Locks: FOR NO KEY
+-- UPDATE on held lanes, FOR UPDATE SKIP LOCKED on free ones.
+CREATE FUNCTION relaybus.claim(
+  worker text, batch_size integer DEFAULT 10, lease interval DEFAULT '30 seconds',
+  handlers text[] DEFAULT NULL, holder text DEFAULT NULL)
+  RETURNS TABLE(lease_token text, event_id text, handler text, type text, key text,
+                payload jsonb, headers jsonb, attempts integer, published_at timestamptz)
+  AS 'MODULE_PATHNAME', 'relaybus_claim_positions' LANGUAGE C VOLATILE ROWS 10
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  SET enable_seqscan = off SET enable_bitmapscan = off
+  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
+
+-- extend_lease: renews every lane worker holds under the caller's incarnation ((worker,
+-- holder), or with holder NULL this live backend's lanes), for lease (more than 0, at most
+-- @LEASE_MAX@). Returns how many.
+--
+-- Writes lanes.
+CREATE FUNCTION relaybus.extend_lease(worker text, lease interval DEFAULT '30 seconds',
+                                      holder text DEFAULT NULL)
+  RETURNS integer
+  AS 'MODULE_PATHNAME', 'relaybus_extend_lease' LANGUAGE C VOLATILE
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  SET enable_seqscan = off SET enable_bitmapscan = off
+  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
+
+-- complete: deletes the delivery if its lane has not changed hands since the claim.
+-- Returns false (nothing changed) when the lease was lost. Inside the handler's own
+-- transaction this is effectively-once.
+--
+-- FOR KEY SHARE on the lane conflicts with a takeover's FOR UPDATE. Writes deliveries
+-- (delete), completions (when history is on).
+CREATE FUNCTION relaybus.complete(lease_token text) RETURNS boolean
+  AS 'MODULE_PATHNAME', 'relaybus_complete_positions' LANGUAGE C VOLATILE
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  SET enable_seqscan = off SET enable_bitmapscan = off
+  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
+
+-- complete_many: complete for a batch of lease tokens in one statement. Returns how many
+-- were completed.
+--
+-- Locks and writes as complete.
+CREATE FUNCTION relaybus.complete_many(lease_tokens text[]) RETURNS integer
+  AS 'MODULE_PATHNAME', 'relaybus_complete_many_positions' LANGUAGE C VOLATILE
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  SET enable_seqscan = off SET enable_bitmapscan = off
+  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
+
+-- fail: charges one attempt; returns 'retry' (rescheduled after backoff, or at retry_at,
+-- which must be finite), 'dead' (attempts exhausted) or 'lost' (lease lost, nothing changed).
+--
+-- Writes deliveries, lanes (removes it from the in-flight list).
+CREATE FUNCTION relaybus.fail(lease_token text, error text DEFAULT NULL,
+                              retry_at timestamptz DEFAULT NULL) RETURNS text
+  AS 'MODULE_PATHNAME', 'relaybus_fail_positions' LANGUAGE C VOLATILE
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  SET enable_seqscan = off SET enable_bitmapscan = off
+  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
+
+-- bury: dead-letters the delivery now, charging the attempt. Returns false (nothing
+-- changed) when the lease was lost.
+--
+-- Writes deliveries, lanes.
+CREATE FUNCTION relaybus.bury(lease_token text, error text DEFAULT NULL) RETURNS boolean
+  AS 'MODULE_PATHNAME', 'relaybus_bury_positions' LANGUAGE C VOLATILE
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  SET enable_seqscan = off SET enable_bitmapscan = off
+  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
+
+-- release: gives the delivery back without charging an attempt; it can be claimed again at
+-- once. Returns false (nothing changed) when the lease was lost.
+--
+-- Writes deliveries (claims counter), lanes.
+CREATE FUNCTION relaybus.release(lease_token text) RETURNS boolean
+  AS 'MODULE_PATHNAME', 'relaybus_release_positions' LANGUAGE C VOLATILE
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  SET enable_seqscan = off SET enable_bitmapscan = off
+  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
+
+-- relinquish: hands back every lane of (worker, holder) that runs nothing; with holder
+-- NULL, every lane of worker bound to a backend. Returns how many.
+--
+-- Writes lanes.
+CREATE FUNCTION relaybus.relinquish(worker text, holder text DEFAULT NULL) RETURNS integer
+  AS 'MODULE_PATHNAME', 'relaybus_relinquish_positions' LANGUAGE C VOLATILE
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  SET enable_seqscan = off SET enable_bitmapscan = off
+  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
+
+-- take_over_expired: takes over up to 1000 lanes whose lease expired, charging each
+-- in-flight delivery one attempt and dead-lettering those out of attempts. Returns how many
+-- lanes were taken over. The background worker calls it every relaybus.maintenance_interval.
+--
+-- Skips lanes locked by a completion in progress. A lane whose takeover raises is skipped
+-- with a WARNING (each lane then in a subtransaction of its own), so one cannot stop the
+-- others. Writes lanes, deliveries.
+CREATE FUNCTION relaybus.take_over_expired() RETURNS integer
+  AS 'MODULE_PATHNAME', 'relaybus_take_over_expired_positions' LANGUAGE C VOLATILE
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  SET enable_seqscan = off SET enable_bitmapscan = off
+  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
+
+-- purge_expired: deletes events without deliveries older than relaybus.retention_completed,
+-- dead deliveries (and pending deliveries of unsubscribed handlers) older than
+-- relaybus.retention_dead, and completion history (0.1.0's completed deliveries included)
+-- older than relaybus.retention_completed. Returns the rows deleted, at most 10,000 of each
+-- kind: call it until it returns 0.
+--
+-- Writes events, deliveries, completions.
+CREATE FUNCTION relaybus.purge_expired() RETURNS bigint
+  AS 'MODULE_PATHNAME', 'relaybus_purge_expired_positions' LANGUAGE C VOLATILE
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+
+--------------------------------------------------------------------------------
+-- Admin functions in SQL: not on the delivery path.
+--------------------------------------------------------------------------------
+
+-- requeue: moves one dead delivery back to pending with a fresh attempt budget, due now.
+-- Returns false when (event_id, handler) is not a dead delivery.
+--
+-- Writes deliveries.
+CREATE FUNCTION relaybus.requeue(event_id text, handler text) RETURNS boolean
+  LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+  IF event_id IS NULL OR handler IS NULL THEN
+    RAISE EXCEPTION 'event_id and handler must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+  END IF;
+  UPDATE relaybus.deliveries d
+     SET status = 'pending', attempts = 0, claims = d.claims + 1, available_at = now(),
+         updated_at = now()
+   WHERE d.event_id = requeue.event_id AND d.handler = requeue.handler AND d.status = 'dead';
+  RETURN FOUND;
+END
+$fn$;
+
+-- requeue_dead: requeue for every dead delivery of handler (NULL: of every handler).
+-- Returns how many.
+--
+-- Writes deliveries.
+CREATE FUNCTION relaybus.requeue_dead(handler text DEFAULT NULL) RETURNS bigint
+  LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+  n bigint;
+BEGIN
+  IF handler IS NOT NULL
+     AND NOT EXISTS (SELECT 1 FROM relaybus.subscriptions s WHERE s.handler = requeue_dead.handler)
+     AND NOT EXISTS (SELECT 1 FROM relaybus.deliveries d WHERE d.handler = requeue_dead.handler) THEN
+    RAISE EXCEPTION 'handler "%" is not subscribed and has no deliveries', handler
+      USING ERRCODE = 'undefined_object';
+  END IF;
+  UPDATE relaybus.deliveries d
+     SET status = 'pending', attempts = 0, claims = d.claims + 1, available_at = now(),
+         updated_at = now()
+   WHERE d.status = 'dead' AND (requeue_dead.handler IS NULL OR d.handler = requeue_dead.handler);
+  GET DIAGNOSTICS n = ROW_COUNT;
+  RETURN n;
+END
+$fn$;
+
+-- pause: stops handing out handler's deliveries: claims, the in-database handler workers'
+-- included, skip it until resume. Publishing goes on and its deliveries are kept; attempts
+-- in flight end as usual. Returns false when it was paused already.
+--
+-- A claim already running when pause commits may still hand out its batch; every claim
+-- that starts after does not. A re-subscribe keeps the pause; unsubscribe forgets it.
+-- Writes subscriptions (relaybus_internal.set_paused).
+CREATE FUNCTION relaybus.pause(handler text) RETURNS boolean
+  LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$
+  SELECT relaybus_internal.set_paused($1, true)
+$fn$;
+
+-- resume: hands out a paused handler's deliveries again, and wakes the workers listening on
+-- channel relaybus (the in-database handler workers look at their next poll). Returns false
+-- when it was not paused.
+--
+-- Writes subscriptions (relaybus_internal.set_paused); NOTIFY relaybus when relaybus.notify
+-- is on.
+CREATE FUNCTION relaybus.resume(handler text) RETURNS boolean
+  LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$
+  SELECT relaybus_internal.set_paused($1, false)
+$fn$;
+
+-- cancel: removes one delivery that is dead, or pending and not in flight, so that it is
+-- never run (again); a later delivery of its ordering key no longer waits for it. With
+-- relaybus.completion_history on, the history records it with outcome 'cancelled'. Returns
+-- false when (event_id, handler) has no delivery; 55006 (object_in_use) while it is in flight.
+--
+-- Writes the delivery's lane (an update that changes nothing, HOT) before the delivery:
+-- lanes before deliveries, the order of every other writer. The update waits for a claim
+-- holding the lane and keeps later ones from picking the delivery meanwhile; and because it
+-- is a new version of the lane, a claim under REPEATABLE READ whose snapshot predates the
+-- cancel fails with 40001 instead of handing out the deleted delivery from its snapshot.
+-- One cancel per transaction (or several in lane order): two in one transaction lock their
+-- lanes in the caller's order. Writes lanes, deliveries (delete), completions (history on).
+CREATE FUNCTION relaybus.cancel(event_id text, handler text) RETURNS boolean
+  LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+  d_lane smallint;
+  d_status text;
+  d_attempts integer;
+  in_flight boolean;
+BEGIN
+  IF event_id IS NULL OR handler IS NULL THEN
+    RAISE EXCEPTION 'event_id and handler must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+  END IF;
+  -- A delivery's lane never changes (lane_of its key or event id), so it can be read
+  -- before the lane is locked.
+  SELECT d.lane INTO d_lane FROM relaybus.deliveries d
+   WHERE d.event_id = cancel.event_id AND d.handler = cancel.handler;
+  IF NOT FOUND THEN
+    RETURN false;
+  END IF;
+  -- In flight: listed by a held lane (the in_flight CTE of statistics()), read as of the
+  -- update, which waited for any claim of the lane.
+  UPDATE relaybus.lanes l SET in_flight = l.in_flight
+   WHERE l.handler = cancel.handler AND l.lane = d_lane
+  RETURNING l.lease_owner IS NOT NULL AND cancel.event_id = ANY (l.in_flight) INTO in_flight;
+  SELECT d.status, d.attempts INTO d_status, d_attempts FROM relaybus.deliveries d
+   WHERE d.event_id = cancel.event_id AND d.handler = cancel.handler FOR UPDATE;
+  IF NOT FOUND THEN
+    RETURN false;  -- completed while this waited for the lane
+  END IF;
+  -- core::cancel_verdict (src/core/attempt_end.hpp).
+  IF d_status = 'pending' AND coalesce(in_flight, false) THEN
+    RAISE EXCEPTION 'delivery of event "%" to handler "%" is in flight', event_id, handler
+      USING ERRCODE = 'object_in_use',
+            DETAIL = 'A worker is running its attempt; it ends with complete, fail, bury or release, or when its expired lease is taken over (take_over_expired).',
+            HINT = 'Cancel it once the attempt has ended (relaybus.pause stops further attempts).';
+  END IF;
+  DELETE FROM relaybus.deliveries d WHERE d.event_id = cancel.event_id AND d.handler = cancel.handler;
+  IF coalesce(current_setting('relaybus.completion_history', true), 'off')::boolean THEN
+    INSERT INTO relaybus.completions (event_id, handler, attempts, outcome)
+    VALUES (cancel.event_id, cancel.handler, d_attempts, 'cancelled');
+  END IF;
+  RETURN true;
+END
+$fn$;
+
+-- statistics: per handler (subscribed, with deliveries left, or with completion history):
+-- pending = waiting and not in any lane's in-flight list, processing = in flight, dead,
+-- completed = completion history (0.1.0's completed deliveries included, cancels not; 0
+-- when it is off), oldest_pending = creation time of the oldest waiting delivery, paused =
+-- subscribed and paused.
+--
+-- Reads subscriptions, deliveries, lanes, completions; the deliveries' figures are
+-- relaybus_internal.delivery_counts (see there what it scans).
+CREATE FUNCTION relaybus.statistics()
+  RETURNS TABLE(handler text, pending bigint, processing bigint, dead bigint, completed bigint,
+                oldest_pending timestamptz, paused boolean)
+  LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$
+  WITH counts AS (
+    SELECT c.handler, c.pending, c.in_flight AS processing, c.dead, c.oldest_pending AS oldest
+      FROM relaybus_internal.delivery_counts() c
+  ), history AS (
+    SELECT c.handler, count(*) FILTER (WHERE c.outcome = 'completed') AS completed
+      FROM relaybus.completions c GROUP BY c.handler
+  ), names AS (
+    SELECT s.handler FROM relaybus.subscriptions s
+    UNION SELECT c.handler FROM counts c
+    UNION SELECT h.handler FROM history h
+  )
+  SELECT n.handler, coalesce(c.pending, 0), coalesce(c.processing, 0), coalesce(c.dead, 0),
+         coalesce(h.completed, 0), c.oldest, coalesce(s.paused_at IS NOT NULL, false)
+    FROM names n
+    LEFT JOIN counts c ON c.handler = n.handler
+    LEFT JOIN history h ON h.handler = n.handler
+    LEFT JOIN relaybus.subscriptions s ON s.handler = n.handler
+   ORDER BY n.handler
+$fn$;
+
+-- list_deliveries: admin listing, newest first, at most max_rows rows. status: NULL
+-- (pending, processing and dead), 'pending', 'processing', 'dead' or 'completed' (the
+-- completion history, whose status is completed or, for a cancel, cancelled); handler
+-- filters by handler.
+--
+-- A scan: filter by status or handler on a large table. The body is
+-- relaybus_internal.list_deliveries_impl (see there why).
+CREATE FUNCTION relaybus.list_deliveries(status text DEFAULT NULL, handler text DEFAULT NULL,
+                                         max_rows integer DEFAULT 100)
+  RETURNS TABLE(event_id text, handler text, type text, key text, status text,
+                attempts integer, available_at timestamptz, last_error text,
+                lease_owner text, created_at timestamptz, updated_at timestamptz)
+  LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$
+  SELECT * FROM relaybus_internal.list_deliveries_impl($1, $2, $3)
+$fn$;

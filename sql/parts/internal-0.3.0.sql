@@ -1,0 +1,204 @@
+--------------------------------------------------------------------------------
+-- Internal helpers: functions no user is meant to call, in a schema of their own.
+--------------------------------------------------------------------------------
+
+-- Internal helpers of relaybus, called only by its own functions; not part of the SQL API
+-- and usable by no role.
+--
+-- Why a schema and not a name prefix (0.1.0's "_check_name"): a prefixed helper sits in
+-- schema relaybus, where the three roles have USAGE, so it shows in \df relaybus.* and one
+-- GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA relaybus would hand it out. Here nobody but the
+-- owner has USAGE, so nobody else can even name a helper, whatever EXECUTE it has; schema
+-- relaybus holds exactly the API. The callers are relaybus's SECURITY DEFINER functions
+-- (and subscribe, which takes the owner's rights in C) and the upgrade script: they run as
+-- the owner, with search_path pinned to pg_catalog, pg_temp, and call each helper
+-- schema-qualified, so no caller can put another function in its place.
+CREATE SCHEMA relaybus_internal;
+
+-- create_lanes: creates the @LANE_COUNT@ lanes of handler that do not exist yet, each on a heap
+-- page with at most two other lanes (see relaybus.lanes). Internal: run by subscribe and by
+-- the upgrade from 0.1.0. Returns nothing.
+--
+-- Writes lanes. Not SECURITY DEFINER: its callers already run with the owner's rights.
+CREATE FUNCTION relaybus_internal.create_lanes(handler text) RETURNS void
+  LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $fn$
+  -- An insert longer than the 10% of a page that fillfactor leaves for inserts goes only to
+  -- a page that is nearly empty (PostgreSQL then asks for the tuple's length, at least 8016
+  -- bytes, free): each lane is inserted that long (a placeholder in in_flight), then
+  -- emptied in place, and pruning reclaims the placeholder once this transaction is over.
+  -- So the lanes of one call get a page each; a later call can add one lane to a page
+  -- that holds one or two idle lanes, never to one that holds three.
+  -- The placeholder starts with a NULL, which no real in-flight list holds.
+  INSERT INTO relaybus.lanes (handler, lane, in_flight)
+  SELECT create_lanes.handler, n, ARRAY[NULL, repeat('-', 900)] FROM generate_series(0, @LANE_MAX@) n
+  ON CONFLICT DO NOTHING;
+  UPDATE relaybus.lanes l SET in_flight = '{}'
+   WHERE l.handler = create_lanes.handler AND l.in_flight[1] IS NULL
+     AND cardinality(l.in_flight) = 2;
+$fn$;
+
+-- list_deliveries_impl: the body of relaybus.list_deliveries, called with the same
+-- arguments. Internal: only list_deliveries calls it.
+--
+-- PL/pgSQL rejects an argument named like an output column, so list_deliveries, whose
+-- arguments are named status and handler like two of its columns, is a SQL function that
+-- calls this one. Reads deliveries, events, lanes, completions.
+CREATE FUNCTION relaybus_internal.list_deliveries_impl(want_status text, want_handler text,
+                                                       row_limit integer)
+  RETURNS TABLE(event_id text, handler text, type text, key text, status text,
+                attempts integer, available_at timestamptz, last_error text,
+                lease_owner text, created_at timestamptz, updated_at timestamptz)
+  LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+  IF want_status IS NOT NULL
+     AND want_status NOT IN ('pending', 'processing', 'dead', 'completed') THEN
+    RAISE EXCEPTION 'unknown status "%"', want_status
+      USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'Use pending, processing, dead, completed or NULL.';
+  END IF;
+  IF row_limit IS NULL OR row_limit < 0 THEN
+    RAISE EXCEPTION 'max_rows must be zero or more' USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF want_status = 'completed' THEN
+    RETURN QUERY
+      SELECT c.event_id, c.handler, e.type, e.key, c.outcome, c.attempts,
+             NULL::timestamptz, NULL::text, NULL::text, c.completed_at, c.completed_at
+        FROM relaybus.completions c LEFT JOIN relaybus.events e ON e.id = c.event_id
+       WHERE want_handler IS NULL OR c.handler = want_handler
+       ORDER BY 10 DESC, 1 LIMIT row_limit;
+    RETURN;
+  END IF;
+  RETURN QUERY
+    WITH in_flight AS (
+      SELECT l.handler, f.event_id, l.lease_owner
+        FROM relaybus.lanes l CROSS JOIN LATERAL unnest(l.in_flight) AS f(event_id)
+       WHERE l.lease_owner IS NOT NULL
+    ), listed AS (
+      SELECT d.event_id, d.handler, e.type, d.key,
+             CASE WHEN d.status = 'pending' AND i.event_id IS NOT NULL THEN 'processing'
+                  ELSE d.status END AS status,
+             d.attempts, d.available_at, d.last_error, i.lease_owner, d.created_at, d.updated_at
+        FROM relaybus.deliveries d
+        LEFT JOIN relaybus.events e ON e.id = d.event_id
+        LEFT JOIN in_flight i ON i.handler = d.handler AND i.event_id = d.event_id
+       WHERE want_handler IS NULL OR d.handler = want_handler
+    )
+    SELECT x.* FROM listed x
+     WHERE want_status IS NULL OR x.status = want_status
+     ORDER BY x.created_at DESC, x.event_id, x.handler LIMIT row_limit;
+END
+$fn$;
+
+-- delivery_counts: per handler with deliveries: pending = waiting and not in any held
+-- lane's in-flight list, due = those of pending whose available_at has come, in_flight =
+-- pending and in such a list, dead, oldest_pending = creation time of the oldest delivery
+-- counted in pending. Internal: the figures statistics() and metrics() share.
+--
+-- One pass over deliveries (a sequential scan: some hundreds of milliseconds at a million
+-- rows) against a hash of the held lanes' in-flight lists (a scan of lanes). A lane whose
+-- lease expired but that nobody took over yet still counts as in flight: its deliveries
+-- are not claimable until the takeover. Reads deliveries, lanes.
+CREATE FUNCTION relaybus_internal.delivery_counts()
+  RETURNS TABLE(handler text, pending bigint, due bigint, in_flight bigint, dead bigint,
+                oldest_pending timestamptz)
+  LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp
+AS $fn$
+  WITH in_flight AS (
+    SELECT l.handler, f.event_id
+      FROM relaybus.lanes l CROSS JOIN LATERAL unnest(l.in_flight) AS f(event_id)
+     WHERE l.lease_owner IS NOT NULL
+  ), d AS (
+    SELECT d.handler, d.status, d.created_at, d.available_at,
+           i.event_id IS NOT NULL AS in_flight
+      FROM relaybus.deliveries d
+      LEFT JOIN in_flight i ON i.handler = d.handler AND i.event_id = d.event_id
+  )
+  SELECT d.handler,
+         count(*) FILTER (WHERE d.status = 'pending' AND NOT d.in_flight),
+         count(*) FILTER (WHERE d.status = 'pending' AND NOT d.in_flight
+                            AND d.available_at <= now()),
+         count(*) FILTER (WHERE d.status = 'pending' AND d.in_flight),
+         count(*) FILTER (WHERE d.status = 'dead'),
+         min(d.created_at) FILTER (WHERE d.status = 'pending' AND NOT d.in_flight)
+    FROM d GROUP BY d.handler
+$fn$;
+
+-- set_paused: the body of relaybus.pause (paused true) and relaybus.resume (false): marks
+-- or unmarks the subscription; a resume also notifies channel relaybus with the handler,
+-- when relaybus.notify is on. Returns false when it was so already. Internal.
+--
+-- Locks the subscription row (FOR NO KEY UPDATE, until commit); claims read it without a
+-- lock. Writes subscriptions.
+CREATE FUNCTION relaybus_internal.set_paused(want_handler text, paused boolean) RETURNS boolean
+  LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+  was_paused boolean;
+BEGIN
+  IF want_handler IS NULL THEN
+    RAISE EXCEPTION 'handler must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+  END IF;
+  SELECT s.paused_at IS NOT NULL INTO was_paused
+    FROM relaybus.subscriptions s WHERE s.handler = want_handler FOR NO KEY UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'handler "%" is not subscribed', want_handler
+      USING ERRCODE = 'undefined_object',
+            HINT = 'Only a subscribed handler can be paused or resumed: see relaybus.statistics().';
+  END IF;
+  IF was_paused = paused THEN
+    RETURN false;
+  END IF;
+  UPDATE relaybus.subscriptions s
+     SET paused_at = CASE WHEN paused THEN now() END, updated_at = now()
+   WHERE s.handler = want_handler;
+  -- The library may not be loaded in this session: the setting is then a placeholder (or
+  -- absent), read as text.
+  IF NOT paused AND coalesce(current_setting('relaybus.notify', true), 'on')::boolean THEN
+    PERFORM pg_notify('relaybus', want_handler);
+  END IF;
+  RETURN true;
+END
+$fn$;
+
+-- subscriptions_changed: marks every backend's copy of the subscriptions stale, before each
+-- row that changes in relaybus.subscriptions and before each TRUNCATE of it. Internal: run
+-- by the triggers subscriptions_changed and subscriptions_truncated on that table.
+--
+-- publish routes events by a copy of the subscriptions kept per backend
+-- (src/pg/subscription_cache.hpp). This invalidates the table's relcache entry, which
+-- reaches the writer's backend at the end of the statement and the others when its
+-- transaction commits, and notes that the transaction changed them: until it ends, its
+-- backend keeps no copy, its commit is announced in shared memory before it becomes
+-- visible (src/pg/subscription_changes.hpp), and PREPARE TRANSACTION is refused (0A000).
+-- Returns the row unchanged (a row trigger) or NULL (TRUNCATE). Writes nothing.
+CREATE FUNCTION relaybus_internal.subscriptions_changed() RETURNS trigger
+  AS 'MODULE_PATHNAME', 'relaybus_subscriptions_changed' LANGUAGE C VOLATILE
+  SET search_path = pg_catalog, pg_temp;
+
+-- subscriptions_changed: every row change to the subscriptions, whoever makes it
+-- (subscribe, unsubscribe, pause, an operator's UPDATE, a logical replication apply
+-- worker), marks the copies publish keeps stale.
+--
+-- FOR EACH ROW: a logical replication apply worker fires row triggers only, never
+-- statement triggers (TRUNCATE aside). BEFORE: ahead of the row and of every AFTER
+-- trigger, so that a publish from a trigger added to the table does not keep a copy with
+-- a row the statement may roll back. ENABLE ALWAYS: it fires under
+-- session_replication_role = replica too, where the apply worker runs and an ordinary
+-- trigger would not.
+CREATE TRIGGER subscriptions_changed BEFORE INSERT OR UPDATE OR DELETE ON relaybus.subscriptions
+  FOR EACH ROW EXECUTE FUNCTION relaybus_internal.subscriptions_changed();
+ALTER TABLE relaybus.subscriptions ENABLE ALWAYS TRIGGER subscriptions_changed;
+
+-- subscriptions_truncated: a TRUNCATE of the subscriptions (which fires no row trigger)
+-- marks the copies publish keeps stale, as subscriptions_changed does for rows. ENABLE
+-- ALWAYS: it fires under session_replication_role = replica too.
+CREATE TRIGGER subscriptions_truncated BEFORE TRUNCATE ON relaybus.subscriptions
+  FOR EACH STATEMENT EXECUTE FUNCTION relaybus_internal.subscriptions_changed();
+ALTER TABLE relaybus.subscriptions ENABLE ALWAYS TRIGGER subscriptions_truncated;
+
+-- Nothing for PUBLIC: a new schema grants it nothing, but a new function grants it EXECUTE.
+-- No role gets anything either: only the owner calls these.
+REVOKE ALL ON SCHEMA relaybus_internal FROM PUBLIC;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA relaybus_internal FROM PUBLIC;
