@@ -198,16 +198,59 @@ CREATE FUNCTION relaybus.take_over_expired() RETURNS integer
   SET enable_seqscan = off SET enable_bitmapscan = off
   SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
--- purge_expired: deletes events without deliveries older than relaybus.retention_completed,
--- dead deliveries (and pending deliveries of unsubscribed handlers) older than
--- relaybus.retention_dead, and completion history (0.1.0's completed deliveries included)
--- older than relaybus.retention_completed. Returns the rows deleted, at most 10,000 of each
--- kind: call it until it returns 0.
+-- purge_expired: deletes events older than relaybus.retention_completed whose every
+-- delivery is finished (below its lane's cursor or in its done set, with no exception row),
+-- with those deliveries; dead letters older than relaybus.retention_dead; completion history
+-- older than relaybus.retention_completed. Returns the rows deleted, at most 10,000 events
+-- and 10,000 of each other kind: call it until it returns 0.
 --
--- Writes events, deliveries, completions.
+-- Never a lane's last delivery: the next commit numbers the lane's deliveries from it
+-- (src/pg/commit_order.hpp), so its event waits for a later delivery in that lane. Events
+-- are locked SKIP LOCKED first (a republish adding a handler holds its event), so the call
+-- waits for nothing. Writes events, deliveries, exceptions, completions. Interim: 0.3.0's
+-- retention is to rotate instead of deleting (docs/design.md).
 CREATE FUNCTION relaybus.purge_expired() RETURNS bigint
-  AS 'MODULE_PATHNAME', 'relaybus_purge_expired_positions' LANGUAGE C VOLATILE
-  SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+  LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+  -- In seconds, as the settings store them; their defaults when the library is not loaded.
+  keep_completed interval := make_interval(secs => coalesce((SELECT s.setting::int FROM pg_settings s
+                               WHERE s.name = 'relaybus.retention_completed'), 604800));
+  keep_dead interval := make_interval(secs => coalesce((SELECT s.setting::int FROM pg_settings s
+                          WHERE s.name = 'relaybus.retention_dead'), 1209600));
+  ids text[];
+  n bigint;
+  deleted bigint := 0;
+BEGIN
+  SELECT coalesce(array_agg(e.id), '{}') INTO ids FROM (
+    SELECT e.id FROM relaybus.events e
+     WHERE e.published_at < now() - keep_completed
+       AND NOT EXISTS (SELECT 1 FROM relaybus.exceptions x WHERE x.event_id = e.id)
+       AND NOT EXISTS (
+         SELECT 1 FROM relaybus.deliveries d
+           JOIN relaybus.lanes l ON l.handler = d.handler AND l.lane = d.lane
+          WHERE d.event_id = e.id
+            AND ((d.position > l.acked_upto AND d.position <> ALL (l.done))
+                 OR NOT EXISTS (SELECT 1 FROM relaybus.deliveries t WHERE t.handler = d.handler
+                                   AND t.lane = d.lane AND t.position > d.position)))
+     LIMIT 10000 FOR UPDATE OF e SKIP LOCKED) e;
+  DELETE FROM relaybus.deliveries d WHERE d.event_id = ANY (ids);
+  DELETE FROM relaybus.events e WHERE e.id = ANY (ids);
+  GET DIAGNOSTICS n = ROW_COUNT;
+  deleted := deleted + n;
+  DELETE FROM relaybus.exceptions x WHERE (x.handler, x.lane, x.position) IN (
+    SELECT y.handler, y.lane, y.position FROM relaybus.exceptions y
+     WHERE y.status = 'dead' AND y.updated_at < now() - keep_dead
+     ORDER BY y.updated_at LIMIT 10000 FOR UPDATE SKIP LOCKED);
+  GET DIAGNOSTICS n = ROW_COUNT;
+  deleted := deleted + n;
+  DELETE FROM relaybus.completions c WHERE c.ctid IN (
+    SELECT y.ctid FROM relaybus.completions y WHERE y.completed_at < now() - keep_completed
+     LIMIT 10000 FOR UPDATE SKIP LOCKED);
+  GET DIAGNOSTICS n = ROW_COUNT;
+  RETURN deleted + n;
+END
+$fn$;
 
 --------------------------------------------------------------------------------
 -- Admin functions in SQL: not on the delivery path.
@@ -216,7 +259,7 @@ CREATE FUNCTION relaybus.purge_expired() RETURNS bigint
 -- requeue: moves one dead delivery back to pending with a fresh attempt budget, due now.
 -- Returns false when (event_id, handler) is not a dead delivery.
 --
--- Writes deliveries.
+-- Writes exceptions (its claims counter moves: a token of its last attempt stays dead).
 CREATE FUNCTION relaybus.requeue(event_id text, handler text) RETURNS boolean
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -224,10 +267,11 @@ BEGIN
   IF event_id IS NULL OR handler IS NULL THEN
     RAISE EXCEPTION 'event_id and handler must not be NULL' USING ERRCODE = 'null_value_not_allowed';
   END IF;
-  UPDATE relaybus.deliveries d
-     SET status = 'pending', attempts = 0, claims = d.claims + 1, available_at = now(),
+  -- core::requeues (src/core/attempt_end.hpp): only a dead delivery moves.
+  UPDATE relaybus.exceptions x
+     SET status = 'pending', attempts = 0, claims = x.claims + 1, available_at = now(),
          updated_at = now()
-   WHERE d.event_id = requeue.event_id AND d.handler = requeue.handler AND d.status = 'dead';
+   WHERE x.event_id = requeue.event_id AND x.handler = requeue.handler AND x.status = 'dead';
   RETURN FOUND;
 END
 $fn$;
@@ -235,7 +279,7 @@ $fn$;
 -- requeue_dead: requeue for every dead delivery of handler (NULL: of every handler).
 -- Returns how many.
 --
--- Writes deliveries.
+-- Writes exceptions.
 CREATE FUNCTION relaybus.requeue_dead(handler text DEFAULT NULL) RETURNS bigint
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -244,14 +288,14 @@ DECLARE
 BEGIN
   IF handler IS NOT NULL
      AND NOT EXISTS (SELECT 1 FROM relaybus.subscriptions s WHERE s.handler = requeue_dead.handler)
-     AND NOT EXISTS (SELECT 1 FROM relaybus.deliveries d WHERE d.handler = requeue_dead.handler) THEN
+     AND NOT EXISTS (SELECT 1 FROM relaybus.lanes l WHERE l.handler = requeue_dead.handler) THEN
     RAISE EXCEPTION 'handler "%" is not subscribed and has no deliveries', handler
       USING ERRCODE = 'undefined_object';
   END IF;
-  UPDATE relaybus.deliveries d
-     SET status = 'pending', attempts = 0, claims = d.claims + 1, available_at = now(),
+  UPDATE relaybus.exceptions x
+     SET status = 'pending', attempts = 0, claims = x.claims + 1, available_at = now(),
          updated_at = now()
-   WHERE d.status = 'dead' AND (requeue_dead.handler IS NULL OR d.handler = requeue_dead.handler);
+   WHERE x.status = 'dead' AND (requeue_dead.handler IS NULL OR x.handler = requeue_dead.handler);
   GET DIAGNOSTICS n = ROW_COUNT;
   RETURN n;
 END
@@ -285,57 +329,59 @@ $fn$;
 -- cancel: removes one delivery that is dead, or pending and not in flight, so that it is
 -- never run (again); a later delivery of its ordering key no longer waits for it. With
 -- relaybus.completion_history on, the history records it with outcome 'cancelled'. Returns
--- false when (event_id, handler) has no delivery; 55006 (object_in_use) while it is in flight.
+-- false when (event_id, handler) has no delivery left; 55006 (object_in_use) while it is in
+-- flight.
 --
--- Writes the delivery's lane (an update that changes nothing, HOT) before the delivery:
--- lanes before deliveries, the order of every other writer. The update waits for a claim
--- holding the lane and keeps later ones from picking the delivery meanwhile; and because it
--- is a new version of the lane, a claim under REPEATABLE READ whose snapshot predates the
--- cancel fails with 40001 instead of handing out the deleted delivery from its snapshot.
--- One cancel per transaction (or several in lane order): two in one transaction lock their
--- lanes in the caller's order. Writes lanes, deliveries (delete), completions (history on).
+-- Writes the delivery's lane first (an update that changes nothing, HOT, or the finish of a
+-- window position): lanes before exception rows, the order of every other writer. The
+-- update waits for a claim holding the lane and keeps later ones from picking the delivery
+-- meanwhile; and because it is a new version of the lane, a claim under REPEATABLE READ
+-- whose snapshot predates the cancel fails with 40001 instead of handing it out. A window
+-- position is finished through core::finish_positions (relaybus_internal.finish_position);
+-- an exception row is deleted. Writes lanes, exceptions, completions (history on).
 CREATE FUNCTION relaybus.cancel(event_id text, handler text) RETURNS boolean
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
   d_lane smallint;
-  d_status text;
-  d_attempts integer;
-  in_flight boolean;
+  d_position bigint;
+  running boolean;
+  x_attempts integer;
+  found_row boolean;
 BEGIN
   IF event_id IS NULL OR handler IS NULL THEN
     RAISE EXCEPTION 'event_id and handler must not be NULL' USING ERRCODE = 'null_value_not_allowed';
   END IF;
-  -- A delivery's lane never changes (lane_of its key or event id), so it can be read
-  -- before the lane is locked.
-  SELECT d.lane INTO d_lane FROM relaybus.deliveries d
+  -- A delivery's place never changes once committed, so it can be read before the lane is
+  -- locked.
+  SELECT d.lane, d.position INTO d_lane, d_position FROM relaybus.deliveries d
    WHERE d.event_id = cancel.event_id AND d.handler = cancel.handler;
   IF NOT FOUND THEN
     RETURN false;
   END IF;
-  -- In flight: listed by a held lane (the in_flight CTE of statistics()), read as of the
-  -- update, which waited for any claim of the lane.
-  UPDATE relaybus.lanes l SET in_flight = l.in_flight
+  UPDATE relaybus.lanes l SET epoch = l.epoch
    WHERE l.handler = cancel.handler AND l.lane = d_lane
-  RETURNING l.lease_owner IS NOT NULL AND cancel.event_id = ANY (l.in_flight) INTO in_flight;
-  SELECT d.status, d.attempts INTO d_status, d_attempts FROM relaybus.deliveries d
-   WHERE d.event_id = cancel.event_id AND d.handler = cancel.handler FOR UPDATE;
-  IF NOT FOUND THEN
-    RETURN false;  -- completed while this waited for the lane
-  END IF;
-  -- core::cancel_verdict (src/core/attempt_end.hpp).
-  IF d_status = 'pending' AND coalesce(in_flight, false) THEN
+  RETURNING d_position = ANY (l.in_flight) OR d_position = ANY (l.retrying) INTO running;
+  -- core::cancel_verdict (src/core/attempt_end.hpp): an attempt running is refused.
+  IF coalesce(running, false) THEN
     RAISE EXCEPTION 'delivery of event "%" to handler "%" is in flight', event_id, handler
       USING ERRCODE = 'object_in_use',
             DETAIL = 'A worker is running its attempt; it ends with complete, fail, bury or release, or when its expired lease is taken over (take_over_expired).',
             HINT = 'Cancel it once the attempt has ended (relaybus.pause stops further attempts).';
   END IF;
-  DELETE FROM relaybus.deliveries d WHERE d.event_id = cancel.event_id AND d.handler = cancel.handler;
-  IF coalesce(current_setting('relaybus.completion_history', true), 'off')::boolean THEN
-    INSERT INTO relaybus.completions (event_id, handler, attempts, outcome)
-    VALUES (cancel.event_id, cancel.handler, d_attempts, 'cancelled');
+  DELETE FROM relaybus.exceptions x
+   WHERE x.handler = cancel.handler AND x.lane = d_lane AND x.position = d_position
+  RETURNING x.attempts INTO x_attempts;
+  found_row := FOUND;
+  IF NOT found_row THEN
+    found_row := relaybus_internal.finish_position(cancel.handler, d_lane, d_position);
+    x_attempts := 0;
   END IF;
-  RETURN true;
+  IF found_row AND coalesce(current_setting('relaybus.completion_history', true), 'off')::boolean THEN
+    INSERT INTO relaybus.completions (event_id, handler, attempts, outcome)
+    VALUES (cancel.event_id, cancel.handler, x_attempts, 'cancelled');
+  END IF;
+  RETURN found_row;
 END
 $fn$;
 

@@ -16,8 +16,8 @@
 CREATE SCHEMA relaybus_internal;
 
 -- create_lanes: creates the @LANE_COUNT@ lanes of handler that do not exist yet, each on a heap
--- page with at most two other lanes (see relaybus.lanes). Internal: run by subscribe and by
--- the upgrade from 0.1.0. Returns nothing.
+-- page with at most two other lanes (see relaybus.lanes). Internal: run by subscribe.
+-- Returns nothing.
 --
 -- Writes lanes. Not SECURITY DEFINER: its callers already run with the owner's rights.
 CREATE FUNCTION relaybus_internal.create_lanes(handler text) RETURNS void
@@ -25,17 +25,54 @@ CREATE FUNCTION relaybus_internal.create_lanes(handler text) RETURNS void
 AS $fn$
   -- An insert longer than the 10% of a page that fillfactor leaves for inserts goes only to
   -- a page that is nearly empty (PostgreSQL then asks for the tuple's length, at least 8016
-  -- bytes, free): each lane is inserted that long (a placeholder in in_flight), then
-  -- emptied in place, and pruning reclaims the placeholder once this transaction is over.
-  -- So the lanes of one call get a page each; a later call can add one lane to a page
-  -- that holds one or two idle lanes, never to one that holds three.
-  -- The placeholder starts with a NULL, which no real in-flight list holds.
-  INSERT INTO relaybus.lanes (handler, lane, in_flight)
-  SELECT create_lanes.handler, n, ARRAY[NULL, repeat('-', 900)] FROM generate_series(0, @LANE_MAX@) n
+  -- bytes, free): each lane is inserted that long (a placeholder in done, about 900 bytes),
+  -- then emptied in place, and pruning reclaims the placeholder once this transaction is
+  -- over. So the lanes of one call get a page each; a later call can add one lane to a
+  -- page that holds one or two idle lanes, never to one that holds three.
+  -- The placeholder starts with a NULL, which no real done set holds.
+  INSERT INTO relaybus.lanes (handler, lane, done)
+  SELECT create_lanes.handler, n, ARRAY[NULL::bigint] || array_fill(0::bigint, ARRAY[115])
+    FROM generate_series(0, @LANE_MAX@) n
   ON CONFLICT DO NOTHING;
-  UPDATE relaybus.lanes l SET in_flight = '{}'
-   WHERE l.handler = create_lanes.handler AND l.in_flight[1] IS NULL
-     AND cardinality(l.in_flight) = 2;
+  UPDATE relaybus.lanes l SET done = '{}'
+   WHERE l.handler = create_lanes.handler AND l.done[1] IS NULL AND cardinality(l.done) = 116;
+$fn$;
+
+-- unfinished: every delivery of handler (NULL: of every handler) its lane has not finished,
+-- as one row each: the window's (position above the cursor, not in done; in flight when
+-- the lane lists it) and the exception rows' (pending, in flight when the lane retries it,
+-- or dead). Internal: the one reading of "what is left" that delivery_counts and
+-- list_deliveries_impl share.
+--
+-- A scan of every position above each lane's cursor (deliveries_pkey) and of the exception
+-- rows: its cost grows with the backlog, as 0.2's scan of the deliveries did. Reads lanes,
+-- deliveries, exceptions.
+CREATE FUNCTION relaybus_internal.unfinished(want_handler text)
+  RETURNS TABLE(handler text, lane smallint, lane_position bigint, event_id text, key text,
+                status text, attempts integer, available_at timestamptz, last_error text,
+                lease_owner text, created_at timestamptz, updated_at timestamptz)
+  LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp
+AS $fn$
+  SELECT d.handler, d.lane, d.position, d.event_id, d.key,
+         CASE WHEN d.position = ANY (l.in_flight) THEN 'processing' ELSE 'pending' END,
+         0, d.available_at, NULL::text,
+         CASE WHEN d.position = ANY (l.in_flight) THEN l.lease_owner END,
+         d.created_at, d.created_at
+    FROM relaybus.lanes l
+    JOIN relaybus.deliveries d
+      ON d.handler = l.handler AND d.lane = l.lane AND d.position > l.acked_upto
+   WHERE (want_handler IS NULL OR l.handler = want_handler)
+     AND d.position <> ALL (l.done)
+  UNION ALL
+  SELECT x.handler, x.lane, x.position, x.event_id, x.key,
+         CASE WHEN x.status = 'pending' AND x.position = ANY (l.retrying) THEN 'processing'
+              ELSE x.status END,
+         x.attempts, x.available_at, x.last_error,
+         CASE WHEN x.status = 'pending' AND x.position = ANY (l.retrying) THEN l.lease_owner END,
+         x.created_at, x.updated_at
+    FROM relaybus.exceptions x
+    LEFT JOIN relaybus.lanes l ON l.handler = x.handler AND l.lane = x.lane
+   WHERE want_handler IS NULL OR x.handler = want_handler
 $fn$;
 
 -- list_deliveries_impl: the body of relaybus.list_deliveries, called with the same
@@ -43,7 +80,7 @@ $fn$;
 --
 -- PL/pgSQL rejects an argument named like an output column, so list_deliveries, whose
 -- arguments are named status and handler like two of its columns, is a SQL function that
--- calls this one. Reads deliveries, events, lanes, completions.
+-- calls this one. Reads what relaybus_internal.unfinished reads, events, completions.
 CREATE FUNCTION relaybus_internal.list_deliveries_impl(want_status text, want_handler text,
                                                        row_limit integer)
   RETURNS TABLE(event_id text, handler text, type text, key text, status text,
@@ -71,59 +108,46 @@ BEGIN
     RETURN;
   END IF;
   RETURN QUERY
-    WITH in_flight AS (
-      SELECT l.handler, f.event_id, l.lease_owner
-        FROM relaybus.lanes l CROSS JOIN LATERAL unnest(l.in_flight) AS f(event_id)
-       WHERE l.lease_owner IS NOT NULL
-    ), listed AS (
-      SELECT d.event_id, d.handler, e.type, d.key,
-             CASE WHEN d.status = 'pending' AND i.event_id IS NOT NULL THEN 'processing'
-                  ELSE d.status END AS status,
-             d.attempts, d.available_at, d.last_error, i.lease_owner, d.created_at, d.updated_at
-        FROM relaybus.deliveries d
-        LEFT JOIN relaybus.events e ON e.id = d.event_id
-        LEFT JOIN in_flight i ON i.handler = d.handler AND i.event_id = d.event_id
-       WHERE want_handler IS NULL OR d.handler = want_handler
-    )
-    SELECT x.* FROM listed x
-     WHERE want_status IS NULL OR x.status = want_status
-     ORDER BY x.created_at DESC, x.event_id, x.handler LIMIT row_limit;
+    SELECT u.event_id, u.handler, e.type, u.key, u.status, u.attempts, u.available_at,
+           u.last_error, u.lease_owner, u.created_at, u.updated_at
+      FROM relaybus_internal.unfinished(want_handler) u
+      LEFT JOIN relaybus.events e ON e.id = u.event_id
+     WHERE want_status IS NULL OR u.status = want_status
+     ORDER BY u.created_at DESC, u.event_id, u.handler LIMIT row_limit;
 END
 $fn$;
 
--- delivery_counts: per handler with deliveries: pending = waiting and not in any held
--- lane's in-flight list, due = those of pending whose available_at has come, in_flight =
--- pending and in such a list, dead, oldest_pending = creation time of the oldest delivery
--- counted in pending. Internal: the figures statistics() and metrics() share.
+-- delivery_counts: per handler with deliveries left: pending = waiting and not in flight,
+-- due = those of pending whose available_at has come, in_flight, dead, oldest_pending =
+-- creation time of the oldest delivery counted in pending. Internal: the figures
+-- statistics() and metrics() share.
 --
--- One pass over deliveries (a sequential scan: some hundreds of milliseconds at a million
--- rows) against a hash of the held lanes' in-flight lists (a scan of lanes). A lane whose
--- lease expired but that nobody took over yet still counts as in flight: its deliveries
--- are not claimable until the takeover. Reads deliveries, lanes.
+-- One pass over relaybus_internal.unfinished (see there what it scans). Reads lanes,
+-- deliveries, exceptions.
 CREATE FUNCTION relaybus_internal.delivery_counts()
   RETURNS TABLE(handler text, pending bigint, due bigint, in_flight bigint, dead bigint,
                 oldest_pending timestamptz)
   LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp
 AS $fn$
-  WITH in_flight AS (
-    SELECT l.handler, f.event_id
-      FROM relaybus.lanes l CROSS JOIN LATERAL unnest(l.in_flight) AS f(event_id)
-     WHERE l.lease_owner IS NOT NULL
-  ), d AS (
-    SELECT d.handler, d.status, d.created_at, d.available_at,
-           i.event_id IS NOT NULL AS in_flight
-      FROM relaybus.deliveries d
-      LEFT JOIN in_flight i ON i.handler = d.handler AND i.event_id = d.event_id
-  )
-  SELECT d.handler,
-         count(*) FILTER (WHERE d.status = 'pending' AND NOT d.in_flight),
-         count(*) FILTER (WHERE d.status = 'pending' AND NOT d.in_flight
-                            AND d.available_at <= now()),
-         count(*) FILTER (WHERE d.status = 'pending' AND d.in_flight),
-         count(*) FILTER (WHERE d.status = 'dead'),
-         min(d.created_at) FILTER (WHERE d.status = 'pending' AND NOT d.in_flight)
-    FROM d GROUP BY d.handler
+  SELECT u.handler,
+         count(*) FILTER (WHERE u.status = 'pending'),
+         count(*) FILTER (WHERE u.status = 'pending' AND u.available_at <= now()),
+         count(*) FILTER (WHERE u.status = 'processing'),
+         count(*) FILTER (WHERE u.status = 'dead'),
+         min(u.created_at) FILTER (WHERE u.status = 'pending')
+    FROM relaybus_internal.unfinished(NULL) u GROUP BY u.handler
 $fn$;
+
+-- finish_position: finishes one position of handler's lane that is in the window, neither
+-- in flight nor finished, through core::finish_positions (the cursor moves over it when it
+-- is the next one). Returns whether it did. Internal: cancel's finish of a delivery that
+-- has no exception row.
+--
+-- Locks the lane row (FOR NO KEY UPDATE) and writes it.
+CREATE FUNCTION relaybus_internal.finish_position(handler text, lane smallint, lane_position bigint)
+  RETURNS boolean
+  AS 'MODULE_PATHNAME', 'relaybus_finish_position' LANGUAGE C VOLATILE STRICT
+  SET search_path = pg_catalog, pg_temp;
 
 -- set_paused: the body of relaybus.pause (paused true) and relaybus.resume (false): marks
 -- or unmarks the subscription; a resume also notifies channel relaybus with the handler,
