@@ -76,12 +76,8 @@ END
 $guard$;
 
 --------------------------------------------------------------------------------
--- Tables (0.3.0): positions and cursors. A delivery is written once, at its publishing
--- transaction's commit, at the next position of its (handler, lane); its lane's row says how
--- far the lane got (a cursor and the positions finished above it); a delivery that does not
--- finish on the happy path (a failure, a delivery not yet due, a key held back by an earlier
--- failure, a release, a takeover's charge) moves to an exception row. The happy path
--- updates one lane row per lane per batch and deletes nothing (src/core/positions.hpp).
+-- Tables (0.3.0) that 0.2 has too: subscriptions, events, the completion history. The
+-- tables of positions and cursors are in positions-0.3.0.sql.
 --------------------------------------------------------------------------------
 
 -- Handlers and what they receive, one row per subscribe (the retry policy included).
@@ -120,6 +116,35 @@ CREATE TABLE relaybus.events (
 --
 -- A BRIN index costs next to nothing on a table that is appended to in publish order.
 CREATE INDEX events_published_at_brin ON relaybus.events USING brin (published_at);
+
+-- Optional append-only completion history: one row per completion while
+-- relaybus.completion_history is on (and 0.1.0's completed deliveries, after an upgrade),
+-- read by statistics() and list_deliveries('completed'), deleted by purge_expired. outcome
+-- says how the delivery ended: 'completed' by its handler, or 'cancelled' by an admin
+-- (cancel).
+CREATE TABLE relaybus.completions (
+  event_id     text NOT NULL,
+  handler      text NOT NULL,
+  attempts     integer NOT NULL,
+  completed_at timestamptz NOT NULL DEFAULT now(),
+  outcome      text NOT NULL DEFAULT 'completed' CHECK (outcome IN ('completed', 'cancelled'))
+);
+-- purge_expired: completion history by age.
+CREATE INDEX completions_completed_at_brin ON relaybus.completions USING brin (completed_at);
+
+-- Extension tables hold user data: pg_dump must dump their rows, not only CREATE EXTENSION.
+SELECT pg_catalog.pg_extension_config_dump('relaybus.subscriptions', '');
+SELECT pg_catalog.pg_extension_config_dump('relaybus.events', '');
+SELECT pg_catalog.pg_extension_config_dump('relaybus.completions', '');
+
+--------------------------------------------------------------------------------
+-- Tables (0.3.0): positions and cursors. A delivery is written once, at its publishing
+-- transaction's commit, at the next position of its (handler, lane); its lane's row says how
+-- far the lane got (a cursor and the positions finished above it); a delivery that does not
+-- finish on the happy path (a failure, a delivery not yet due, a key held back by an earlier
+-- failure, a release, a takeover's charge) moves to an exception row. The happy path
+-- updates one lane row per lane per batch and deletes nothing (src/core/positions.hpp).
+--------------------------------------------------------------------------------
 
 -- One row per (event, handler), written once when the publishing transaction commits (the
 -- library stages it until then: src/pg/commit_order.hpp) at the next position of its
@@ -196,28 +221,10 @@ CREATE INDEX exceptions_due_idx ON relaybus.exceptions (handler, available_at, l
 CREATE INDEX exceptions_dead_idx ON relaybus.exceptions (updated_at, handler)
   WHERE status = 'dead';
 
--- Optional append-only completion history: one row per completion while
--- relaybus.completion_history is on (and 0.1.0's completed deliveries, after an upgrade),
--- read by statistics() and list_deliveries('completed'), deleted by purge_expired. outcome
--- says how the delivery ended: 'completed' by its handler, or 'cancelled' by an admin
--- (cancel).
-CREATE TABLE relaybus.completions (
-  event_id     text NOT NULL,
-  handler      text NOT NULL,
-  attempts     integer NOT NULL,
-  completed_at timestamptz NOT NULL DEFAULT now(),
-  outcome      text NOT NULL DEFAULT 'completed' CHECK (outcome IN ('completed', 'cancelled'))
-);
--- purge_expired: completion history by age.
-CREATE INDEX completions_completed_at_brin ON relaybus.completions USING brin (completed_at);
-
 -- Extension tables hold user data: pg_dump must dump their rows, not only CREATE EXTENSION.
-SELECT pg_catalog.pg_extension_config_dump('relaybus.subscriptions', '');
-SELECT pg_catalog.pg_extension_config_dump('relaybus.events', '');
 SELECT pg_catalog.pg_extension_config_dump('relaybus.deliveries', '');
 SELECT pg_catalog.pg_extension_config_dump('relaybus.lanes', '');
 SELECT pg_catalog.pg_extension_config_dump('relaybus.exceptions', '');
-SELECT pg_catalog.pg_extension_config_dump('relaybus.completions', '');
 
 --------------------------------------------------------------------------------
 -- Internal helpers: functions no user is meant to call, in a schema of their own.
@@ -235,6 +242,90 @@ SELECT pg_catalog.pg_extension_config_dump('relaybus.completions', '');
 -- the owner, with search_path pinned to pg_catalog, pg_temp, and call each helper
 -- schema-qualified, so no caller can put another function in its place.
 CREATE SCHEMA relaybus_internal;
+
+-- set_paused: the body of relaybus.pause (paused true) and relaybus.resume (false): marks
+-- or unmarks the subscription; a resume also notifies channel relaybus with the handler,
+-- when relaybus.notify is on. Returns false when it was so already. Internal.
+--
+-- Locks the subscription row (FOR NO KEY UPDATE, until commit); claims read it without a
+-- lock. Writes subscriptions.
+CREATE FUNCTION relaybus_internal.set_paused(want_handler text, paused boolean) RETURNS boolean
+  LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+  was_paused boolean;
+BEGIN
+  IF want_handler IS NULL THEN
+    RAISE EXCEPTION 'handler must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+  END IF;
+  SELECT s.paused_at IS NOT NULL INTO was_paused
+    FROM relaybus.subscriptions s WHERE s.handler = want_handler FOR NO KEY UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'handler "%" is not subscribed', want_handler
+      USING ERRCODE = 'undefined_object',
+            HINT = 'Only a subscribed handler can be paused or resumed: see relaybus.statistics().';
+  END IF;
+  IF was_paused = paused THEN
+    RETURN false;
+  END IF;
+  UPDATE relaybus.subscriptions s
+     SET paused_at = CASE WHEN paused THEN now() END, updated_at = now()
+   WHERE s.handler = want_handler;
+  -- The library may not be loaded in this session: the setting is then a placeholder (or
+  -- absent), read as text.
+  IF NOT paused AND coalesce(current_setting('relaybus.notify', true), 'on')::boolean THEN
+    PERFORM pg_notify('relaybus', want_handler);
+  END IF;
+  RETURN true;
+END
+$fn$;
+
+-- subscriptions_changed: marks every backend's copy of the subscriptions stale, before each
+-- row that changes in relaybus.subscriptions and before each TRUNCATE of it. Internal: run
+-- by the triggers subscriptions_changed and subscriptions_truncated on that table.
+--
+-- publish routes events by a copy of the subscriptions kept per backend
+-- (src/pg/subscription_cache.hpp). This invalidates the table's relcache entry, which
+-- reaches the writer's backend at the end of the statement and the others when its
+-- transaction commits, and notes that the transaction changed them: until it ends, its
+-- backend keeps no copy, its commit is announced in shared memory before it becomes
+-- visible (src/pg/subscription_changes.hpp), and PREPARE TRANSACTION is refused (0A000).
+-- Returns the row unchanged (a row trigger) or NULL (TRUNCATE). Writes nothing.
+CREATE FUNCTION relaybus_internal.subscriptions_changed() RETURNS trigger
+  AS 'MODULE_PATHNAME', 'relaybus_subscriptions_changed' LANGUAGE C VOLATILE
+  SET search_path = pg_catalog, pg_temp;
+
+-- subscriptions_changed: every row change to the subscriptions, whoever makes it
+-- (subscribe, unsubscribe, pause, an operator's UPDATE, a logical replication apply
+-- worker), marks the copies publish keeps stale.
+--
+-- FOR EACH ROW: a logical replication apply worker fires row triggers only, never
+-- statement triggers (TRUNCATE aside). BEFORE: ahead of the row and of every AFTER
+-- trigger, so that a publish from a trigger added to the table does not keep a copy with
+-- a row the statement may roll back. ENABLE ALWAYS: it fires under
+-- session_replication_role = replica too, where the apply worker runs and an ordinary
+-- trigger would not.
+CREATE TRIGGER subscriptions_changed BEFORE INSERT OR UPDATE OR DELETE ON relaybus.subscriptions
+  FOR EACH ROW EXECUTE FUNCTION relaybus_internal.subscriptions_changed();
+ALTER TABLE relaybus.subscriptions ENABLE ALWAYS TRIGGER subscriptions_changed;
+
+-- subscriptions_truncated: a TRUNCATE of the subscriptions (which fires no row trigger)
+-- marks the copies publish keeps stale, as subscriptions_changed does for rows. ENABLE
+-- ALWAYS: it fires under session_replication_role = replica too.
+CREATE TRIGGER subscriptions_truncated BEFORE TRUNCATE ON relaybus.subscriptions
+  FOR EACH STATEMENT EXECUTE FUNCTION relaybus_internal.subscriptions_changed();
+ALTER TABLE relaybus.subscriptions ENABLE ALWAYS TRIGGER subscriptions_truncated;
+
+-- Nothing for PUBLIC: a new schema grants it nothing, but a new function grants it EXECUTE.
+-- No role gets anything either: only the owner calls these.
+REVOKE ALL ON SCHEMA relaybus_internal FROM PUBLIC;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA relaybus_internal FROM PUBLIC;
+
+--------------------------------------------------------------------------------
+-- Internal helpers over positions (0.3.0): the reading of what is left, the admin
+-- listings and counts built on it, the lanes' creation and the finish of one position. A
+-- fresh install and the update from 0.2.1 both create them here.
+--------------------------------------------------------------------------------
 
 -- create_lanes: creates the 256 lanes of handler that do not exist yet, each on a heap
 -- page with at most two other lanes (see relaybus.lanes). Internal: run by subscribe.
@@ -370,82 +461,7 @@ CREATE FUNCTION relaybus_internal.finish_position(handler text, lane smallint, l
   AS 'MODULE_PATHNAME', 'relaybus_finish_position' LANGUAGE C VOLATILE STRICT
   SET search_path = pg_catalog, pg_temp;
 
--- set_paused: the body of relaybus.pause (paused true) and relaybus.resume (false): marks
--- or unmarks the subscription; a resume also notifies channel relaybus with the handler,
--- when relaybus.notify is on. Returns false when it was so already. Internal.
---
--- Locks the subscription row (FOR NO KEY UPDATE, until commit); claims read it without a
--- lock. Writes subscriptions.
-CREATE FUNCTION relaybus_internal.set_paused(want_handler text, paused boolean) RETURNS boolean
-  LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-  was_paused boolean;
-BEGIN
-  IF want_handler IS NULL THEN
-    RAISE EXCEPTION 'handler must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-  END IF;
-  SELECT s.paused_at IS NOT NULL INTO was_paused
-    FROM relaybus.subscriptions s WHERE s.handler = want_handler FOR NO KEY UPDATE;
-  IF NOT FOUND THEN
-    RAISE EXCEPTION 'handler "%" is not subscribed', want_handler
-      USING ERRCODE = 'undefined_object',
-            HINT = 'Only a subscribed handler can be paused or resumed: see relaybus.statistics().';
-  END IF;
-  IF was_paused = paused THEN
-    RETURN false;
-  END IF;
-  UPDATE relaybus.subscriptions s
-     SET paused_at = CASE WHEN paused THEN now() END, updated_at = now()
-   WHERE s.handler = want_handler;
-  -- The library may not be loaded in this session: the setting is then a placeholder (or
-  -- absent), read as text.
-  IF NOT paused AND coalesce(current_setting('relaybus.notify', true), 'on')::boolean THEN
-    PERFORM pg_notify('relaybus', want_handler);
-  END IF;
-  RETURN true;
-END
-$fn$;
-
--- subscriptions_changed: marks every backend's copy of the subscriptions stale, before each
--- row that changes in relaybus.subscriptions and before each TRUNCATE of it. Internal: run
--- by the triggers subscriptions_changed and subscriptions_truncated on that table.
---
--- publish routes events by a copy of the subscriptions kept per backend
--- (src/pg/subscription_cache.hpp). This invalidates the table's relcache entry, which
--- reaches the writer's backend at the end of the statement and the others when its
--- transaction commits, and notes that the transaction changed them: until it ends, its
--- backend keeps no copy, its commit is announced in shared memory before it becomes
--- visible (src/pg/subscription_changes.hpp), and PREPARE TRANSACTION is refused (0A000).
--- Returns the row unchanged (a row trigger) or NULL (TRUNCATE). Writes nothing.
-CREATE FUNCTION relaybus_internal.subscriptions_changed() RETURNS trigger
-  AS 'MODULE_PATHNAME', 'relaybus_subscriptions_changed' LANGUAGE C VOLATILE
-  SET search_path = pg_catalog, pg_temp;
-
--- subscriptions_changed: every row change to the subscriptions, whoever makes it
--- (subscribe, unsubscribe, pause, an operator's UPDATE, a logical replication apply
--- worker), marks the copies publish keeps stale.
---
--- FOR EACH ROW: a logical replication apply worker fires row triggers only, never
--- statement triggers (TRUNCATE aside). BEFORE: ahead of the row and of every AFTER
--- trigger, so that a publish from a trigger added to the table does not keep a copy with
--- a row the statement may roll back. ENABLE ALWAYS: it fires under
--- session_replication_role = replica too, where the apply worker runs and an ordinary
--- trigger would not.
-CREATE TRIGGER subscriptions_changed BEFORE INSERT OR UPDATE OR DELETE ON relaybus.subscriptions
-  FOR EACH ROW EXECUTE FUNCTION relaybus_internal.subscriptions_changed();
-ALTER TABLE relaybus.subscriptions ENABLE ALWAYS TRIGGER subscriptions_changed;
-
--- subscriptions_truncated: a TRUNCATE of the subscriptions (which fires no row trigger)
--- marks the copies publish keeps stale, as subscriptions_changed does for rows. ENABLE
--- ALWAYS: it fires under session_replication_role = replica too.
-CREATE TRIGGER subscriptions_truncated BEFORE TRUNCATE ON relaybus.subscriptions
-  FOR EACH STATEMENT EXECUTE FUNCTION relaybus_internal.subscriptions_changed();
-ALTER TABLE relaybus.subscriptions ENABLE ALWAYS TRIGGER subscriptions_truncated;
-
--- Nothing for PUBLIC: a new schema grants it nothing, but a new function grants it EXECUTE.
--- No role gets anything either: only the owner calls these.
-REVOKE ALL ON SCHEMA relaybus_internal FROM PUBLIC;
+-- A new function grants EXECUTE to PUBLIC: only the owner calls these.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA relaybus_internal FROM PUBLIC;
 
 --------------------------------------------------------------------------------
@@ -472,7 +488,7 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA relaybus_internal FROM PUBLIC;
 -- that event id when it has no key, lives in: FNV-1a of the UTF-8 bytes, modulo 256.
 --
 -- Touches nothing.
-CREATE FUNCTION relaybus.lane_of(key_or_event_id text) RETURNS smallint
+CREATE OR REPLACE FUNCTION relaybus.lane_of(key_or_event_id text) RETURNS smallint
   AS 'MODULE_PATHNAME', 'relaybus_lane_of' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 -- subscribe: registers or updates handler for event_types ('*' = every type) with its
@@ -487,7 +503,7 @@ CREATE FUNCTION relaybus.lane_of(key_or_event_id text) RETURNS smallint
 -- Not SECURITY DEFINER: the C body takes its owner's rights itself (src/pg/definer_rights.hpp),
 -- because it must check sql_function's owner against the role that called it, which
 -- PostgreSQL no longer knows inside a SECURITY DEFINER function.
-CREATE FUNCTION relaybus.subscribe(
+CREATE OR REPLACE FUNCTION relaybus.subscribe(
   handler text, event_types text[], max_attempts integer DEFAULT 25,
   backoff_base interval DEFAULT '1 second', backoff_max interval DEFAULT '1 hour',
   sql_function regprocedure DEFAULT NULL, sql_timeout interval DEFAULT NULL) RETURNS void
@@ -499,7 +515,7 @@ CREATE FUNCTION relaybus.subscribe(
 -- relaybus.retention_dead). Returns nothing.
 --
 -- Writes subscriptions.
-CREATE FUNCTION relaybus.unsubscribe(handler text) RETURNS void
+CREATE OR REPLACE FUNCTION relaybus.unsubscribe(handler text) RETURNS void
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
@@ -519,7 +535,7 @@ $fn$;
 --
 -- Writes events, deliveries, key_counters (keyed events: the key's row stays locked until
 -- commit, so a key's sequence follows commit order).
-CREATE FUNCTION relaybus.publish(
+CREATE OR REPLACE FUNCTION relaybus.publish(
   type text, payload jsonb DEFAULT '{}', key text DEFAULT NULL, event_id text DEFAULT NULL,
   handlers text[] DEFAULT NULL, available_at timestamptz DEFAULT NULL,
   headers jsonb DEFAULT NULL) RETURNS text
@@ -535,7 +551,7 @@ CREATE FUNCTION relaybus.publish(
 -- Writes events, deliveries, key_counters: one statement per table
 -- when every id is new, else event by event as publish. Locks each key's key_counters row
 -- until commit (in key order when every id is new, else in input order).
-CREATE FUNCTION relaybus.publish_batch(events jsonb) RETURNS SETOF text
+CREATE OR REPLACE FUNCTION relaybus.publish_batch(events jsonb) RETURNS SETOF text
   AS 'MODULE_PATHNAME', 'relaybus_publish_batch_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
   SET enable_seqscan = off SET enable_bitmapscan = off
@@ -549,7 +565,7 @@ CREATE FUNCTION relaybus.publish_batch(events jsonb) RETURNS SETOF text
 -- Takes over lanes whose lease expired, and the worker's lanes of an incarnation that is
 -- gone. Writes lanes only (plus, on a takeover, the charged deliveries). Locks: FOR NO KEY
 -- UPDATE on held lanes, FOR UPDATE SKIP LOCKED on free ones.
-CREATE FUNCTION relaybus.claim(
+CREATE OR REPLACE FUNCTION relaybus.claim(
   worker text, batch_size integer DEFAULT 10, lease interval DEFAULT '30 seconds',
   handlers text[] DEFAULT NULL, holder text DEFAULT NULL)
   RETURNS TABLE(lease_token text, event_id text, handler text, type text, key text,
@@ -564,7 +580,7 @@ CREATE FUNCTION relaybus.claim(
 -- 1 day). Returns how many.
 --
 -- Writes lanes.
-CREATE FUNCTION relaybus.extend_lease(worker text, lease interval DEFAULT '30 seconds',
+CREATE OR REPLACE FUNCTION relaybus.extend_lease(worker text, lease interval DEFAULT '30 seconds',
                                       holder text DEFAULT NULL)
   RETURNS integer
   AS 'MODULE_PATHNAME', 'relaybus_extend_lease' LANGUAGE C VOLATILE
@@ -578,7 +594,7 @@ CREATE FUNCTION relaybus.extend_lease(worker text, lease interval DEFAULT '30 se
 --
 -- FOR KEY SHARE on the lane conflicts with a takeover's FOR UPDATE. Writes deliveries
 -- (delete), completions (when history is on).
-CREATE FUNCTION relaybus.complete(lease_token text) RETURNS boolean
+CREATE OR REPLACE FUNCTION relaybus.complete(lease_token text) RETURNS boolean
   AS 'MODULE_PATHNAME', 'relaybus_complete_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
   SET enable_seqscan = off SET enable_bitmapscan = off
@@ -588,7 +604,7 @@ CREATE FUNCTION relaybus.complete(lease_token text) RETURNS boolean
 -- were completed.
 --
 -- Locks and writes as complete.
-CREATE FUNCTION relaybus.complete_many(lease_tokens text[]) RETURNS integer
+CREATE OR REPLACE FUNCTION relaybus.complete_many(lease_tokens text[]) RETURNS integer
   AS 'MODULE_PATHNAME', 'relaybus_complete_many_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
   SET enable_seqscan = off SET enable_bitmapscan = off
@@ -598,7 +614,7 @@ CREATE FUNCTION relaybus.complete_many(lease_tokens text[]) RETURNS integer
 -- which must be finite), 'dead' (attempts exhausted) or 'lost' (lease lost, nothing changed).
 --
 -- Writes deliveries, lanes (removes it from the in-flight list).
-CREATE FUNCTION relaybus.fail(lease_token text, error text DEFAULT NULL,
+CREATE OR REPLACE FUNCTION relaybus.fail(lease_token text, error text DEFAULT NULL,
                               retry_at timestamptz DEFAULT NULL) RETURNS text
   AS 'MODULE_PATHNAME', 'relaybus_fail_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -609,7 +625,7 @@ CREATE FUNCTION relaybus.fail(lease_token text, error text DEFAULT NULL,
 -- changed) when the lease was lost.
 --
 -- Writes deliveries, lanes.
-CREATE FUNCTION relaybus.bury(lease_token text, error text DEFAULT NULL) RETURNS boolean
+CREATE OR REPLACE FUNCTION relaybus.bury(lease_token text, error text DEFAULT NULL) RETURNS boolean
   AS 'MODULE_PATHNAME', 'relaybus_bury_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
   SET enable_seqscan = off SET enable_bitmapscan = off
@@ -619,7 +635,7 @@ CREATE FUNCTION relaybus.bury(lease_token text, error text DEFAULT NULL) RETURNS
 -- once. Returns false (nothing changed) when the lease was lost.
 --
 -- Writes deliveries (claims counter), lanes.
-CREATE FUNCTION relaybus.release(lease_token text) RETURNS boolean
+CREATE OR REPLACE FUNCTION relaybus.release(lease_token text) RETURNS boolean
   AS 'MODULE_PATHNAME', 'relaybus_release_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
   SET enable_seqscan = off SET enable_bitmapscan = off
@@ -629,7 +645,7 @@ CREATE FUNCTION relaybus.release(lease_token text) RETURNS boolean
 -- NULL, every lane of worker bound to a backend. Returns how many.
 --
 -- Writes lanes.
-CREATE FUNCTION relaybus.relinquish(worker text, holder text DEFAULT NULL) RETURNS integer
+CREATE OR REPLACE FUNCTION relaybus.relinquish(worker text, holder text DEFAULT NULL) RETURNS integer
   AS 'MODULE_PATHNAME', 'relaybus_relinquish_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
   SET enable_seqscan = off SET enable_bitmapscan = off
@@ -642,7 +658,7 @@ CREATE FUNCTION relaybus.relinquish(worker text, holder text DEFAULT NULL) RETUR
 -- Skips lanes locked by a completion in progress. A lane whose takeover raises is skipped
 -- with a WARNING (each lane then in a subtransaction of its own), so one cannot stop the
 -- others. Writes lanes, deliveries.
-CREATE FUNCTION relaybus.take_over_expired() RETURNS integer
+CREATE OR REPLACE FUNCTION relaybus.take_over_expired() RETURNS integer
   AS 'MODULE_PATHNAME', 'relaybus_take_over_expired_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
   SET enable_seqscan = off SET enable_bitmapscan = off
@@ -659,7 +675,7 @@ CREATE FUNCTION relaybus.take_over_expired() RETURNS integer
 -- are locked SKIP LOCKED first (a republish adding a handler holds its event), so the call
 -- waits for nothing. Writes events, deliveries, exceptions, completions. Interim: 0.3.0's
 -- retention is to rotate instead of deleting (docs/design.md).
-CREATE FUNCTION relaybus.purge_expired() RETURNS bigint
+CREATE OR REPLACE FUNCTION relaybus.purge_expired() RETURNS bigint
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
@@ -710,7 +726,7 @@ $fn$;
 -- Returns false when (event_id, handler) is not a dead delivery.
 --
 -- Writes exceptions (its claims counter moves: a token of its last attempt stays dead).
-CREATE FUNCTION relaybus.requeue(event_id text, handler text) RETURNS boolean
+CREATE OR REPLACE FUNCTION relaybus.requeue(event_id text, handler text) RETURNS boolean
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
@@ -730,7 +746,7 @@ $fn$;
 -- Returns how many.
 --
 -- Writes exceptions.
-CREATE FUNCTION relaybus.requeue_dead(handler text DEFAULT NULL) RETURNS bigint
+CREATE OR REPLACE FUNCTION relaybus.requeue_dead(handler text DEFAULT NULL) RETURNS bigint
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
@@ -758,7 +774,7 @@ $fn$;
 -- A claim already running when pause commits may still hand out its batch; every claim
 -- that starts after does not. A re-subscribe keeps the pause; unsubscribe forgets it.
 -- Writes subscriptions (relaybus_internal.set_paused).
-CREATE FUNCTION relaybus.pause(handler text) RETURNS boolean
+CREATE OR REPLACE FUNCTION relaybus.pause(handler text) RETURNS boolean
   LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
   SELECT relaybus_internal.set_paused($1, true)
@@ -770,7 +786,7 @@ $fn$;
 --
 -- Writes subscriptions (relaybus_internal.set_paused); NOTIFY relaybus when relaybus.notify
 -- is on.
-CREATE FUNCTION relaybus.resume(handler text) RETURNS boolean
+CREATE OR REPLACE FUNCTION relaybus.resume(handler text) RETURNS boolean
   LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
   SELECT relaybus_internal.set_paused($1, false)
@@ -789,7 +805,7 @@ $fn$;
 -- whose snapshot predates the cancel fails with 40001 instead of handing it out. A window
 -- position is finished through core::finish_positions (relaybus_internal.finish_position);
 -- an exception row is deleted. Writes lanes, exceptions, completions (history on).
-CREATE FUNCTION relaybus.cancel(event_id text, handler text) RETURNS boolean
+CREATE OR REPLACE FUNCTION relaybus.cancel(event_id text, handler text) RETURNS boolean
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
@@ -843,7 +859,7 @@ $fn$;
 --
 -- Reads subscriptions, deliveries, lanes, completions; the deliveries' figures are
 -- relaybus_internal.delivery_counts (see there what it scans).
-CREATE FUNCTION relaybus.statistics()
+CREATE OR REPLACE FUNCTION relaybus.statistics()
   RETURNS TABLE(handler text, pending bigint, processing bigint, dead bigint, completed bigint,
                 oldest_pending timestamptz, paused boolean)
   LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -875,7 +891,7 @@ $fn$;
 --
 -- A scan: filter by status or handler on a large table. The body is
 -- relaybus_internal.list_deliveries_impl (see there why).
-CREATE FUNCTION relaybus.list_deliveries(status text DEFAULT NULL, handler text DEFAULT NULL,
+CREATE OR REPLACE FUNCTION relaybus.list_deliveries(status text DEFAULT NULL, handler text DEFAULT NULL,
                                          max_rows integer DEFAULT 100)
   RETURNS TABLE(event_id text, handler text, type text, key text, status text,
                 attempts integer, available_at timestamptz, last_error text,
@@ -1172,6 +1188,14 @@ COMMENT ON TABLE relaybus.events IS
   'again.';
 COMMENT ON INDEX relaybus.events_published_at_brin IS
   'purge_expired: events by age.';
+COMMENT ON TABLE relaybus.completions IS
+  'Optional append-only completion history: one row per completion while '
+  'relaybus.completion_history is on (and 0.1.0''s completed deliveries, after an upgrade), '
+  'read by statistics() and list_deliveries(''completed''), deleted by purge_expired. outcome '
+  'says how the delivery ended: ''completed'' by its handler, or ''cancelled'' by an admin '
+  '(cancel).';
+COMMENT ON INDEX relaybus.completions_completed_at_brin IS
+  'purge_expired: completion history by age.';
 COMMENT ON TABLE relaybus.deliveries IS
   'One row per (event, handler), written once when the publishing transaction commits (the '
   'library stages it until then: src/pg/commit_order.hpp) at the next position of its '
@@ -1202,17 +1226,25 @@ COMMENT ON INDEX relaybus.exceptions_due_idx IS
   'primary key; free lanes with due retries by this one.';
 COMMENT ON INDEX relaybus.exceptions_dead_idx IS
   'purge_expired and requeue_dead: dead letters by age.';
-COMMENT ON TABLE relaybus.completions IS
-  'Optional append-only completion history: one row per completion while '
-  'relaybus.completion_history is on (and 0.1.0''s completed deliveries, after an upgrade), '
-  'read by statistics() and list_deliveries(''completed''), deleted by purge_expired. outcome '
-  'says how the delivery ended: ''completed'' by its handler, or ''cancelled'' by an admin '
-  '(cancel).';
-COMMENT ON INDEX relaybus.completions_completed_at_brin IS
-  'purge_expired: completion history by age.';
 COMMENT ON SCHEMA relaybus_internal IS
   'Internal helpers of relaybus, called only by its own functions; not part of the SQL API '
   'and usable by no role.';
+COMMENT ON FUNCTION relaybus_internal.set_paused(want_handler text, paused boolean) IS
+  'the body of relaybus.pause (paused true) and relaybus.resume (false): marks '
+  'or unmarks the subscription; a resume also notifies channel relaybus with the handler, '
+  'when relaybus.notify is on. Returns false when it was so already. Internal.';
+COMMENT ON FUNCTION relaybus_internal.subscriptions_changed() IS
+  'marks every backend''s copy of the subscriptions stale, before each '
+  'row that changes in relaybus.subscriptions and before each TRUNCATE of it. Internal: run '
+  'by the triggers subscriptions_changed and subscriptions_truncated on that table.';
+COMMENT ON TRIGGER subscriptions_changed ON relaybus.subscriptions IS
+  'every row change to the subscriptions, whoever makes it '
+  '(subscribe, unsubscribe, pause, an operator''s UPDATE, a logical replication apply '
+  'worker), marks the copies publish keeps stale.';
+COMMENT ON TRIGGER subscriptions_truncated ON relaybus.subscriptions IS
+  'a TRUNCATE of the subscriptions (which fires no row trigger) '
+  'marks the copies publish keeps stale, as subscriptions_changed does for rows. ENABLE '
+  'ALWAYS: it fires under session_replication_role = replica too.';
 COMMENT ON FUNCTION relaybus_internal.create_lanes(handler text) IS
   'creates the 256 lanes of handler that do not exist yet, each on a heap '
   'page with at most two other lanes (see relaybus.lanes). Internal: run by subscribe. '
@@ -1236,22 +1268,6 @@ COMMENT ON FUNCTION relaybus_internal.finish_position(handler text, lane smallin
   'in flight nor finished, through core::finish_positions (the cursor moves over it when it '
   'is the next one). Returns whether it did. Internal: cancel''s finish of a delivery that '
   'has no exception row.';
-COMMENT ON FUNCTION relaybus_internal.set_paused(want_handler text, paused boolean) IS
-  'the body of relaybus.pause (paused true) and relaybus.resume (false): marks '
-  'or unmarks the subscription; a resume also notifies channel relaybus with the handler, '
-  'when relaybus.notify is on. Returns false when it was so already. Internal.';
-COMMENT ON FUNCTION relaybus_internal.subscriptions_changed() IS
-  'marks every backend''s copy of the subscriptions stale, before each '
-  'row that changes in relaybus.subscriptions and before each TRUNCATE of it. Internal: run '
-  'by the triggers subscriptions_changed and subscriptions_truncated on that table.';
-COMMENT ON TRIGGER subscriptions_changed ON relaybus.subscriptions IS
-  'every row change to the subscriptions, whoever makes it '
-  '(subscribe, unsubscribe, pause, an operator''s UPDATE, a logical replication apply '
-  'worker), marks the copies publish keeps stale.';
-COMMENT ON TRIGGER subscriptions_truncated ON relaybus.subscriptions IS
-  'a TRUNCATE of the subscriptions (which fires no row trigger) '
-  'marks the copies publish keeps stale, as subscriptions_changed does for rows. ENABLE '
-  'ALWAYS: it fires under session_replication_role = replica too.';
 COMMENT ON FUNCTION relaybus.lane_of(key_or_event_id text) IS
   'the lane (0..255) a delivery with that ordering key, or with '
   'that event id when it has no key, lives in: FNV-1a of the UTF-8 bytes, modulo 256.';

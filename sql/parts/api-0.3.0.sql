@@ -22,7 +22,7 @@
 -- that event id when it has no key, lives in: FNV-1a of the UTF-8 bytes, modulo @LANE_COUNT@.
 --
 -- Touches nothing.
-CREATE FUNCTION relaybus.lane_of(key_or_event_id text) RETURNS smallint
+CREATE OR REPLACE FUNCTION relaybus.lane_of(key_or_event_id text) RETURNS smallint
   AS 'MODULE_PATHNAME', 'relaybus_lane_of' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 -- subscribe: registers or updates handler for event_types ('*' = every type) with its
@@ -37,7 +37,7 @@ CREATE FUNCTION relaybus.lane_of(key_or_event_id text) RETURNS smallint
 -- Not SECURITY DEFINER: the C body takes its owner's rights itself (src/pg/definer_rights.hpp),
 -- because it must check sql_function's owner against the role that called it, which
 -- PostgreSQL no longer knows inside a SECURITY DEFINER function.
-CREATE FUNCTION relaybus.subscribe(
+CREATE OR REPLACE FUNCTION relaybus.subscribe(
   handler text, event_types text[], max_attempts integer DEFAULT @RETRY_MAX_ATTEMPTS@,
   backoff_base interval DEFAULT '@RETRY_BACKOFF_BASE@', backoff_max interval DEFAULT '@RETRY_BACKOFF_MAX@',
   sql_function regprocedure DEFAULT NULL, sql_timeout interval DEFAULT NULL) RETURNS void
@@ -49,7 +49,7 @@ CREATE FUNCTION relaybus.subscribe(
 -- relaybus.retention_dead). Returns nothing.
 --
 -- Writes subscriptions.
-CREATE FUNCTION relaybus.unsubscribe(handler text) RETURNS void
+CREATE OR REPLACE FUNCTION relaybus.unsubscribe(handler text) RETURNS void
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
@@ -69,7 +69,7 @@ $fn$;
 --
 -- Writes events, deliveries, key_counters (keyed events: the key's row stays locked until
 -- commit, so a key's sequence follows commit order).
-CREATE FUNCTION relaybus.publish(
+CREATE OR REPLACE FUNCTION relaybus.publish(
   type text, payload jsonb DEFAULT '{}', key text DEFAULT NULL, event_id text DEFAULT NULL,
   handlers text[] DEFAULT NULL, available_at timestamptz DEFAULT NULL,
   headers jsonb DEFAULT NULL) RETURNS text
@@ -85,7 +85,7 @@ CREATE FUNCTION relaybus.publish(
 -- Writes events, deliveries, key_counters: one statement per table
 -- when every id is new, else event by event as publish. Locks each key's key_counters row
 -- until commit (in key order when every id is new, else in input order).
-CREATE FUNCTION relaybus.publish_batch(events jsonb) RETURNS SETOF text
+CREATE OR REPLACE FUNCTION relaybus.publish_batch(events jsonb) RETURNS SETOF text
   AS 'MODULE_PATHNAME', 'relaybus_publish_batch_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
   SET enable_seqscan = off SET enable_bitmapscan = off
@@ -99,7 +99,7 @@ CREATE FUNCTION relaybus.publish_batch(events jsonb) RETURNS SETOF text
 -- Takes over lanes whose lease expired, and the worker's lanes of an incarnation that is
 -- gone. Writes lanes only (plus, on a takeover, the charged deliveries). Locks: FOR NO KEY
 -- UPDATE on held lanes, FOR UPDATE SKIP LOCKED on free ones.
-CREATE FUNCTION relaybus.claim(
+CREATE OR REPLACE FUNCTION relaybus.claim(
   worker text, batch_size integer DEFAULT 10, lease interval DEFAULT '30 seconds',
   handlers text[] DEFAULT NULL, holder text DEFAULT NULL)
   RETURNS TABLE(lease_token text, event_id text, handler text, type text, key text,
@@ -114,7 +114,7 @@ CREATE FUNCTION relaybus.claim(
 -- @LEASE_MAX@). Returns how many.
 --
 -- Writes lanes.
-CREATE FUNCTION relaybus.extend_lease(worker text, lease interval DEFAULT '30 seconds',
+CREATE OR REPLACE FUNCTION relaybus.extend_lease(worker text, lease interval DEFAULT '30 seconds',
                                       holder text DEFAULT NULL)
   RETURNS integer
   AS 'MODULE_PATHNAME', 'relaybus_extend_lease' LANGUAGE C VOLATILE
@@ -128,7 +128,7 @@ CREATE FUNCTION relaybus.extend_lease(worker text, lease interval DEFAULT '30 se
 --
 -- FOR KEY SHARE on the lane conflicts with a takeover's FOR UPDATE. Writes deliveries
 -- (delete), completions (when history is on).
-CREATE FUNCTION relaybus.complete(lease_token text) RETURNS boolean
+CREATE OR REPLACE FUNCTION relaybus.complete(lease_token text) RETURNS boolean
   AS 'MODULE_PATHNAME', 'relaybus_complete_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
   SET enable_seqscan = off SET enable_bitmapscan = off
@@ -138,7 +138,7 @@ CREATE FUNCTION relaybus.complete(lease_token text) RETURNS boolean
 -- were completed.
 --
 -- Locks and writes as complete.
-CREATE FUNCTION relaybus.complete_many(lease_tokens text[]) RETURNS integer
+CREATE OR REPLACE FUNCTION relaybus.complete_many(lease_tokens text[]) RETURNS integer
   AS 'MODULE_PATHNAME', 'relaybus_complete_many_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
   SET enable_seqscan = off SET enable_bitmapscan = off
@@ -148,7 +148,7 @@ CREATE FUNCTION relaybus.complete_many(lease_tokens text[]) RETURNS integer
 -- which must be finite), 'dead' (attempts exhausted) or 'lost' (lease lost, nothing changed).
 --
 -- Writes deliveries, lanes (removes it from the in-flight list).
-CREATE FUNCTION relaybus.fail(lease_token text, error text DEFAULT NULL,
+CREATE OR REPLACE FUNCTION relaybus.fail(lease_token text, error text DEFAULT NULL,
                               retry_at timestamptz DEFAULT NULL) RETURNS text
   AS 'MODULE_PATHNAME', 'relaybus_fail_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -159,7 +159,7 @@ CREATE FUNCTION relaybus.fail(lease_token text, error text DEFAULT NULL,
 -- changed) when the lease was lost.
 --
 -- Writes deliveries, lanes.
-CREATE FUNCTION relaybus.bury(lease_token text, error text DEFAULT NULL) RETURNS boolean
+CREATE OR REPLACE FUNCTION relaybus.bury(lease_token text, error text DEFAULT NULL) RETURNS boolean
   AS 'MODULE_PATHNAME', 'relaybus_bury_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
   SET enable_seqscan = off SET enable_bitmapscan = off
@@ -169,7 +169,7 @@ CREATE FUNCTION relaybus.bury(lease_token text, error text DEFAULT NULL) RETURNS
 -- once. Returns false (nothing changed) when the lease was lost.
 --
 -- Writes deliveries (claims counter), lanes.
-CREATE FUNCTION relaybus.release(lease_token text) RETURNS boolean
+CREATE OR REPLACE FUNCTION relaybus.release(lease_token text) RETURNS boolean
   AS 'MODULE_PATHNAME', 'relaybus_release_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
   SET enable_seqscan = off SET enable_bitmapscan = off
@@ -179,7 +179,7 @@ CREATE FUNCTION relaybus.release(lease_token text) RETURNS boolean
 -- NULL, every lane of worker bound to a backend. Returns how many.
 --
 -- Writes lanes.
-CREATE FUNCTION relaybus.relinquish(worker text, holder text DEFAULT NULL) RETURNS integer
+CREATE OR REPLACE FUNCTION relaybus.relinquish(worker text, holder text DEFAULT NULL) RETURNS integer
   AS 'MODULE_PATHNAME', 'relaybus_relinquish_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
   SET enable_seqscan = off SET enable_bitmapscan = off
@@ -192,7 +192,7 @@ CREATE FUNCTION relaybus.relinquish(worker text, holder text DEFAULT NULL) RETUR
 -- Skips lanes locked by a completion in progress. A lane whose takeover raises is skipped
 -- with a WARNING (each lane then in a subtransaction of its own), so one cannot stop the
 -- others. Writes lanes, deliveries.
-CREATE FUNCTION relaybus.take_over_expired() RETURNS integer
+CREATE OR REPLACE FUNCTION relaybus.take_over_expired() RETURNS integer
   AS 'MODULE_PATHNAME', 'relaybus_take_over_expired_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
   SET enable_seqscan = off SET enable_bitmapscan = off
@@ -209,7 +209,7 @@ CREATE FUNCTION relaybus.take_over_expired() RETURNS integer
 -- are locked SKIP LOCKED first (a republish adding a handler holds its event), so the call
 -- waits for nothing. Writes events, deliveries, exceptions, completions. Interim: 0.3.0's
 -- retention is to rotate instead of deleting (docs/design.md).
-CREATE FUNCTION relaybus.purge_expired() RETURNS bigint
+CREATE OR REPLACE FUNCTION relaybus.purge_expired() RETURNS bigint
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
@@ -260,7 +260,7 @@ $fn$;
 -- Returns false when (event_id, handler) is not a dead delivery.
 --
 -- Writes exceptions (its claims counter moves: a token of its last attempt stays dead).
-CREATE FUNCTION relaybus.requeue(event_id text, handler text) RETURNS boolean
+CREATE OR REPLACE FUNCTION relaybus.requeue(event_id text, handler text) RETURNS boolean
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
@@ -280,7 +280,7 @@ $fn$;
 -- Returns how many.
 --
 -- Writes exceptions.
-CREATE FUNCTION relaybus.requeue_dead(handler text DEFAULT NULL) RETURNS bigint
+CREATE OR REPLACE FUNCTION relaybus.requeue_dead(handler text DEFAULT NULL) RETURNS bigint
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
@@ -308,7 +308,7 @@ $fn$;
 -- A claim already running when pause commits may still hand out its batch; every claim
 -- that starts after does not. A re-subscribe keeps the pause; unsubscribe forgets it.
 -- Writes subscriptions (relaybus_internal.set_paused).
-CREATE FUNCTION relaybus.pause(handler text) RETURNS boolean
+CREATE OR REPLACE FUNCTION relaybus.pause(handler text) RETURNS boolean
   LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
   SELECT relaybus_internal.set_paused($1, true)
@@ -320,7 +320,7 @@ $fn$;
 --
 -- Writes subscriptions (relaybus_internal.set_paused); NOTIFY relaybus when relaybus.notify
 -- is on.
-CREATE FUNCTION relaybus.resume(handler text) RETURNS boolean
+CREATE OR REPLACE FUNCTION relaybus.resume(handler text) RETURNS boolean
   LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
   SELECT relaybus_internal.set_paused($1, false)
@@ -339,7 +339,7 @@ $fn$;
 -- whose snapshot predates the cancel fails with 40001 instead of handing it out. A window
 -- position is finished through core::finish_positions (relaybus_internal.finish_position);
 -- an exception row is deleted. Writes lanes, exceptions, completions (history on).
-CREATE FUNCTION relaybus.cancel(event_id text, handler text) RETURNS boolean
+CREATE OR REPLACE FUNCTION relaybus.cancel(event_id text, handler text) RETURNS boolean
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
@@ -393,7 +393,7 @@ $fn$;
 --
 -- Reads subscriptions, deliveries, lanes, completions; the deliveries' figures are
 -- relaybus_internal.delivery_counts (see there what it scans).
-CREATE FUNCTION relaybus.statistics()
+CREATE OR REPLACE FUNCTION relaybus.statistics()
   RETURNS TABLE(handler text, pending bigint, processing bigint, dead bigint, completed bigint,
                 oldest_pending timestamptz, paused boolean)
   LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -425,7 +425,7 @@ $fn$;
 --
 -- A scan: filter by status or handler on a large table. The body is
 -- relaybus_internal.list_deliveries_impl (see there why).
-CREATE FUNCTION relaybus.list_deliveries(status text DEFAULT NULL, handler text DEFAULT NULL,
+CREATE OR REPLACE FUNCTION relaybus.list_deliveries(status text DEFAULT NULL, handler text DEFAULT NULL,
                                          max_rows integer DEFAULT 100)
   RETURNS TABLE(event_id text, handler text, type text, key text, status text,
                 attempts integer, available_at timestamptz, last_error text,
