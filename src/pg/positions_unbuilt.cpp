@@ -10,9 +10,9 @@ namespace relaybus::pg {
 namespace {
 
 Datum unbuilt(FunctionCallInfo fcinfo) {
-  ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-                  errmsg("relaybus 0.3.0: %s is not built yet",
-                         get_func_name(fcinfo->flinfo->fn_oid))));
+  ereport(ERROR,
+          (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+           errmsg("relaybus 0.3.0: %s is not built yet", get_func_name(fcinfo->flinfo->fn_oid))));
   return (Datum)0;
 }
 
