@@ -146,6 +146,14 @@ void lock_lane(Oid log, std::int16_t lane) {
   pg_call([&] { (void)LockAcquire(&tag, ExclusiveLock, false, false); });
 }
 
+// The planner settings of the delivery path's functions (sql/parts/api-0.3.0.sql): the
+// statement runs at commit, outside the publishing function and its SET clauses, and its
+// kept plan is remade after every ANALYZE. Remade while the table was small, it would
+// find a lane's last position by a sequential scan and a sort, and keep doing so, at every
+// commit, once the table is deep again; an index plan is right at every size.
+constexpr const char* kIndexPlansOnly[] = {"enable_seqscan", "enable_bitmapscan", "enable_hashjoin",
+                                           "enable_mergejoin", "jit"};
+
 void execute_as_writer(Oid table, SPIPlanPtr plan, Params& params) {
   Oid saved_user = InvalidOid;
   int saved_context = 0;
@@ -153,8 +161,13 @@ void execute_as_writer(Oid table, SPIPlanPtr plan, Params& params) {
   pg_call([&] {
     GetUserIdAndSecContext(&saved_user, &saved_context);
     SetUserIdAndSecContext(noted.writer[table], saved_context | SECURITY_LOCAL_USERID_CHANGE);
+    const int settings = NewGUCNestLevel();
+    for (const char* name : kIndexPlansOnly)
+      (void)set_config_option(name, "off", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0,
+                              false);
     rc = SPI_execute_snapshot(plan, params.values(), params.nulls(), GetLatestSnapshot(),
                               InvalidSnapshot, false, true, 0);
+    AtEOXact_GUC(true, settings);
     SetUserIdAndSecContext(saved_user, saved_context);
   });
   if (rc != SPI_OK_INSERT)
