@@ -1,5 +1,6 @@
-// publish: the event and its deliveries, in the caller's transaction (publish_one.hpp).
+// Publishing one event, in the caller's transaction, for every version (publish_one.hpp).
 #include "counters.hpp"
+#include "delivery_writer.hpp"
 #include "due_time.hpp"
 #include "handler_event.hpp"
 #include "publish_one.hpp"
@@ -10,7 +11,6 @@
 
 #include "../core/claim_request.hpp"
 #include "../core/error.hpp"
-#include "../core/lane.hpp"
 #include "../core/republish.hpp"
 #include "../core/sql_quote.hpp"
 
@@ -29,53 +29,7 @@ bool jsonb_is_object(Datum value) {
   return is_object;
 }
 
-std::optional<std::int64_t> next_sequence(const std::optional<std::string>& key) {
-  if (!key) return std::nullopt;
-  // The row lock taken here is held until commit: a later publisher of the same key waits,
-  // so sequence order is commit order.
-  static Statement bump(
-      "INSERT INTO relaybus.key_counters AS c (key, last_sequence) VALUES ($1, 1)"
-      " ON CONFLICT (key) DO UPDATE SET last_sequence = c.last_sequence + 1"
-      " RETURNING c.last_sequence",
-      {TEXTOID});
-  Params params;
-  params.text(key);
-  bump.run(params);
-  return row::int8(0, 1);
-}
-
 }  // namespace
-
-void insert_deliveries(const std::string& event_id, const std::optional<std::string>& key,
-                       const std::vector<std::string>& handlers,
-                       const std::optional<TimestampTz>& available_at) {
-  if (handlers.empty()) return;
-  static Statement insert(
-      "INSERT INTO relaybus.deliveries (event_id, handler, lane, key, sequence, available_at)"
-      " SELECT $1, h, $2, $3, $4, coalesce($5, now()) FROM unnest($6::text[]) AS h",
-      {TEXTOID, INT2OID, TEXTOID, INT8OID, TIMESTAMPTZOID, TEXTARRAYOID});
-  // One handler, the common case: a VALUES row instead of a scan of a one-element array.
-  // Side by side in pgbench (one publish per transaction, against the floor's statement),
-  // it moved publish from 0.89x to 0.91x of the floor.
-  static Statement insert_one(
-      "INSERT INTO relaybus.deliveries (event_id, handler, lane, key, sequence, available_at)"
-      " VALUES ($1, $6, $2, $3, $4, coalesce($5, now()))",
-      {TEXTOID, INT2OID, TEXTOID, INT8OID, TIMESTAMPTZOID, TEXTOID});
-  const std::optional<std::int64_t> sequence = next_sequence(key);
-  Params params;
-  params.text(event_id);
-  params.int2(core::lane_of(key ? *key : event_id));
-  params.text(key);
-  params.int8(sequence);
-  params.timestamptz(available_at);
-  if (handlers.size() == 1) {
-    params.text(handlers[0]);
-    counters::add(counters::kDeliveriesPublished, insert_one.run(params));
-    return;
-  }
-  params.text_array(handlers);
-  counters::add(counters::kDeliveriesPublished, insert.run(params));
-}
 
 [[noreturn]] void invalid(const std::string& message) {
   throw core::Error(core::ErrorCode::kInvalidParameter, message);
@@ -185,7 +139,8 @@ void wake(const std::vector<std::string>& handlers, const Targets& targets) {
 
 // A repeated event id: deliveries for the handlers core::handlers_to_add names
 // (src/core/republish.hpp), with the stored event's key (its lane and order).
-void publish_repeat(const std::string& event_id, const PublishInput& in, const std::string& where) {
+void publish_repeat(const std::string& event_id, const PublishInput& in, const std::string& where,
+                    const DeliveryWriter& writer) {
   static Statement lock_event(
       "SELECT e.type, e.key, e.handlers, e.payload, e.headers FROM relaybus.events e"
       " WHERE e.id = $1 FOR UPDATE",
@@ -215,11 +170,11 @@ void publish_repeat(const std::string& event_id, const PublishInput& in, const s
   update_params.text(event_id);
   update_params.text_array(added);
   add_handlers.run(update_params);
-  insert_deliveries(event_id, stored_key, added, in.available_at);
+  writer.write(event_id, stored_key, added, in.available_at);
   wake(added, targets);
 }
 
-std::string publish_one(PublishInput& in, const std::string& where) {
+std::string publish_one(PublishInput& in, const std::string& where, const DeliveryWriter& writer) {
   if (in.handlers) {
     std::sort(in.handlers->begin(), in.handlers->end());
     in.handlers->erase(std::unique(in.handlers->begin(), in.handlers->end()), in.handlers->end());
@@ -243,37 +198,12 @@ std::string publish_one(PublishInput& in, const std::string& where) {
   params.text_array(handlers);
   if (insert_event.run(params) == 1) {
     counters::add(counters::kPublished);
-    insert_deliveries(event_id, in.key, handlers, in.available_at);
+    writer.write(event_id, in.key, handlers, in.available_at);
     wake(handlers, targets);
   } else {
-    publish_repeat(event_id, in, where);
+    publish_repeat(event_id, in, where, writer);
   }
   return event_id;
 }
 
-Datum publish_body(FunctionCallInfo fcinfo) {
-  if (PG_ARGISNULL(0)) throw core::Error(core::ErrorCode::kNullValue, "type must not be NULL");
-  if (PG_ARGISNULL(1)) throw core::Error(core::ErrorCode::kNullValue, "payload must not be NULL");
-  PublishInput in;
-  in.type = text_of(PG_GETARG_DATUM(0));
-  in.payload = PG_GETARG_DATUM(1);
-  if (!PG_ARGISNULL(2)) in.key = text_of(PG_GETARG_DATUM(2));
-  if (!PG_ARGISNULL(3)) in.event_id = text_of(PG_GETARG_DATUM(3));
-  if (!PG_ARGISNULL(4)) in.handlers = text_array_of(PG_GETARG_DATUM(4), "handlers");
-  if (!PG_ARGISNULL(5)) in.available_at = PG_GETARG_TIMESTAMPTZ(5);
-  in.headers_null = PG_ARGISNULL(6);
-  if (!in.headers_null) in.headers = PG_GETARG_DATUM(6);
-
-  SpiConnection spi;
-  const std::string event_id = publish_one(in, "");
-  spi.finish();  // the returned text is built after SPI_finish, in the caller's context
-  Datum result = 0;
-  pg_call([&] {
-    result = PointerGetDatum(cstring_to_text_with_len(event_id.data(), event_id.size()));
-  });
-  return result;
-}
-
 }  // namespace relaybus::pg
-
-RELAYBUS_SQL_FUNCTION(relaybus_publish, relaybus::pg::publish_body)
