@@ -3,7 +3,10 @@
 // wake-ups: publish_one.hpp) is one code path for all of them.
 // - 0.2 (sequenced_deliveries.cpp): inserted at once, each keyed delivery with its key's
 //   next sequence from key_counters, whose row lock, held to commit, makes a key's order
-//   its commit order.
+//   its commit order;
+// - 0.3 (staged_deliveries.cpp): kept in backend memory and inserted at commit at its
+//   (handler, lane)'s next position (commit_order::stage), so that positions follow commit
+//   order without publishers waiting for each other.
 #pragma once
 
 #include "publish_one.hpp"
@@ -38,5 +41,8 @@ class DeliveryWriter {
 
 // 0.2.x: relaybus.deliveries with status and sequence, relaybus.key_counters.
 const DeliveryWriter& sequenced_deliveries();
+
+// 0.3.0: relaybus.deliveries with positions, staged until commit.
+const DeliveryWriter& staged_deliveries();
 
 }  // namespace relaybus::pg

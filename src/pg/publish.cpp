@@ -39,8 +39,14 @@ Datum publish_body(FunctionCallInfo fcinfo) {
   return publish_with(fcinfo, sequenced_deliveries());
 }
 
+// 0.3.0: deliveries staged until commit, at their lanes' next positions.
+Datum publish_positions_body(FunctionCallInfo fcinfo) {
+  return publish_with(fcinfo, staged_deliveries());
+}
+
 }  // namespace
 
 }  // namespace relaybus::pg
 
 RELAYBUS_SQL_FUNCTION(relaybus_publish, relaybus::pg::publish_body)
+RELAYBUS_SQL_FUNCTION(relaybus_publish_positions, relaybus::pg::publish_positions_body)

@@ -240,8 +240,14 @@ Datum publish_batch_body(FunctionCallInfo fcinfo) {
   return publish_batch_with(fcinfo, sequenced_deliveries());
 }
 
+// 0.3.0: deliveries staged until commit, at their lanes' next positions.
+Datum publish_batch_positions_body(FunctionCallInfo fcinfo) {
+  return publish_batch_with(fcinfo, staged_deliveries());
+}
+
 }  // namespace
 
 }  // namespace relaybus::pg
 
 RELAYBUS_SQL_FUNCTION(relaybus_publish_batch, relaybus::pg::publish_batch_body)
+RELAYBUS_SQL_FUNCTION(relaybus_publish_batch_positions, relaybus::pg::publish_batch_positions_body)
