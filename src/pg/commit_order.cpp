@@ -29,6 +29,7 @@ struct StagedRow {
   std::int16_t lane;
   std::string event_id;
   std::optional<std::string> key;
+  TimestampTz available_at;
   SubTransactionId subtransaction;
 };
 
@@ -77,27 +78,47 @@ SPIPlanPtr prepare_kept(LogStatement& statement, std::vector<Oid> types) {
   return prepared;
 }
 
+bool has_column(Oid table, const char* column) {
+  AttrNumber number = InvalidAttrNumber;
+  pg_call([&] { number = get_attnum(table, column); });
+  return number != InvalidAttrNumber;
+}
+
 // The staged deliveries of one table, each at its lane's last position plus its place
-// among the transaction's deliveries of that (handler, lane).
+// among the transaction's deliveries of that (handler, lane). available_at and created_at
+// only where the table has them: relaybus 0.3.0's deliveries have both, the prototypes'
+// tables (bench/peers/positions_staged.py, test/integration/commit_order_check.py)
+// neither.
 SPIPlanPtr staged_plan_for(Oid table) {
   LogStatement& statement = staged_statements[table];
   if (statement.plan != nullptr) return statement.plan;
   const std::string name = qualified_name(table);
+  std::string columns = "handler, lane, position, event_id, key";
+  std::string values = "u.e, u.k";
+  if (has_column(table, "available_at")) {
+    columns += ", available_at";
+    values += ", u.a";
+  }
+  if (has_column(table, "created_at")) {
+    columns += ", created_at";
+    values += ", pg_catalog.now()";
+  }
   statement.sql =
-      "INSERT INTO " + name +
-      " (handler, lane, position, event_id, key)"
+      "INSERT INTO " + name + " (" + columns +
+      ")"
       " SELECT u.h, u.l,"
       " COALESCE((SELECT d.position FROM " +
       name +
       " d WHERE d.handler OPERATOR(pg_catalog.=) u.h AND d.lane OPERATOR(pg_catalog.=) u.l"
-      " ORDER BY d.position DESC LIMIT 1), 0) OPERATOR(pg_catalog.+) u.o,"
-      " u.e, u.k"
+      " ORDER BY d.position DESC LIMIT 1), 0) OPERATOR(pg_catalog.+) u.o, " +
+      values +
       " FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]),"
       " pg_catalog.unnest($2::pg_catalog.int2[]), pg_catalog.unnest($3::pg_catalog.int4[]),"
-      " pg_catalog.unnest($4::pg_catalog.text[]), pg_catalog.unnest($5::pg_catalog.text[]))"
-      " AS u(h, l, o, e, k)";
-  return prepare_kept(statement,
-                      {TEXTARRAYOID, INT2ARRAYOID, INT4ARRAYOID, TEXTARRAYOID, TEXTARRAYOID});
+      " pg_catalog.unnest($4::pg_catalog.text[]), pg_catalog.unnest($5::pg_catalog.text[]),"
+      " pg_catalog.unnest($6::pg_catalog.timestamptz[]))"
+      " AS u(h, l, o, e, k, a)";
+  return prepare_kept(statement, {TEXTARRAYOID, INT2ARRAYOID, INT4ARRAYOID, TEXTARRAYOID,
+                                  TEXTARRAYOID, TIMESTAMPTZARRAYOID});
 }
 
 SPIPlanPtr plan_for(Oid log) {
@@ -125,6 +146,14 @@ void lock_lane(Oid log, std::int16_t lane) {
   pg_call([&] { (void)LockAcquire(&tag, ExclusiveLock, false, false); });
 }
 
+// The planner settings of the delivery path's functions (sql/parts/api-0.3.0.sql): the
+// statement runs at commit, outside the publishing function and its SET clauses, and its
+// kept plan is remade after every ANALYZE. Remade while the table was small, it would
+// find a lane's last position by a sequential scan and a sort, and keep doing so, at every
+// commit, once the table is deep again; an index plan is right at every size.
+constexpr const char* kIndexPlansOnly[] = {"enable_seqscan", "enable_bitmapscan", "enable_hashjoin",
+                                           "enable_mergejoin", "jit"};
+
 void execute_as_writer(Oid table, SPIPlanPtr plan, Params& params) {
   Oid saved_user = InvalidOid;
   int saved_context = 0;
@@ -132,8 +161,13 @@ void execute_as_writer(Oid table, SPIPlanPtr plan, Params& params) {
   pg_call([&] {
     GetUserIdAndSecContext(&saved_user, &saved_context);
     SetUserIdAndSecContext(noted.writer[table], saved_context | SECURITY_LOCAL_USERID_CHANGE);
+    const int settings = NewGUCNestLevel();
+    for (const char* name : kIndexPlansOnly)
+      (void)set_config_option(name, "off", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0,
+                              false);
     rc = SPI_execute_snapshot(plan, params.values(), params.nulls(), GetLatestSnapshot(),
                               InvalidSnapshot, false, true, 0);
+    AtEOXact_GUC(true, settings);
     SetUserIdAndSecContext(saved_user, saved_context);
   });
   if (rc != SPI_OK_INSERT)
@@ -147,7 +181,7 @@ void write_staged(Oid table, const std::vector<StagedRow>& rows) {
   std::vector<std::string> handlers, event_ids;
   std::vector<std::int16_t> lanes;
   std::vector<std::int32_t> ordinals;
-  std::vector<Datum> keys;
+  std::vector<Datum> keys, available;
   std::vector<bool> key_nulls;
   for (const StagedRow& row : rows) {
     handlers.push_back(row.handler);
@@ -158,6 +192,7 @@ void write_staged(Oid table, const std::vector<StagedRow>& rows) {
     if (row.key) pg_call([&] { key = PointerGetDatum(cstring_to_text(row.key->c_str())); });
     keys.push_back(key);
     key_nulls.push_back(!row.key.has_value());
+    available.push_back(TimestampTzGetDatum(row.available_at));
   }
   Params params;
   params.text_array(handlers);
@@ -165,6 +200,7 @@ void write_staged(Oid table, const std::vector<StagedRow>& rows) {
   params.int4_array(ordinals);
   params.text_array(event_ids);
   params.datum_array(keys, key_nulls, TEXTOID);
+  params.datum_array(available, std::vector<bool>(available.size(), false), TIMESTAMPTZOID);
   execute_as_writer(table, staged_plan_for(table), params);
 }
 
@@ -268,12 +304,12 @@ void install() {
 }
 
 void stage(Oid table, const std::string& handler, std::int16_t lane, const std::string& event_id,
-           const std::optional<std::string>& key) {
+           const std::optional<std::string>& key, TimestampTz available_at) {
   if (lane < 0) throw core::Error(core::ErrorCode::kInvalidParameter, "relaybus: lane is negative");
   noted.writer.emplace(table, GetUserId());
   noted.deliveries[Key{table, lane, handler}]++;
   noted.staged[table].push_back(
-      StagedRow{handler, lane, event_id, key, GetCurrentSubTransactionId()});
+      StagedRow{handler, lane, event_id, key, available_at, GetCurrentSubTransactionId()});
 }
 
 std::int32_t note(Oid log, const std::string& handler, std::int16_t lane) {
@@ -302,7 +338,7 @@ RELAYBUS_SQL_FUNCTION(relaybus_commit_order_note, commit_order_note_body)
 namespace {
 
 // The same for staged deliveries: (table regclass, handler text, lane int2, event_id text,
-// key text), key may be NULL.
+// key text), key may be NULL; due at now() where the table has available_at.
 Datum commit_order_stage_body(FunctionCallInfo fcinfo) {
   for (int i = 0; i < 4; ++i)
     if (PG_ARGISNULL(i))
@@ -312,7 +348,7 @@ Datum commit_order_stage_body(FunctionCallInfo fcinfo) {
   if (!PG_ARGISNULL(4)) key = relaybus::pg::text_of(PG_GETARG_DATUM(4));
   relaybus::pg::commit_order::stage(PG_GETARG_OID(0), relaybus::pg::text_of(PG_GETARG_DATUM(1)),
                                     PG_GETARG_INT16(2), relaybus::pg::text_of(PG_GETARG_DATUM(3)),
-                                    key);
+                                    key, GetCurrentTransactionStartTimestamp());
   PG_RETURN_VOID();
 }
 

@@ -20,8 +20,6 @@ Datum unbuilt(FunctionCallInfo fcinfo) {
 
 }  // namespace relaybus::pg
 
-RELAYBUS_SQL_FUNCTION(relaybus_publish_positions, relaybus::pg::unbuilt)
-RELAYBUS_SQL_FUNCTION(relaybus_publish_batch_positions, relaybus::pg::unbuilt)
 RELAYBUS_SQL_FUNCTION(relaybus_claim_positions, relaybus::pg::unbuilt)
 RELAYBUS_SQL_FUNCTION(relaybus_take_over_expired_positions, relaybus::pg::unbuilt)
 RELAYBUS_SQL_FUNCTION(relaybus_complete_positions, relaybus::pg::unbuilt)
