@@ -493,8 +493,10 @@ $fn$;
 -- (the subscribers of type, or handlers). Idempotent by event_id: a repeat adds deliveries
 -- only for handlers the event never had. Returns the event id (a UUID when not given).
 --
--- Writes events, deliveries, key_counters (keyed events: the key's row stays locked until
--- commit, so a key's sequence follows commit order).
+-- Writes events. Its deliveries are staged in the backend and inserted when the transaction
+-- commits, at each (handler, lane)'s next position, under lane locks taken only then
+-- (src/pg/commit_order.hpp): a transaction does not see its own deliveries, and publishers
+-- wait for each other's commits, never for their work.
 CREATE OR REPLACE FUNCTION relaybus.publish(
   type text, payload jsonb DEFAULT '{}', key text DEFAULT NULL, event_id text DEFAULT NULL,
   handlers text[] DEFAULT NULL, available_at timestamptz DEFAULT NULL,
@@ -508,9 +510,8 @@ CREATE OR REPLACE FUNCTION relaybus.publish(
 -- {type, payload, key, id, handlers, available_at, headers}, in order. Returns the event
 -- ids in input order.
 --
--- Writes events, deliveries, key_counters: one statement per table
--- when every id is new, else event by event as publish. Locks each key's key_counters row
--- until commit (in key order when every id is new, else in input order).
+-- Writes events (one statement when every id is new, else event by event as publish); the
+-- deliveries are staged in input order and inserted at commit, as publish's.
 CREATE OR REPLACE FUNCTION relaybus.publish_batch(events jsonb) RETURNS SETOF text
   AS 'MODULE_PATHNAME', 'relaybus_publish_batch_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
