@@ -19,6 +19,7 @@ PositionAttemptEnd end_position_attempt(Ending ending, const PositionToken& toke
   if (out.end.result == AttemptResult::kLost) return out;
 
   out.listed = listed;
+  out.charged = out.end.attempts - attempts_before;
   out.lane = *lane;
   if (listed == Listed::kWindow) {
     out.claims = 1;

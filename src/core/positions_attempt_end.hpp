@@ -36,7 +36,8 @@ struct PositionAttemptEnd {
   // kWindow: the store inserts the exception row (event id, key and created_at of the
   // delivery row); kRetry: it updates the existing one.
   Listed listed = Listed::kNowhere;
-  std::int32_t claims = 0;  // the exception row's claims counter afterwards
+  std::int32_t claims = 0;   // the exception row's claims counter afterwards
+  std::int32_t charged = 0;  // attempts this end charged (0 or 1): the store's counters
   DueAt due = DueAt::kUnchanged;
   PositionLane lane;  // the lane row afterwards
 };

@@ -61,6 +61,7 @@ TEST(WindowPickEndTest, FailMovesItToAnExceptionRowWithOneAttemptAndClaimsOne) {
   EXPECT_EQ(e.claims, 1);
   EXPECT_EQ(e.due, DueAt::kAfterDelay);
   EXPECT_EQ(e.end.delay_us, 1000) << "backoff_base * 2^0";
+  EXPECT_EQ(e.charged, 1);
 }
 
 TEST(WindowPickEndTest, ItsPositionIsFinishedAndTheCursorPassesIt) {
@@ -86,6 +87,7 @@ TEST(WindowPickEndTest, ReleaseChargesNothingAndIsDueAsTheDeliveryWas) {
   EXPECT_FALSE(e.end.dead);
   EXPECT_EQ(e.due, DueAt::kUnchanged);
   EXPECT_EQ(e.claims, 1) << "the released attempt's token must die: it carried 0";
+  EXPECT_EQ(e.charged, 0);
   EXPECT_EQ(e.lane.progress.in_flight, PositionSet{13}) << "released positions move out too";
 }
 
@@ -137,6 +139,7 @@ TEST(RetryEndTest, FailChargesTheRowsAttemptsWithTheBackoffOfTheNewCount) {
   EXPECT_EQ(e.end.delay_us, 8000) << "base * 2^(4-1)";
   EXPECT_EQ(e.due, DueAt::kAfterDelay);
   EXPECT_EQ(e.claims, 3) << "the row's counter moves past the token's";
+  EXPECT_EQ(e.charged, 1);
 }
 
 TEST(RetryEndTest, ItLeavesRetryingAndTheProgressAlone) {
@@ -156,6 +159,7 @@ TEST(RetryEndTest, ReleaseKeepsTheAttemptsAndTheDueTime) {
   const PositionAttemptEnd e = Retry(Ending::kRelease);
   EXPECT_EQ(e.end.result, AttemptResult::kReleased);
   EXPECT_EQ(e.end.attempts, 3);
+  EXPECT_EQ(e.charged, 0);
   EXPECT_EQ(e.due, DueAt::kUnchanged);
   EXPECT_EQ(e.claims, 3);
 }
