@@ -11,7 +11,7 @@ PG_SRCS = $(sort $(wildcard src/pg/*.cpp))
 OBJS = $(CORE_SRCS:.cpp=.o) $(PG_SRCS:.cpp=.o)
 
 # Extension scripts, built from sql/parts/ by scripts/build-sql (and committed).
-SQL_SCRIPTS = sql/relaybus--0.1.0.sql sql/relaybus--0.2.0.sql sql/relaybus--0.1.0--0.2.0.sql sql/relaybus--0.2.1.sql sql/relaybus--0.2.0--0.2.1.sql sql/relaybus--0.3.0.sql
+SQL_SCRIPTS = sql/relaybus--0.1.0.sql sql/relaybus--0.2.0.sql sql/relaybus--0.1.0--0.2.0.sql sql/relaybus--0.2.1.sql sql/relaybus--0.2.0--0.2.1.sql sql/relaybus--0.3.0.sql sql/relaybus--0.2.1--0.3.0.sql
 DATA = $(SQL_SCRIPTS)
 
 # pg_regress: one file per topic in sql/ and expected/

@@ -25,6 +25,8 @@ SYSTEMS = {
     # EXTENSION_VERSIONS) beside the default version: the held-snapshot scenarios
     # (bench/held_bench.py) compare the two.
     "relaybus loop, VERSION 0.2.0": ("db_loop020", "relaybus_loop.py", None),
+    # The same loop on relaybus 0.3.0 (positions and cursors), while it is not the default.
+    "relaybus loop, VERSION 0.3.0": ("db_loop030", "relaybus_loop.py", None),
     "floor": ("db_floor", "floor.py", None),
     # Not relaybus: the next storage phase's design, measured before it is built (positions.py).
     "positions prototype": ("db_positions", "positions.py", None),
@@ -45,28 +47,29 @@ SYSTEMS = {
 
 # A database whose relaybus is not the default version: prepare() creates it at this version
 # (the runner's reset then finds it there: CREATE EXTENSION IF NOT EXISTS).
-EXTENSION_VERSIONS = {"db_loop020": "0.2.0"}
+EXTENSION_VERSIONS = {"db_loop020": "0.2.0", "db_loop030": "0.3.0"}
 
 
 def plans(mode):
     """(scenario, config, params, systems, reference): the peer comparisons of a mode."""
     if mode == "validity":
         return [("drain", "peers validity drain", dict(events=300, consumers=1, batch=50),
-                 ["relaybus 0.2.0 loop", "floor", "positions prototype", "positions prototype (commit log)",
-                  "positions prototype (staged)", "PgQ (tuned ticker)", "graphile-worker (tuned)", "pg-boss (tuned)"],
+                 ["relaybus 0.2.0 loop", "relaybus loop, VERSION 0.3.0", "floor", "positions prototype",
+                  "positions prototype (commit log)", "positions prototype (staged)", "PgQ (tuned ticker)",
+                  "graphile-worker (tuned)", "pg-boss (tuned)"],
                  "relaybus 0.2.0 loop")]
     n = 20000
     dur = 20 if mode == "quick" else 30
     one = dict(events=n, consumers=1, batch=500)
     return [
         ("drain", "one consumer, batch 500", one,
-         ["relaybus 0.2.0 loop", "floor", "positions prototype", "positions prototype (commit log)",
+         ["relaybus 0.2.0 loop", "relaybus loop, VERSION 0.3.0", "floor", "positions prototype", "positions prototype (commit log)",
           "positions prototype (staged)", "PgQ (tuned ticker)", "graphile-worker (tuned)", "pg-boss (tuned)"],
          "relaybus 0.2.0 loop"),
         # PgQ's two consumers are two registered consumers, each reading every batch and
         # handling its half (README.md).
         ("drain", "two consumers, batch 500", dict(one, consumers=2),
-         ["relaybus 0.2.0 loop", "floor", "positions prototype", "positions prototype (commit log)",
+         ["relaybus 0.2.0 loop", "relaybus loop, VERSION 0.3.0", "floor", "positions prototype", "positions prototype (commit log)",
           "positions prototype (staged)", "PgQ (tuned ticker)", "graphile-worker (tuned)"], "relaybus 0.2.0 loop"),
         # The dispatcher as the harness's TUNED (bench/harness.py): c200 b200 t2 poll 50 ms.
         ("drain", "1 process, tuned", dict(events=n, dispatchers=1, concurrency=200, batch=200, poll_ms=50,
@@ -83,12 +86,12 @@ def plans(mode):
         # The positions prototype publishes too: what its lane-row counter costs a publisher
         # (docs/design.md, "The next storage phase").
         ("publish", "single publish, P=1", dict(publishers=1, batch=1, events=20000),
-         ["relaybus 0.2.0 loop", "relaybus 0.2.0", "floor", "positions prototype",
+         ["relaybus 0.2.0 loop", "relaybus 0.2.0", "relaybus loop, VERSION 0.3.0", "floor", "positions prototype",
           "positions prototype (commit log)", "positions prototype (staged)", "PgQ (pgqd defaults)",
           "graphile-worker (defaults)", "pg-boss (defaults)"],
          "relaybus 0.2.0 loop"),
         ("publish", "100 per statement, P=1", dict(publishers=1, batch=100, events=20000 if mode == "quick" else 100000),
-         ["relaybus 0.2.0 loop", "relaybus 0.2.0", "floor", "positions prototype",
+         ["relaybus 0.2.0 loop", "relaybus 0.2.0", "relaybus loop, VERSION 0.3.0", "floor", "positions prototype",
           "positions prototype (commit log)", "positions prototype (staged)", "PgQ (pgqd defaults)",
           "graphile-worker (defaults)", "pg-boss (defaults)"],
          "relaybus 0.2.0 loop"),

@@ -76,12 +76,8 @@ END
 $guard$;
 
 --------------------------------------------------------------------------------
--- Tables (0.3.0): positions and cursors. A delivery is written once, at its publishing
--- transaction's commit, at the next position of its (handler, lane); its lane's row says how
--- far the lane got (a cursor and the positions finished above it); a delivery that does not
--- finish on the happy path (a failure, a delivery not yet due, a key held back by an earlier
--- failure, a release, a takeover's charge) moves to an exception row. The happy path
--- updates one lane row per lane per batch and deletes nothing (src/core/positions.hpp).
+-- Tables (0.3.0) that 0.2 has too: subscriptions, events, the completion history. The
+-- tables of positions and cursors are in positions-0.3.0.sql.
 --------------------------------------------------------------------------------
 
 -- Handlers and what they receive, one row per subscribe (the retry policy included).
@@ -120,6 +116,35 @@ CREATE TABLE relaybus.events (
 --
 -- A BRIN index costs next to nothing on a table that is appended to in publish order.
 CREATE INDEX events_published_at_brin ON relaybus.events USING brin (published_at);
+
+-- Optional append-only completion history: one row per completion while
+-- relaybus.completion_history is on (and 0.1.0's completed deliveries, after an upgrade),
+-- read by statistics() and list_deliveries('completed'), deleted by purge_expired. outcome
+-- says how the delivery ended: 'completed' by its handler, or 'cancelled' by an admin
+-- (cancel).
+CREATE TABLE relaybus.completions (
+  event_id     text NOT NULL,
+  handler      text NOT NULL,
+  attempts     integer NOT NULL,
+  completed_at timestamptz NOT NULL DEFAULT now(),
+  outcome      text NOT NULL DEFAULT 'completed' CHECK (outcome IN ('completed', 'cancelled'))
+);
+-- purge_expired: completion history by age.
+CREATE INDEX completions_completed_at_brin ON relaybus.completions USING brin (completed_at);
+
+-- Extension tables hold user data: pg_dump must dump their rows, not only CREATE EXTENSION.
+SELECT pg_catalog.pg_extension_config_dump('relaybus.subscriptions', '');
+SELECT pg_catalog.pg_extension_config_dump('relaybus.events', '');
+SELECT pg_catalog.pg_extension_config_dump('relaybus.completions', '');
+
+--------------------------------------------------------------------------------
+-- Tables (0.3.0): positions and cursors. A delivery is written once, at its publishing
+-- transaction's commit, at the next position of its (handler, lane); its lane's row says how
+-- far the lane got (a cursor and the positions finished above it); a delivery that does not
+-- finish on the happy path (a failure, a delivery not yet due, a key held back by an earlier
+-- failure, a release, a takeover's charge) moves to an exception row. The happy path
+-- updates one lane row per lane per batch and deletes nothing (src/core/positions.hpp).
+--------------------------------------------------------------------------------
 
 -- One row per (event, handler), written once when the publishing transaction commits (the
 -- library stages it until then: src/pg/commit_order.hpp) at the next position of its
@@ -196,28 +221,10 @@ CREATE INDEX exceptions_due_idx ON relaybus.exceptions (handler, available_at, l
 CREATE INDEX exceptions_dead_idx ON relaybus.exceptions (updated_at, handler)
   WHERE status = 'dead';
 
--- Optional append-only completion history: one row per completion while
--- relaybus.completion_history is on (and 0.1.0's completed deliveries, after an upgrade),
--- read by statistics() and list_deliveries('completed'), deleted by purge_expired. outcome
--- says how the delivery ended: 'completed' by its handler, or 'cancelled' by an admin
--- (cancel).
-CREATE TABLE relaybus.completions (
-  event_id     text NOT NULL,
-  handler      text NOT NULL,
-  attempts     integer NOT NULL,
-  completed_at timestamptz NOT NULL DEFAULT now(),
-  outcome      text NOT NULL DEFAULT 'completed' CHECK (outcome IN ('completed', 'cancelled'))
-);
--- purge_expired: completion history by age.
-CREATE INDEX completions_completed_at_brin ON relaybus.completions USING brin (completed_at);
-
 -- Extension tables hold user data: pg_dump must dump their rows, not only CREATE EXTENSION.
-SELECT pg_catalog.pg_extension_config_dump('relaybus.subscriptions', '');
-SELECT pg_catalog.pg_extension_config_dump('relaybus.events', '');
 SELECT pg_catalog.pg_extension_config_dump('relaybus.deliveries', '');
 SELECT pg_catalog.pg_extension_config_dump('relaybus.lanes', '');
 SELECT pg_catalog.pg_extension_config_dump('relaybus.exceptions', '');
-SELECT pg_catalog.pg_extension_config_dump('relaybus.completions', '');
 
 --------------------------------------------------------------------------------
 -- Internal helpers: functions no user is meant to call, in a schema of their own.
@@ -235,116 +242,6 @@ SELECT pg_catalog.pg_extension_config_dump('relaybus.completions', '');
 -- the owner, with search_path pinned to pg_catalog, pg_temp, and call each helper
 -- schema-qualified, so no caller can put another function in its place.
 CREATE SCHEMA relaybus_internal;
-
--- create_lanes: creates the 256 lanes of handler that do not exist yet, each on a heap
--- page with at most two other lanes (see relaybus.lanes). Internal: run by subscribe and by
--- the upgrade from 0.1.0. Returns nothing.
---
--- Writes lanes. Not SECURITY DEFINER: its callers already run with the owner's rights.
-CREATE FUNCTION relaybus_internal.create_lanes(handler text) RETURNS void
-  LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp
-AS $fn$
-  -- An insert longer than the 10% of a page that fillfactor leaves for inserts goes only to
-  -- a page that is nearly empty (PostgreSQL then asks for the tuple's length, at least 8016
-  -- bytes, free): each lane is inserted that long (a placeholder in in_flight), then
-  -- emptied in place, and pruning reclaims the placeholder once this transaction is over.
-  -- So the lanes of one call get a page each; a later call can add one lane to a page
-  -- that holds one or two idle lanes, never to one that holds three.
-  -- The placeholder starts with a NULL, which no real in-flight list holds.
-  INSERT INTO relaybus.lanes (handler, lane, in_flight)
-  SELECT create_lanes.handler, n, ARRAY[NULL, repeat('-', 900)] FROM generate_series(0, 255) n
-  ON CONFLICT DO NOTHING;
-  UPDATE relaybus.lanes l SET in_flight = '{}'
-   WHERE l.handler = create_lanes.handler AND l.in_flight[1] IS NULL
-     AND cardinality(l.in_flight) = 2;
-$fn$;
-
--- list_deliveries_impl: the body of relaybus.list_deliveries, called with the same
--- arguments. Internal: only list_deliveries calls it.
---
--- PL/pgSQL rejects an argument named like an output column, so list_deliveries, whose
--- arguments are named status and handler like two of its columns, is a SQL function that
--- calls this one. Reads deliveries, events, lanes, completions.
-CREATE FUNCTION relaybus_internal.list_deliveries_impl(want_status text, want_handler text,
-                                                       row_limit integer)
-  RETURNS TABLE(event_id text, handler text, type text, key text, status text,
-                attempts integer, available_at timestamptz, last_error text,
-                lease_owner text, created_at timestamptz, updated_at timestamptz)
-  LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp
-AS $fn$
-BEGIN
-  IF want_status IS NOT NULL
-     AND want_status NOT IN ('pending', 'processing', 'dead', 'completed') THEN
-    RAISE EXCEPTION 'unknown status "%"', want_status
-      USING ERRCODE = 'invalid_parameter_value',
-            HINT = 'Use pending, processing, dead, completed or NULL.';
-  END IF;
-  IF row_limit IS NULL OR row_limit < 0 THEN
-    RAISE EXCEPTION 'max_rows must be zero or more' USING ERRCODE = 'invalid_parameter_value';
-  END IF;
-  IF want_status = 'completed' THEN
-    RETURN QUERY
-      SELECT c.event_id, c.handler, e.type, e.key, c.outcome, c.attempts,
-             NULL::timestamptz, NULL::text, NULL::text, c.completed_at, c.completed_at
-        FROM relaybus.completions c LEFT JOIN relaybus.events e ON e.id = c.event_id
-       WHERE want_handler IS NULL OR c.handler = want_handler
-       ORDER BY 10 DESC, 1 LIMIT row_limit;
-    RETURN;
-  END IF;
-  RETURN QUERY
-    WITH in_flight AS (
-      SELECT l.handler, f.event_id, l.lease_owner
-        FROM relaybus.lanes l CROSS JOIN LATERAL unnest(l.in_flight) AS f(event_id)
-       WHERE l.lease_owner IS NOT NULL
-    ), listed AS (
-      SELECT d.event_id, d.handler, e.type, d.key,
-             CASE WHEN d.status = 'pending' AND i.event_id IS NOT NULL THEN 'processing'
-                  ELSE d.status END AS status,
-             d.attempts, d.available_at, d.last_error, i.lease_owner, d.created_at, d.updated_at
-        FROM relaybus.deliveries d
-        LEFT JOIN relaybus.events e ON e.id = d.event_id
-        LEFT JOIN in_flight i ON i.handler = d.handler AND i.event_id = d.event_id
-       WHERE want_handler IS NULL OR d.handler = want_handler
-    )
-    SELECT x.* FROM listed x
-     WHERE want_status IS NULL OR x.status = want_status
-     ORDER BY x.created_at DESC, x.event_id, x.handler LIMIT row_limit;
-END
-$fn$;
-
--- delivery_counts: per handler with deliveries: pending = waiting and not in any held
--- lane's in-flight list, due = those of pending whose available_at has come, in_flight =
--- pending and in such a list, dead, oldest_pending = creation time of the oldest delivery
--- counted in pending. Internal: the figures statistics() and metrics() share.
---
--- One pass over deliveries (a sequential scan: some hundreds of milliseconds at a million
--- rows) against a hash of the held lanes' in-flight lists (a scan of lanes). A lane whose
--- lease expired but that nobody took over yet still counts as in flight: its deliveries
--- are not claimable until the takeover. Reads deliveries, lanes.
-CREATE FUNCTION relaybus_internal.delivery_counts()
-  RETURNS TABLE(handler text, pending bigint, due bigint, in_flight bigint, dead bigint,
-                oldest_pending timestamptz)
-  LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp
-AS $fn$
-  WITH in_flight AS (
-    SELECT l.handler, f.event_id
-      FROM relaybus.lanes l CROSS JOIN LATERAL unnest(l.in_flight) AS f(event_id)
-     WHERE l.lease_owner IS NOT NULL
-  ), d AS (
-    SELECT d.handler, d.status, d.created_at, d.available_at,
-           i.event_id IS NOT NULL AS in_flight
-      FROM relaybus.deliveries d
-      LEFT JOIN in_flight i ON i.handler = d.handler AND i.event_id = d.event_id
-  )
-  SELECT d.handler,
-         count(*) FILTER (WHERE d.status = 'pending' AND NOT d.in_flight),
-         count(*) FILTER (WHERE d.status = 'pending' AND NOT d.in_flight
-                            AND d.available_at <= now()),
-         count(*) FILTER (WHERE d.status = 'pending' AND d.in_flight),
-         count(*) FILTER (WHERE d.status = 'dead'),
-         min(d.created_at) FILTER (WHERE d.status = 'pending' AND NOT d.in_flight)
-    FROM d GROUP BY d.handler
-$fn$;
 
 -- set_paused: the body of relaybus.pause (paused true) and relaybus.resume (false): marks
 -- or unmarks the subscription; a resume also notifies channel relaybus with the handler,
@@ -425,6 +322,149 @@ REVOKE ALL ON SCHEMA relaybus_internal FROM PUBLIC;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA relaybus_internal FROM PUBLIC;
 
 --------------------------------------------------------------------------------
+-- Internal helpers over positions (0.3.0): the reading of what is left, the admin
+-- listings and counts built on it, the lanes' creation and the finish of one position. A
+-- fresh install and the update from 0.2.1 both create them here.
+--------------------------------------------------------------------------------
+
+-- create_lanes: creates the 256 lanes of handler that do not exist yet, each on a heap
+-- page with at most two other lanes (see relaybus.lanes). Internal: run by subscribe.
+-- Returns nothing.
+--
+-- Writes lanes. Not SECURITY DEFINER: its callers already run with the owner's rights.
+CREATE FUNCTION relaybus_internal.create_lanes(handler text) RETURNS void
+  LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $fn$
+  -- An insert longer than the 10% of a page that fillfactor leaves for inserts goes only to
+  -- a page that is nearly empty (PostgreSQL then asks for the tuple's length, at least 8016
+  -- bytes, free): each lane is inserted that long (a placeholder in done, about 900 bytes),
+  -- then emptied in place, and pruning reclaims the placeholder once this transaction is
+  -- over. So the lanes of one call get a page each; a later call can add one lane to a
+  -- page that holds one or two idle lanes, never to one that holds three.
+  -- The placeholder starts with a NULL, which no real done set holds.
+  INSERT INTO relaybus.lanes (handler, lane, done)
+  SELECT create_lanes.handler, n, ARRAY[NULL::bigint] || array_fill(0::bigint, ARRAY[115])
+    FROM generate_series(0, 255) n
+  ON CONFLICT DO NOTHING;
+  UPDATE relaybus.lanes l SET done = '{}'
+   WHERE l.handler = create_lanes.handler AND l.done[1] IS NULL AND cardinality(l.done) = 116;
+$fn$;
+
+-- unfinished: every delivery of handler (NULL: of every handler) its lane has not finished,
+-- as one row each: the window's (position above the cursor, not in done; in flight when
+-- the lane lists it) and the exception rows' (pending, in flight when the lane retries it,
+-- or dead). Internal: the one reading of "what is left" that delivery_counts and
+-- list_deliveries_impl share.
+--
+-- A scan of every position above each lane's cursor (deliveries_pkey) and of the exception
+-- rows: its cost grows with the backlog, as 0.2's scan of the deliveries did. Reads lanes,
+-- deliveries, exceptions.
+CREATE FUNCTION relaybus_internal.unfinished(want_handler text)
+  RETURNS TABLE(handler text, lane smallint, lane_position bigint, event_id text, key text,
+                status text, attempts integer, available_at timestamptz, last_error text,
+                lease_owner text, created_at timestamptz, updated_at timestamptz)
+  LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp
+AS $fn$
+  SELECT d.handler, d.lane, d.position, d.event_id, d.key,
+         CASE WHEN d.position = ANY (l.in_flight) THEN 'processing' ELSE 'pending' END,
+         0, d.available_at, NULL::text,
+         CASE WHEN d.position = ANY (l.in_flight) THEN l.lease_owner END,
+         d.created_at, d.created_at
+    FROM relaybus.lanes l
+    JOIN relaybus.deliveries d
+      ON d.handler = l.handler AND d.lane = l.lane AND d.position > l.acked_upto
+   WHERE (want_handler IS NULL OR l.handler = want_handler)
+     AND d.position <> ALL (l.done)
+  UNION ALL
+  SELECT x.handler, x.lane, x.position, x.event_id, x.key,
+         CASE WHEN x.status = 'pending' AND x.position = ANY (l.retrying) THEN 'processing'
+              ELSE x.status END,
+         x.attempts, x.available_at, x.last_error,
+         CASE WHEN x.status = 'pending' AND x.position = ANY (l.retrying) THEN l.lease_owner END,
+         x.created_at, x.updated_at
+    FROM relaybus.exceptions x
+    LEFT JOIN relaybus.lanes l ON l.handler = x.handler AND l.lane = x.lane
+   WHERE want_handler IS NULL OR x.handler = want_handler
+$fn$;
+
+-- list_deliveries_impl: the body of relaybus.list_deliveries, called with the same
+-- arguments. Internal: only list_deliveries calls it.
+--
+-- PL/pgSQL rejects an argument named like an output column, so list_deliveries, whose
+-- arguments are named status and handler like two of its columns, is a SQL function that
+-- calls this one. Reads what relaybus_internal.unfinished reads, events, completions.
+CREATE FUNCTION relaybus_internal.list_deliveries_impl(want_status text, want_handler text,
+                                                       row_limit integer)
+  RETURNS TABLE(event_id text, handler text, type text, key text, status text,
+                attempts integer, available_at timestamptz, last_error text,
+                lease_owner text, created_at timestamptz, updated_at timestamptz)
+  LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+  IF want_status IS NOT NULL
+     AND want_status NOT IN ('pending', 'processing', 'dead', 'completed') THEN
+    RAISE EXCEPTION 'unknown status "%"', want_status
+      USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'Use pending, processing, dead, completed or NULL.';
+  END IF;
+  IF row_limit IS NULL OR row_limit < 0 THEN
+    RAISE EXCEPTION 'max_rows must be zero or more' USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF want_status = 'completed' THEN
+    RETURN QUERY
+      SELECT c.event_id, c.handler, e.type, e.key, c.outcome, c.attempts,
+             NULL::timestamptz, NULL::text, NULL::text, c.completed_at, c.completed_at
+        FROM relaybus.completions c LEFT JOIN relaybus.events e ON e.id = c.event_id
+       WHERE want_handler IS NULL OR c.handler = want_handler
+       ORDER BY 10 DESC, 1 LIMIT row_limit;
+    RETURN;
+  END IF;
+  RETURN QUERY
+    SELECT u.event_id, u.handler, e.type, u.key, u.status, u.attempts, u.available_at,
+           u.last_error, u.lease_owner, u.created_at, u.updated_at
+      FROM relaybus_internal.unfinished(want_handler) u
+      LEFT JOIN relaybus.events e ON e.id = u.event_id
+     WHERE want_status IS NULL OR u.status = want_status
+     ORDER BY u.created_at DESC, u.event_id, u.handler LIMIT row_limit;
+END
+$fn$;
+
+-- delivery_counts: per handler with deliveries left: pending = waiting and not in flight,
+-- due = those of pending whose available_at has come, in_flight, dead, oldest_pending =
+-- creation time of the oldest delivery counted in pending. Internal: the figures
+-- statistics() and metrics() share.
+--
+-- One pass over relaybus_internal.unfinished (see there what it scans). Reads lanes,
+-- deliveries, exceptions.
+CREATE FUNCTION relaybus_internal.delivery_counts()
+  RETURNS TABLE(handler text, pending bigint, due bigint, in_flight bigint, dead bigint,
+                oldest_pending timestamptz)
+  LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp
+AS $fn$
+  SELECT u.handler,
+         count(*) FILTER (WHERE u.status = 'pending'),
+         count(*) FILTER (WHERE u.status = 'pending' AND u.available_at <= now()),
+         count(*) FILTER (WHERE u.status = 'processing'),
+         count(*) FILTER (WHERE u.status = 'dead'),
+         min(u.created_at) FILTER (WHERE u.status = 'pending')
+    FROM relaybus_internal.unfinished(NULL) u GROUP BY u.handler
+$fn$;
+
+-- finish_position: finishes one position of handler's lane that is in the window, neither
+-- in flight nor finished, through core::finish_positions (the cursor moves over it when it
+-- is the next one). Returns whether it did. Internal: cancel's finish of a delivery that
+-- has no exception row.
+--
+-- Locks the lane row (FOR NO KEY UPDATE) and writes it.
+CREATE FUNCTION relaybus_internal.finish_position(handler text, lane smallint, lane_position bigint)
+  RETURNS boolean
+  AS 'MODULE_PATHNAME', 'relaybus_finish_position' LANGUAGE C VOLATILE STRICT
+  SET search_path = pg_catalog, pg_temp;
+
+-- A new function grants EXECUTE to PUBLIC: only the owner calls these.
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA relaybus_internal FROM PUBLIC;
+
+--------------------------------------------------------------------------------
 -- Functions implemented in C++ (src/pg). Each is a thin entry point guarded against
 -- C++ exceptions and PostgreSQL errors crossing each other.
 --
@@ -448,7 +488,7 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA relaybus_internal FROM PUBLIC;
 -- that event id when it has no key, lives in: FNV-1a of the UTF-8 bytes, modulo 256.
 --
 -- Touches nothing.
-CREATE FUNCTION relaybus.lane_of(key_or_event_id text) RETURNS smallint
+CREATE OR REPLACE FUNCTION relaybus.lane_of(key_or_event_id text) RETURNS smallint
   AS 'MODULE_PATHNAME', 'relaybus_lane_of' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 -- subscribe: registers or updates handler for event_types ('*' = every type) with its
@@ -463,7 +503,7 @@ CREATE FUNCTION relaybus.lane_of(key_or_event_id text) RETURNS smallint
 -- Not SECURITY DEFINER: the C body takes its owner's rights itself (src/pg/definer_rights.hpp),
 -- because it must check sql_function's owner against the role that called it, which
 -- PostgreSQL no longer knows inside a SECURITY DEFINER function.
-CREATE FUNCTION relaybus.subscribe(
+CREATE OR REPLACE FUNCTION relaybus.subscribe(
   handler text, event_types text[], max_attempts integer DEFAULT 25,
   backoff_base interval DEFAULT '1 second', backoff_max interval DEFAULT '1 hour',
   sql_function regprocedure DEFAULT NULL, sql_timeout interval DEFAULT NULL) RETURNS void
@@ -475,7 +515,7 @@ CREATE FUNCTION relaybus.subscribe(
 -- relaybus.retention_dead). Returns nothing.
 --
 -- Writes subscriptions.
-CREATE FUNCTION relaybus.unsubscribe(handler text) RETURNS void
+CREATE OR REPLACE FUNCTION relaybus.unsubscribe(handler text) RETURNS void
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
@@ -495,7 +535,7 @@ $fn$;
 --
 -- Writes events, deliveries, key_counters (keyed events: the key's row stays locked until
 -- commit, so a key's sequence follows commit order).
-CREATE FUNCTION relaybus.publish(
+CREATE OR REPLACE FUNCTION relaybus.publish(
   type text, payload jsonb DEFAULT '{}', key text DEFAULT NULL, event_id text DEFAULT NULL,
   handlers text[] DEFAULT NULL, available_at timestamptz DEFAULT NULL,
   headers jsonb DEFAULT NULL) RETURNS text
@@ -511,7 +551,7 @@ CREATE FUNCTION relaybus.publish(
 -- Writes events, deliveries, key_counters: one statement per table
 -- when every id is new, else event by event as publish. Locks each key's key_counters row
 -- until commit (in key order when every id is new, else in input order).
-CREATE FUNCTION relaybus.publish_batch(events jsonb) RETURNS SETOF text
+CREATE OR REPLACE FUNCTION relaybus.publish_batch(events jsonb) RETURNS SETOF text
   AS 'MODULE_PATHNAME', 'relaybus_publish_batch_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
   SET enable_seqscan = off SET enable_bitmapscan = off
@@ -525,7 +565,7 @@ CREATE FUNCTION relaybus.publish_batch(events jsonb) RETURNS SETOF text
 -- Takes over lanes whose lease expired, and the worker's lanes of an incarnation that is
 -- gone. Writes lanes only (plus, on a takeover, the charged deliveries). Locks: FOR NO KEY
 -- UPDATE on held lanes, FOR UPDATE SKIP LOCKED on free ones.
-CREATE FUNCTION relaybus.claim(
+CREATE OR REPLACE FUNCTION relaybus.claim(
   worker text, batch_size integer DEFAULT 10, lease interval DEFAULT '30 seconds',
   handlers text[] DEFAULT NULL, holder text DEFAULT NULL)
   RETURNS TABLE(lease_token text, event_id text, handler text, type text, key text,
@@ -540,7 +580,7 @@ CREATE FUNCTION relaybus.claim(
 -- 1 day). Returns how many.
 --
 -- Writes lanes.
-CREATE FUNCTION relaybus.extend_lease(worker text, lease interval DEFAULT '30 seconds',
+CREATE OR REPLACE FUNCTION relaybus.extend_lease(worker text, lease interval DEFAULT '30 seconds',
                                       holder text DEFAULT NULL)
   RETURNS integer
   AS 'MODULE_PATHNAME', 'relaybus_extend_lease' LANGUAGE C VOLATILE
@@ -554,7 +594,7 @@ CREATE FUNCTION relaybus.extend_lease(worker text, lease interval DEFAULT '30 se
 --
 -- FOR KEY SHARE on the lane conflicts with a takeover's FOR UPDATE. Writes deliveries
 -- (delete), completions (when history is on).
-CREATE FUNCTION relaybus.complete(lease_token text) RETURNS boolean
+CREATE OR REPLACE FUNCTION relaybus.complete(lease_token text) RETURNS boolean
   AS 'MODULE_PATHNAME', 'relaybus_complete_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
   SET enable_seqscan = off SET enable_bitmapscan = off
@@ -564,7 +604,7 @@ CREATE FUNCTION relaybus.complete(lease_token text) RETURNS boolean
 -- were completed.
 --
 -- Locks and writes as complete.
-CREATE FUNCTION relaybus.complete_many(lease_tokens text[]) RETURNS integer
+CREATE OR REPLACE FUNCTION relaybus.complete_many(lease_tokens text[]) RETURNS integer
   AS 'MODULE_PATHNAME', 'relaybus_complete_many_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
   SET enable_seqscan = off SET enable_bitmapscan = off
@@ -574,7 +614,7 @@ CREATE FUNCTION relaybus.complete_many(lease_tokens text[]) RETURNS integer
 -- which must be finite), 'dead' (attempts exhausted) or 'lost' (lease lost, nothing changed).
 --
 -- Writes deliveries, lanes (removes it from the in-flight list).
-CREATE FUNCTION relaybus.fail(lease_token text, error text DEFAULT NULL,
+CREATE OR REPLACE FUNCTION relaybus.fail(lease_token text, error text DEFAULT NULL,
                               retry_at timestamptz DEFAULT NULL) RETURNS text
   AS 'MODULE_PATHNAME', 'relaybus_fail_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -585,7 +625,7 @@ CREATE FUNCTION relaybus.fail(lease_token text, error text DEFAULT NULL,
 -- changed) when the lease was lost.
 --
 -- Writes deliveries, lanes.
-CREATE FUNCTION relaybus.bury(lease_token text, error text DEFAULT NULL) RETURNS boolean
+CREATE OR REPLACE FUNCTION relaybus.bury(lease_token text, error text DEFAULT NULL) RETURNS boolean
   AS 'MODULE_PATHNAME', 'relaybus_bury_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
   SET enable_seqscan = off SET enable_bitmapscan = off
@@ -595,7 +635,7 @@ CREATE FUNCTION relaybus.bury(lease_token text, error text DEFAULT NULL) RETURNS
 -- once. Returns false (nothing changed) when the lease was lost.
 --
 -- Writes deliveries (claims counter), lanes.
-CREATE FUNCTION relaybus.release(lease_token text) RETURNS boolean
+CREATE OR REPLACE FUNCTION relaybus.release(lease_token text) RETURNS boolean
   AS 'MODULE_PATHNAME', 'relaybus_release_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
   SET enable_seqscan = off SET enable_bitmapscan = off
@@ -605,7 +645,7 @@ CREATE FUNCTION relaybus.release(lease_token text) RETURNS boolean
 -- NULL, every lane of worker bound to a backend. Returns how many.
 --
 -- Writes lanes.
-CREATE FUNCTION relaybus.relinquish(worker text, holder text DEFAULT NULL) RETURNS integer
+CREATE OR REPLACE FUNCTION relaybus.relinquish(worker text, holder text DEFAULT NULL) RETURNS integer
   AS 'MODULE_PATHNAME', 'relaybus_relinquish_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
   SET enable_seqscan = off SET enable_bitmapscan = off
@@ -618,22 +658,65 @@ CREATE FUNCTION relaybus.relinquish(worker text, holder text DEFAULT NULL) RETUR
 -- Skips lanes locked by a completion in progress. A lane whose takeover raises is skipped
 -- with a WARNING (each lane then in a subtransaction of its own), so one cannot stop the
 -- others. Writes lanes, deliveries.
-CREATE FUNCTION relaybus.take_over_expired() RETURNS integer
+CREATE OR REPLACE FUNCTION relaybus.take_over_expired() RETURNS integer
   AS 'MODULE_PATHNAME', 'relaybus_take_over_expired_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
   SET enable_seqscan = off SET enable_bitmapscan = off
   SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
--- purge_expired: deletes events without deliveries older than relaybus.retention_completed,
--- dead deliveries (and pending deliveries of unsubscribed handlers) older than
--- relaybus.retention_dead, and completion history (0.1.0's completed deliveries included)
--- older than relaybus.retention_completed. Returns the rows deleted, at most 10,000 of each
--- kind: call it until it returns 0.
+-- purge_expired: deletes events older than relaybus.retention_completed whose every
+-- delivery is finished (below its lane's cursor or in its done set, with no exception row),
+-- with those deliveries; dead letters older than relaybus.retention_dead; completion history
+-- older than relaybus.retention_completed. Returns the rows deleted, at most 10,000 events
+-- and 10,000 of each other kind: call it until it returns 0.
 --
--- Writes events, deliveries, completions.
-CREATE FUNCTION relaybus.purge_expired() RETURNS bigint
-  AS 'MODULE_PATHNAME', 'relaybus_purge_expired_positions' LANGUAGE C VOLATILE
-  SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+-- Never a lane's last delivery: the next commit numbers the lane's deliveries from it
+-- (src/pg/commit_order.hpp), so its event waits for a later delivery in that lane. Events
+-- are locked SKIP LOCKED first (a republish adding a handler holds its event), so the call
+-- waits for nothing. Writes events, deliveries, exceptions, completions. Interim: 0.3.0's
+-- retention is to rotate instead of deleting (docs/design.md).
+CREATE OR REPLACE FUNCTION relaybus.purge_expired() RETURNS bigint
+  LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+  -- In seconds, as the settings store them; their defaults when the library is not loaded.
+  keep_completed interval := make_interval(secs => coalesce((SELECT s.setting::int FROM pg_settings s
+                               WHERE s.name = 'relaybus.retention_completed'), 604800));
+  keep_dead interval := make_interval(secs => coalesce((SELECT s.setting::int FROM pg_settings s
+                          WHERE s.name = 'relaybus.retention_dead'), 1209600));
+  ids text[];
+  n bigint;
+  deleted bigint := 0;
+BEGIN
+  SELECT coalesce(array_agg(e.id), '{}') INTO ids FROM (
+    SELECT e.id FROM relaybus.events e
+     WHERE e.published_at < now() - keep_completed
+       AND NOT EXISTS (SELECT 1 FROM relaybus.exceptions x WHERE x.event_id = e.id)
+       AND NOT EXISTS (
+         SELECT 1 FROM relaybus.deliveries d
+           JOIN relaybus.lanes l ON l.handler = d.handler AND l.lane = d.lane
+          WHERE d.event_id = e.id
+            AND ((d.position > l.acked_upto AND d.position <> ALL (l.done))
+                 OR NOT EXISTS (SELECT 1 FROM relaybus.deliveries t WHERE t.handler = d.handler
+                                   AND t.lane = d.lane AND t.position > d.position)))
+     LIMIT 10000 FOR UPDATE OF e SKIP LOCKED) e;
+  DELETE FROM relaybus.deliveries d WHERE d.event_id = ANY (ids);
+  DELETE FROM relaybus.events e WHERE e.id = ANY (ids);
+  GET DIAGNOSTICS n = ROW_COUNT;
+  deleted := deleted + n;
+  DELETE FROM relaybus.exceptions x WHERE (x.handler, x.lane, x.position) IN (
+    SELECT y.handler, y.lane, y.position FROM relaybus.exceptions y
+     WHERE y.status = 'dead' AND y.updated_at < now() - keep_dead
+     ORDER BY y.updated_at LIMIT 10000 FOR UPDATE SKIP LOCKED);
+  GET DIAGNOSTICS n = ROW_COUNT;
+  deleted := deleted + n;
+  DELETE FROM relaybus.completions c WHERE c.ctid IN (
+    SELECT y.ctid FROM relaybus.completions y WHERE y.completed_at < now() - keep_completed
+     LIMIT 10000 FOR UPDATE SKIP LOCKED);
+  GET DIAGNOSTICS n = ROW_COUNT;
+  RETURN deleted + n;
+END
+$fn$;
 
 --------------------------------------------------------------------------------
 -- Admin functions in SQL: not on the delivery path.
@@ -642,18 +725,19 @@ CREATE FUNCTION relaybus.purge_expired() RETURNS bigint
 -- requeue: moves one dead delivery back to pending with a fresh attempt budget, due now.
 -- Returns false when (event_id, handler) is not a dead delivery.
 --
--- Writes deliveries.
-CREATE FUNCTION relaybus.requeue(event_id text, handler text) RETURNS boolean
+-- Writes exceptions (its claims counter moves: a token of its last attempt stays dead).
+CREATE OR REPLACE FUNCTION relaybus.requeue(event_id text, handler text) RETURNS boolean
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
   IF event_id IS NULL OR handler IS NULL THEN
     RAISE EXCEPTION 'event_id and handler must not be NULL' USING ERRCODE = 'null_value_not_allowed';
   END IF;
-  UPDATE relaybus.deliveries d
-     SET status = 'pending', attempts = 0, claims = d.claims + 1, available_at = now(),
+  -- core::requeues (src/core/attempt_end.hpp): only a dead delivery moves.
+  UPDATE relaybus.exceptions x
+     SET status = 'pending', attempts = 0, claims = x.claims + 1, available_at = now(),
          updated_at = now()
-   WHERE d.event_id = requeue.event_id AND d.handler = requeue.handler AND d.status = 'dead';
+   WHERE x.event_id = requeue.event_id AND x.handler = requeue.handler AND x.status = 'dead';
   RETURN FOUND;
 END
 $fn$;
@@ -661,8 +745,8 @@ $fn$;
 -- requeue_dead: requeue for every dead delivery of handler (NULL: of every handler).
 -- Returns how many.
 --
--- Writes deliveries.
-CREATE FUNCTION relaybus.requeue_dead(handler text DEFAULT NULL) RETURNS bigint
+-- Writes exceptions.
+CREATE OR REPLACE FUNCTION relaybus.requeue_dead(handler text DEFAULT NULL) RETURNS bigint
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
@@ -670,14 +754,14 @@ DECLARE
 BEGIN
   IF handler IS NOT NULL
      AND NOT EXISTS (SELECT 1 FROM relaybus.subscriptions s WHERE s.handler = requeue_dead.handler)
-     AND NOT EXISTS (SELECT 1 FROM relaybus.deliveries d WHERE d.handler = requeue_dead.handler) THEN
+     AND NOT EXISTS (SELECT 1 FROM relaybus.lanes l WHERE l.handler = requeue_dead.handler) THEN
     RAISE EXCEPTION 'handler "%" is not subscribed and has no deliveries', handler
       USING ERRCODE = 'undefined_object';
   END IF;
-  UPDATE relaybus.deliveries d
-     SET status = 'pending', attempts = 0, claims = d.claims + 1, available_at = now(),
+  UPDATE relaybus.exceptions x
+     SET status = 'pending', attempts = 0, claims = x.claims + 1, available_at = now(),
          updated_at = now()
-   WHERE d.status = 'dead' AND (requeue_dead.handler IS NULL OR d.handler = requeue_dead.handler);
+   WHERE x.status = 'dead' AND (requeue_dead.handler IS NULL OR x.handler = requeue_dead.handler);
   GET DIAGNOSTICS n = ROW_COUNT;
   RETURN n;
 END
@@ -690,7 +774,7 @@ $fn$;
 -- A claim already running when pause commits may still hand out its batch; every claim
 -- that starts after does not. A re-subscribe keeps the pause; unsubscribe forgets it.
 -- Writes subscriptions (relaybus_internal.set_paused).
-CREATE FUNCTION relaybus.pause(handler text) RETURNS boolean
+CREATE OR REPLACE FUNCTION relaybus.pause(handler text) RETURNS boolean
   LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
   SELECT relaybus_internal.set_paused($1, true)
@@ -702,7 +786,7 @@ $fn$;
 --
 -- Writes subscriptions (relaybus_internal.set_paused); NOTIFY relaybus when relaybus.notify
 -- is on.
-CREATE FUNCTION relaybus.resume(handler text) RETURNS boolean
+CREATE OR REPLACE FUNCTION relaybus.resume(handler text) RETURNS boolean
   LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
   SELECT relaybus_internal.set_paused($1, false)
@@ -711,57 +795,59 @@ $fn$;
 -- cancel: removes one delivery that is dead, or pending and not in flight, so that it is
 -- never run (again); a later delivery of its ordering key no longer waits for it. With
 -- relaybus.completion_history on, the history records it with outcome 'cancelled'. Returns
--- false when (event_id, handler) has no delivery; 55006 (object_in_use) while it is in flight.
+-- false when (event_id, handler) has no delivery left; 55006 (object_in_use) while it is in
+-- flight.
 --
--- Writes the delivery's lane (an update that changes nothing, HOT) before the delivery:
--- lanes before deliveries, the order of every other writer. The update waits for a claim
--- holding the lane and keeps later ones from picking the delivery meanwhile; and because it
--- is a new version of the lane, a claim under REPEATABLE READ whose snapshot predates the
--- cancel fails with 40001 instead of handing out the deleted delivery from its snapshot.
--- One cancel per transaction (or several in lane order): two in one transaction lock their
--- lanes in the caller's order. Writes lanes, deliveries (delete), completions (history on).
-CREATE FUNCTION relaybus.cancel(event_id text, handler text) RETURNS boolean
+-- Writes the delivery's lane first (an update that changes nothing, HOT, or the finish of a
+-- window position): lanes before exception rows, the order of every other writer. The
+-- update waits for a claim holding the lane and keeps later ones from picking the delivery
+-- meanwhile; and because it is a new version of the lane, a claim under REPEATABLE READ
+-- whose snapshot predates the cancel fails with 40001 instead of handing it out. A window
+-- position is finished through core::finish_positions (relaybus_internal.finish_position);
+-- an exception row is deleted. Writes lanes, exceptions, completions (history on).
+CREATE OR REPLACE FUNCTION relaybus.cancel(event_id text, handler text) RETURNS boolean
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
   d_lane smallint;
-  d_status text;
-  d_attempts integer;
-  in_flight boolean;
+  d_position bigint;
+  running boolean;
+  x_attempts integer;
+  found_row boolean;
 BEGIN
   IF event_id IS NULL OR handler IS NULL THEN
     RAISE EXCEPTION 'event_id and handler must not be NULL' USING ERRCODE = 'null_value_not_allowed';
   END IF;
-  -- A delivery's lane never changes (lane_of its key or event id), so it can be read
-  -- before the lane is locked.
-  SELECT d.lane INTO d_lane FROM relaybus.deliveries d
+  -- A delivery's place never changes once committed, so it can be read before the lane is
+  -- locked.
+  SELECT d.lane, d.position INTO d_lane, d_position FROM relaybus.deliveries d
    WHERE d.event_id = cancel.event_id AND d.handler = cancel.handler;
   IF NOT FOUND THEN
     RETURN false;
   END IF;
-  -- In flight: listed by a held lane (the in_flight CTE of statistics()), read as of the
-  -- update, which waited for any claim of the lane.
-  UPDATE relaybus.lanes l SET in_flight = l.in_flight
+  UPDATE relaybus.lanes l SET epoch = l.epoch
    WHERE l.handler = cancel.handler AND l.lane = d_lane
-  RETURNING l.lease_owner IS NOT NULL AND cancel.event_id = ANY (l.in_flight) INTO in_flight;
-  SELECT d.status, d.attempts INTO d_status, d_attempts FROM relaybus.deliveries d
-   WHERE d.event_id = cancel.event_id AND d.handler = cancel.handler FOR UPDATE;
-  IF NOT FOUND THEN
-    RETURN false;  -- completed while this waited for the lane
-  END IF;
-  -- core::cancel_verdict (src/core/attempt_end.hpp).
-  IF d_status = 'pending' AND coalesce(in_flight, false) THEN
+  RETURNING d_position = ANY (l.in_flight) OR d_position = ANY (l.retrying) INTO running;
+  -- core::cancel_verdict (src/core/attempt_end.hpp): an attempt running is refused.
+  IF coalesce(running, false) THEN
     RAISE EXCEPTION 'delivery of event "%" to handler "%" is in flight', event_id, handler
       USING ERRCODE = 'object_in_use',
             DETAIL = 'A worker is running its attempt; it ends with complete, fail, bury or release, or when its expired lease is taken over (take_over_expired).',
             HINT = 'Cancel it once the attempt has ended (relaybus.pause stops further attempts).';
   END IF;
-  DELETE FROM relaybus.deliveries d WHERE d.event_id = cancel.event_id AND d.handler = cancel.handler;
-  IF coalesce(current_setting('relaybus.completion_history', true), 'off')::boolean THEN
-    INSERT INTO relaybus.completions (event_id, handler, attempts, outcome)
-    VALUES (cancel.event_id, cancel.handler, d_attempts, 'cancelled');
+  DELETE FROM relaybus.exceptions x
+   WHERE x.handler = cancel.handler AND x.lane = d_lane AND x.position = d_position
+  RETURNING x.attempts INTO x_attempts;
+  found_row := FOUND;
+  IF NOT found_row THEN
+    found_row := relaybus_internal.finish_position(cancel.handler, d_lane, d_position);
+    x_attempts := 0;
   END IF;
-  RETURN true;
+  IF found_row AND coalesce(current_setting('relaybus.completion_history', true), 'off')::boolean THEN
+    INSERT INTO relaybus.completions (event_id, handler, attempts, outcome)
+    VALUES (cancel.event_id, cancel.handler, x_attempts, 'cancelled');
+  END IF;
+  RETURN found_row;
 END
 $fn$;
 
@@ -773,7 +859,7 @@ $fn$;
 --
 -- Reads subscriptions, deliveries, lanes, completions; the deliveries' figures are
 -- relaybus_internal.delivery_counts (see there what it scans).
-CREATE FUNCTION relaybus.statistics()
+CREATE OR REPLACE FUNCTION relaybus.statistics()
   RETURNS TABLE(handler text, pending bigint, processing bigint, dead bigint, completed bigint,
                 oldest_pending timestamptz, paused boolean)
   LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -805,7 +891,7 @@ $fn$;
 --
 -- A scan: filter by status or handler on a large table. The body is
 -- relaybus_internal.list_deliveries_impl (see there why).
-CREATE FUNCTION relaybus.list_deliveries(status text DEFAULT NULL, handler text DEFAULT NULL,
+CREATE OR REPLACE FUNCTION relaybus.list_deliveries(status text DEFAULT NULL, handler text DEFAULT NULL,
                                          max_rows integer DEFAULT 100)
   RETURNS TABLE(event_id text, handler text, type text, key text, status text,
                 attempts integer, available_at timestamptz, last_error text,
@@ -1102,6 +1188,14 @@ COMMENT ON TABLE relaybus.events IS
   'again.';
 COMMENT ON INDEX relaybus.events_published_at_brin IS
   'purge_expired: events by age.';
+COMMENT ON TABLE relaybus.completions IS
+  'Optional append-only completion history: one row per completion while '
+  'relaybus.completion_history is on (and 0.1.0''s completed deliveries, after an upgrade), '
+  'read by statistics() and list_deliveries(''completed''), deleted by purge_expired. outcome '
+  'says how the delivery ended: ''completed'' by its handler, or ''cancelled'' by an admin '
+  '(cancel).';
+COMMENT ON INDEX relaybus.completions_completed_at_brin IS
+  'purge_expired: completion history by age.';
 COMMENT ON TABLE relaybus.deliveries IS
   'One row per (event, handler), written once when the publishing transaction commits (the '
   'library stages it until then: src/pg/commit_order.hpp) at the next position of its '
@@ -1132,29 +1226,9 @@ COMMENT ON INDEX relaybus.exceptions_due_idx IS
   'primary key; free lanes with due retries by this one.';
 COMMENT ON INDEX relaybus.exceptions_dead_idx IS
   'purge_expired and requeue_dead: dead letters by age.';
-COMMENT ON TABLE relaybus.completions IS
-  'Optional append-only completion history: one row per completion while '
-  'relaybus.completion_history is on (and 0.1.0''s completed deliveries, after an upgrade), '
-  'read by statistics() and list_deliveries(''completed''), deleted by purge_expired. outcome '
-  'says how the delivery ended: ''completed'' by its handler, or ''cancelled'' by an admin '
-  '(cancel).';
-COMMENT ON INDEX relaybus.completions_completed_at_brin IS
-  'purge_expired: completion history by age.';
 COMMENT ON SCHEMA relaybus_internal IS
   'Internal helpers of relaybus, called only by its own functions; not part of the SQL API '
   'and usable by no role.';
-COMMENT ON FUNCTION relaybus_internal.create_lanes(handler text) IS
-  'creates the 256 lanes of handler that do not exist yet, each on a heap '
-  'page with at most two other lanes (see relaybus.lanes). Internal: run by subscribe and by '
-  'the upgrade from 0.1.0. Returns nothing.';
-COMMENT ON FUNCTION relaybus_internal.list_deliveries_impl(want_status text, want_handler text, row_limit integer) IS
-  'the body of relaybus.list_deliveries, called with the same '
-  'arguments. Internal: only list_deliveries calls it.';
-COMMENT ON FUNCTION relaybus_internal.delivery_counts() IS
-  'per handler with deliveries: pending = waiting and not in any held '
-  'lane''s in-flight list, due = those of pending whose available_at has come, in_flight = '
-  'pending and in such a list, dead, oldest_pending = creation time of the oldest delivery '
-  'counted in pending. Internal: the figures statistics() and metrics() share.';
 COMMENT ON FUNCTION relaybus_internal.set_paused(want_handler text, paused boolean) IS
   'the body of relaybus.pause (paused true) and relaybus.resume (false): marks '
   'or unmarks the subscription; a resume also notifies channel relaybus with the handler, '
@@ -1171,6 +1245,29 @@ COMMENT ON TRIGGER subscriptions_truncated ON relaybus.subscriptions IS
   'a TRUNCATE of the subscriptions (which fires no row trigger) '
   'marks the copies publish keeps stale, as subscriptions_changed does for rows. ENABLE '
   'ALWAYS: it fires under session_replication_role = replica too.';
+COMMENT ON FUNCTION relaybus_internal.create_lanes(handler text) IS
+  'creates the 256 lanes of handler that do not exist yet, each on a heap '
+  'page with at most two other lanes (see relaybus.lanes). Internal: run by subscribe. '
+  'Returns nothing.';
+COMMENT ON FUNCTION relaybus_internal.unfinished(want_handler text) IS
+  'every delivery of handler (NULL: of every handler) its lane has not finished, '
+  'as one row each: the window''s (position above the cursor, not in done; in flight when '
+  'the lane lists it) and the exception rows'' (pending, in flight when the lane retries it, '
+  'or dead). Internal: the one reading of "what is left" that delivery_counts and '
+  'list_deliveries_impl share.';
+COMMENT ON FUNCTION relaybus_internal.list_deliveries_impl(want_status text, want_handler text, row_limit integer) IS
+  'the body of relaybus.list_deliveries, called with the same '
+  'arguments. Internal: only list_deliveries calls it.';
+COMMENT ON FUNCTION relaybus_internal.delivery_counts() IS
+  'per handler with deliveries left: pending = waiting and not in flight, '
+  'due = those of pending whose available_at has come, in_flight, dead, oldest_pending = '
+  'creation time of the oldest delivery counted in pending. Internal: the figures '
+  'statistics() and metrics() share.';
+COMMENT ON FUNCTION relaybus_internal.finish_position(handler text, lane smallint, lane_position bigint) IS
+  'finishes one position of handler''s lane that is in the window, neither '
+  'in flight nor finished, through core::finish_positions (the cursor moves over it when it '
+  'is the next one). Returns whether it did. Internal: cancel''s finish of a delivery that '
+  'has no exception row.';
 COMMENT ON FUNCTION relaybus.lane_of(key_or_event_id text) IS
   'the lane (0..255) a delivery with that ordering key, or with '
   'that event id when it has no key, lives in: FNV-1a of the UTF-8 bytes, modulo 256.';
@@ -1225,11 +1322,11 @@ COMMENT ON FUNCTION relaybus.take_over_expired() IS
   'in-flight delivery one attempt and dead-lettering those out of attempts. Returns how many '
   'lanes were taken over. The background worker calls it every relaybus.maintenance_interval.';
 COMMENT ON FUNCTION relaybus.purge_expired() IS
-  'deletes events without deliveries older than relaybus.retention_completed, '
-  'dead deliveries (and pending deliveries of unsubscribed handlers) older than '
-  'relaybus.retention_dead, and completion history (0.1.0''s completed deliveries included) '
-  'older than relaybus.retention_completed. Returns the rows deleted, at most 10,000 of each '
-  'kind: call it until it returns 0.';
+  'deletes events older than relaybus.retention_completed whose every '
+  'delivery is finished (below its lane''s cursor or in its done set, with no exception row), '
+  'with those deliveries; dead letters older than relaybus.retention_dead; completion history '
+  'older than relaybus.retention_completed. Returns the rows deleted, at most 10,000 events '
+  'and 10,000 of each other kind: call it until it returns 0.';
 COMMENT ON FUNCTION relaybus.requeue(event_id text, handler text) IS
   'moves one dead delivery back to pending with a fresh attempt budget, due now. '
   'Returns false when (event_id, handler) is not a dead delivery.';
@@ -1248,7 +1345,8 @@ COMMENT ON FUNCTION relaybus.cancel(event_id text, handler text) IS
   'removes one delivery that is dead, or pending and not in flight, so that it is '
   'never run (again); a later delivery of its ordering key no longer waits for it. With '
   'relaybus.completion_history on, the history records it with outcome ''cancelled''. Returns '
-  'false when (event_id, handler) has no delivery; 55006 (object_in_use) while it is in flight.';
+  'false when (event_id, handler) has no delivery left; 55006 (object_in_use) while it is in '
+  'flight.';
 COMMENT ON FUNCTION relaybus.statistics() IS
   'per handler (subscribed, with deliveries left, or with completion history): '
   'pending = waiting and not in any lane''s in-flight list, processing = in flight, dead, '

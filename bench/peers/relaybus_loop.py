@@ -52,9 +52,13 @@ class RelaybusLoop:
                  for e in events]
         conn.execute("SELECT count(*) FROM relaybus.publish_batch(%s::jsonb)", (json.dumps(batch),))
 
+    @staticmethod
+    def _positions(conn):
+        """relaybus 0.3.0 or later: deliveries are finished by cursors, not deleted."""
+        return conn.execute("SELECT to_regclass('relaybus.exceptions') IS NOT NULL").fetchone()[0]
+
     def unfinished(self, conn):
-        return conn.execute(f"SELECT {runner.HARNESS} count(*) FROM relaybus.deliveries "
-                            "WHERE status <> 'dead'").fetchone()[0]
+        return self.left(conn)[0]
 
     def consume(self, conninfo, options, handled, should_stop, index):
         worker, holder = f"loop-{index}", uuid.uuid4().hex
@@ -76,6 +80,9 @@ class RelaybusLoop:
         return [r[0] for r in conn.execute(f"SELECT {runner.HARNESS} id FROM relaybus.events")]
 
     def left(self, conn):
+        if self._positions(conn):
+            return conn.execute(f"SELECT {runner.HARNESS} coalesce(sum(pending + processing), 0)::int8, "
+                                "coalesce(sum(dead), 0)::int8 FROM relaybus.statistics()").fetchone()
         return conn.execute(f"SELECT {runner.HARNESS} count(*) FILTER (WHERE status <> 'dead'), "
                             "count(*) FILTER (WHERE status = 'dead') FROM relaybus.deliveries").fetchone()
 

@@ -22,7 +22,7 @@
 -- that event id when it has no key, lives in: FNV-1a of the UTF-8 bytes, modulo @LANE_COUNT@.
 --
 -- Touches nothing.
-CREATE FUNCTION relaybus.lane_of(key_or_event_id text) RETURNS smallint
+CREATE OR REPLACE FUNCTION relaybus.lane_of(key_or_event_id text) RETURNS smallint
   AS 'MODULE_PATHNAME', 'relaybus_lane_of' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 -- subscribe: registers or updates handler for event_types ('*' = every type) with its
@@ -37,7 +37,7 @@ CREATE FUNCTION relaybus.lane_of(key_or_event_id text) RETURNS smallint
 -- Not SECURITY DEFINER: the C body takes its owner's rights itself (src/pg/definer_rights.hpp),
 -- because it must check sql_function's owner against the role that called it, which
 -- PostgreSQL no longer knows inside a SECURITY DEFINER function.
-CREATE FUNCTION relaybus.subscribe(
+CREATE OR REPLACE FUNCTION relaybus.subscribe(
   handler text, event_types text[], max_attempts integer DEFAULT @RETRY_MAX_ATTEMPTS@,
   backoff_base interval DEFAULT '@RETRY_BACKOFF_BASE@', backoff_max interval DEFAULT '@RETRY_BACKOFF_MAX@',
   sql_function regprocedure DEFAULT NULL, sql_timeout interval DEFAULT NULL) RETURNS void
@@ -49,7 +49,7 @@ CREATE FUNCTION relaybus.subscribe(
 -- relaybus.retention_dead). Returns nothing.
 --
 -- Writes subscriptions.
-CREATE FUNCTION relaybus.unsubscribe(handler text) RETURNS void
+CREATE OR REPLACE FUNCTION relaybus.unsubscribe(handler text) RETURNS void
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
@@ -69,7 +69,7 @@ $fn$;
 --
 -- Writes events, deliveries, key_counters (keyed events: the key's row stays locked until
 -- commit, so a key's sequence follows commit order).
-CREATE FUNCTION relaybus.publish(
+CREATE OR REPLACE FUNCTION relaybus.publish(
   type text, payload jsonb DEFAULT '{}', key text DEFAULT NULL, event_id text DEFAULT NULL,
   handlers text[] DEFAULT NULL, available_at timestamptz DEFAULT NULL,
   headers jsonb DEFAULT NULL) RETURNS text
@@ -85,7 +85,7 @@ CREATE FUNCTION relaybus.publish(
 -- Writes events, deliveries, key_counters: one statement per table
 -- when every id is new, else event by event as publish. Locks each key's key_counters row
 -- until commit (in key order when every id is new, else in input order).
-CREATE FUNCTION relaybus.publish_batch(events jsonb) RETURNS SETOF text
+CREATE OR REPLACE FUNCTION relaybus.publish_batch(events jsonb) RETURNS SETOF text
   AS 'MODULE_PATHNAME', 'relaybus_publish_batch_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
   SET enable_seqscan = off SET enable_bitmapscan = off
@@ -99,7 +99,7 @@ CREATE FUNCTION relaybus.publish_batch(events jsonb) RETURNS SETOF text
 -- Takes over lanes whose lease expired, and the worker's lanes of an incarnation that is
 -- gone. Writes lanes only (plus, on a takeover, the charged deliveries). Locks: FOR NO KEY
 -- UPDATE on held lanes, FOR UPDATE SKIP LOCKED on free ones.
-CREATE FUNCTION relaybus.claim(
+CREATE OR REPLACE FUNCTION relaybus.claim(
   worker text, batch_size integer DEFAULT 10, lease interval DEFAULT '30 seconds',
   handlers text[] DEFAULT NULL, holder text DEFAULT NULL)
   RETURNS TABLE(lease_token text, event_id text, handler text, type text, key text,
@@ -114,7 +114,7 @@ CREATE FUNCTION relaybus.claim(
 -- @LEASE_MAX@). Returns how many.
 --
 -- Writes lanes.
-CREATE FUNCTION relaybus.extend_lease(worker text, lease interval DEFAULT '30 seconds',
+CREATE OR REPLACE FUNCTION relaybus.extend_lease(worker text, lease interval DEFAULT '30 seconds',
                                       holder text DEFAULT NULL)
   RETURNS integer
   AS 'MODULE_PATHNAME', 'relaybus_extend_lease' LANGUAGE C VOLATILE
@@ -128,7 +128,7 @@ CREATE FUNCTION relaybus.extend_lease(worker text, lease interval DEFAULT '30 se
 --
 -- FOR KEY SHARE on the lane conflicts with a takeover's FOR UPDATE. Writes deliveries
 -- (delete), completions (when history is on).
-CREATE FUNCTION relaybus.complete(lease_token text) RETURNS boolean
+CREATE OR REPLACE FUNCTION relaybus.complete(lease_token text) RETURNS boolean
   AS 'MODULE_PATHNAME', 'relaybus_complete_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
   SET enable_seqscan = off SET enable_bitmapscan = off
@@ -138,7 +138,7 @@ CREATE FUNCTION relaybus.complete(lease_token text) RETURNS boolean
 -- were completed.
 --
 -- Locks and writes as complete.
-CREATE FUNCTION relaybus.complete_many(lease_tokens text[]) RETURNS integer
+CREATE OR REPLACE FUNCTION relaybus.complete_many(lease_tokens text[]) RETURNS integer
   AS 'MODULE_PATHNAME', 'relaybus_complete_many_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
   SET enable_seqscan = off SET enable_bitmapscan = off
@@ -148,7 +148,7 @@ CREATE FUNCTION relaybus.complete_many(lease_tokens text[]) RETURNS integer
 -- which must be finite), 'dead' (attempts exhausted) or 'lost' (lease lost, nothing changed).
 --
 -- Writes deliveries, lanes (removes it from the in-flight list).
-CREATE FUNCTION relaybus.fail(lease_token text, error text DEFAULT NULL,
+CREATE OR REPLACE FUNCTION relaybus.fail(lease_token text, error text DEFAULT NULL,
                               retry_at timestamptz DEFAULT NULL) RETURNS text
   AS 'MODULE_PATHNAME', 'relaybus_fail_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -159,7 +159,7 @@ CREATE FUNCTION relaybus.fail(lease_token text, error text DEFAULT NULL,
 -- changed) when the lease was lost.
 --
 -- Writes deliveries, lanes.
-CREATE FUNCTION relaybus.bury(lease_token text, error text DEFAULT NULL) RETURNS boolean
+CREATE OR REPLACE FUNCTION relaybus.bury(lease_token text, error text DEFAULT NULL) RETURNS boolean
   AS 'MODULE_PATHNAME', 'relaybus_bury_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
   SET enable_seqscan = off SET enable_bitmapscan = off
@@ -169,7 +169,7 @@ CREATE FUNCTION relaybus.bury(lease_token text, error text DEFAULT NULL) RETURNS
 -- once. Returns false (nothing changed) when the lease was lost.
 --
 -- Writes deliveries (claims counter), lanes.
-CREATE FUNCTION relaybus.release(lease_token text) RETURNS boolean
+CREATE OR REPLACE FUNCTION relaybus.release(lease_token text) RETURNS boolean
   AS 'MODULE_PATHNAME', 'relaybus_release_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
   SET enable_seqscan = off SET enable_bitmapscan = off
@@ -179,7 +179,7 @@ CREATE FUNCTION relaybus.release(lease_token text) RETURNS boolean
 -- NULL, every lane of worker bound to a backend. Returns how many.
 --
 -- Writes lanes.
-CREATE FUNCTION relaybus.relinquish(worker text, holder text DEFAULT NULL) RETURNS integer
+CREATE OR REPLACE FUNCTION relaybus.relinquish(worker text, holder text DEFAULT NULL) RETURNS integer
   AS 'MODULE_PATHNAME', 'relaybus_relinquish_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
   SET enable_seqscan = off SET enable_bitmapscan = off
@@ -192,22 +192,65 @@ CREATE FUNCTION relaybus.relinquish(worker text, holder text DEFAULT NULL) RETUR
 -- Skips lanes locked by a completion in progress. A lane whose takeover raises is skipped
 -- with a WARNING (each lane then in a subtransaction of its own), so one cannot stop the
 -- others. Writes lanes, deliveries.
-CREATE FUNCTION relaybus.take_over_expired() RETURNS integer
+CREATE OR REPLACE FUNCTION relaybus.take_over_expired() RETURNS integer
   AS 'MODULE_PATHNAME', 'relaybus_take_over_expired_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
   SET enable_seqscan = off SET enable_bitmapscan = off
   SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
--- purge_expired: deletes events without deliveries older than relaybus.retention_completed,
--- dead deliveries (and pending deliveries of unsubscribed handlers) older than
--- relaybus.retention_dead, and completion history (0.1.0's completed deliveries included)
--- older than relaybus.retention_completed. Returns the rows deleted, at most 10,000 of each
--- kind: call it until it returns 0.
+-- purge_expired: deletes events older than relaybus.retention_completed whose every
+-- delivery is finished (below its lane's cursor or in its done set, with no exception row),
+-- with those deliveries; dead letters older than relaybus.retention_dead; completion history
+-- older than relaybus.retention_completed. Returns the rows deleted, at most 10,000 events
+-- and 10,000 of each other kind: call it until it returns 0.
 --
--- Writes events, deliveries, completions.
-CREATE FUNCTION relaybus.purge_expired() RETURNS bigint
-  AS 'MODULE_PATHNAME', 'relaybus_purge_expired_positions' LANGUAGE C VOLATILE
-  SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+-- Never a lane's last delivery: the next commit numbers the lane's deliveries from it
+-- (src/pg/commit_order.hpp), so its event waits for a later delivery in that lane. Events
+-- are locked SKIP LOCKED first (a republish adding a handler holds its event), so the call
+-- waits for nothing. Writes events, deliveries, exceptions, completions. Interim: 0.3.0's
+-- retention is to rotate instead of deleting (docs/design.md).
+CREATE OR REPLACE FUNCTION relaybus.purge_expired() RETURNS bigint
+  LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+  -- In seconds, as the settings store them; their defaults when the library is not loaded.
+  keep_completed interval := make_interval(secs => coalesce((SELECT s.setting::int FROM pg_settings s
+                               WHERE s.name = 'relaybus.retention_completed'), 604800));
+  keep_dead interval := make_interval(secs => coalesce((SELECT s.setting::int FROM pg_settings s
+                          WHERE s.name = 'relaybus.retention_dead'), 1209600));
+  ids text[];
+  n bigint;
+  deleted bigint := 0;
+BEGIN
+  SELECT coalesce(array_agg(e.id), '{}') INTO ids FROM (
+    SELECT e.id FROM relaybus.events e
+     WHERE e.published_at < now() - keep_completed
+       AND NOT EXISTS (SELECT 1 FROM relaybus.exceptions x WHERE x.event_id = e.id)
+       AND NOT EXISTS (
+         SELECT 1 FROM relaybus.deliveries d
+           JOIN relaybus.lanes l ON l.handler = d.handler AND l.lane = d.lane
+          WHERE d.event_id = e.id
+            AND ((d.position > l.acked_upto AND d.position <> ALL (l.done))
+                 OR NOT EXISTS (SELECT 1 FROM relaybus.deliveries t WHERE t.handler = d.handler
+                                   AND t.lane = d.lane AND t.position > d.position)))
+     LIMIT 10000 FOR UPDATE OF e SKIP LOCKED) e;
+  DELETE FROM relaybus.deliveries d WHERE d.event_id = ANY (ids);
+  DELETE FROM relaybus.events e WHERE e.id = ANY (ids);
+  GET DIAGNOSTICS n = ROW_COUNT;
+  deleted := deleted + n;
+  DELETE FROM relaybus.exceptions x WHERE (x.handler, x.lane, x.position) IN (
+    SELECT y.handler, y.lane, y.position FROM relaybus.exceptions y
+     WHERE y.status = 'dead' AND y.updated_at < now() - keep_dead
+     ORDER BY y.updated_at LIMIT 10000 FOR UPDATE SKIP LOCKED);
+  GET DIAGNOSTICS n = ROW_COUNT;
+  deleted := deleted + n;
+  DELETE FROM relaybus.completions c WHERE c.ctid IN (
+    SELECT y.ctid FROM relaybus.completions y WHERE y.completed_at < now() - keep_completed
+     LIMIT 10000 FOR UPDATE SKIP LOCKED);
+  GET DIAGNOSTICS n = ROW_COUNT;
+  RETURN deleted + n;
+END
+$fn$;
 
 --------------------------------------------------------------------------------
 -- Admin functions in SQL: not on the delivery path.
@@ -216,18 +259,19 @@ CREATE FUNCTION relaybus.purge_expired() RETURNS bigint
 -- requeue: moves one dead delivery back to pending with a fresh attempt budget, due now.
 -- Returns false when (event_id, handler) is not a dead delivery.
 --
--- Writes deliveries.
-CREATE FUNCTION relaybus.requeue(event_id text, handler text) RETURNS boolean
+-- Writes exceptions (its claims counter moves: a token of its last attempt stays dead).
+CREATE OR REPLACE FUNCTION relaybus.requeue(event_id text, handler text) RETURNS boolean
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
   IF event_id IS NULL OR handler IS NULL THEN
     RAISE EXCEPTION 'event_id and handler must not be NULL' USING ERRCODE = 'null_value_not_allowed';
   END IF;
-  UPDATE relaybus.deliveries d
-     SET status = 'pending', attempts = 0, claims = d.claims + 1, available_at = now(),
+  -- core::requeues (src/core/attempt_end.hpp): only a dead delivery moves.
+  UPDATE relaybus.exceptions x
+     SET status = 'pending', attempts = 0, claims = x.claims + 1, available_at = now(),
          updated_at = now()
-   WHERE d.event_id = requeue.event_id AND d.handler = requeue.handler AND d.status = 'dead';
+   WHERE x.event_id = requeue.event_id AND x.handler = requeue.handler AND x.status = 'dead';
   RETURN FOUND;
 END
 $fn$;
@@ -235,8 +279,8 @@ $fn$;
 -- requeue_dead: requeue for every dead delivery of handler (NULL: of every handler).
 -- Returns how many.
 --
--- Writes deliveries.
-CREATE FUNCTION relaybus.requeue_dead(handler text DEFAULT NULL) RETURNS bigint
+-- Writes exceptions.
+CREATE OR REPLACE FUNCTION relaybus.requeue_dead(handler text DEFAULT NULL) RETURNS bigint
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
@@ -244,14 +288,14 @@ DECLARE
 BEGIN
   IF handler IS NOT NULL
      AND NOT EXISTS (SELECT 1 FROM relaybus.subscriptions s WHERE s.handler = requeue_dead.handler)
-     AND NOT EXISTS (SELECT 1 FROM relaybus.deliveries d WHERE d.handler = requeue_dead.handler) THEN
+     AND NOT EXISTS (SELECT 1 FROM relaybus.lanes l WHERE l.handler = requeue_dead.handler) THEN
     RAISE EXCEPTION 'handler "%" is not subscribed and has no deliveries', handler
       USING ERRCODE = 'undefined_object';
   END IF;
-  UPDATE relaybus.deliveries d
-     SET status = 'pending', attempts = 0, claims = d.claims + 1, available_at = now(),
+  UPDATE relaybus.exceptions x
+     SET status = 'pending', attempts = 0, claims = x.claims + 1, available_at = now(),
          updated_at = now()
-   WHERE d.status = 'dead' AND (requeue_dead.handler IS NULL OR d.handler = requeue_dead.handler);
+   WHERE x.status = 'dead' AND (requeue_dead.handler IS NULL OR x.handler = requeue_dead.handler);
   GET DIAGNOSTICS n = ROW_COUNT;
   RETURN n;
 END
@@ -264,7 +308,7 @@ $fn$;
 -- A claim already running when pause commits may still hand out its batch; every claim
 -- that starts after does not. A re-subscribe keeps the pause; unsubscribe forgets it.
 -- Writes subscriptions (relaybus_internal.set_paused).
-CREATE FUNCTION relaybus.pause(handler text) RETURNS boolean
+CREATE OR REPLACE FUNCTION relaybus.pause(handler text) RETURNS boolean
   LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
   SELECT relaybus_internal.set_paused($1, true)
@@ -276,7 +320,7 @@ $fn$;
 --
 -- Writes subscriptions (relaybus_internal.set_paused); NOTIFY relaybus when relaybus.notify
 -- is on.
-CREATE FUNCTION relaybus.resume(handler text) RETURNS boolean
+CREATE OR REPLACE FUNCTION relaybus.resume(handler text) RETURNS boolean
   LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
   SELECT relaybus_internal.set_paused($1, false)
@@ -285,57 +329,59 @@ $fn$;
 -- cancel: removes one delivery that is dead, or pending and not in flight, so that it is
 -- never run (again); a later delivery of its ordering key no longer waits for it. With
 -- relaybus.completion_history on, the history records it with outcome 'cancelled'. Returns
--- false when (event_id, handler) has no delivery; 55006 (object_in_use) while it is in flight.
+-- false when (event_id, handler) has no delivery left; 55006 (object_in_use) while it is in
+-- flight.
 --
--- Writes the delivery's lane (an update that changes nothing, HOT) before the delivery:
--- lanes before deliveries, the order of every other writer. The update waits for a claim
--- holding the lane and keeps later ones from picking the delivery meanwhile; and because it
--- is a new version of the lane, a claim under REPEATABLE READ whose snapshot predates the
--- cancel fails with 40001 instead of handing out the deleted delivery from its snapshot.
--- One cancel per transaction (or several in lane order): two in one transaction lock their
--- lanes in the caller's order. Writes lanes, deliveries (delete), completions (history on).
-CREATE FUNCTION relaybus.cancel(event_id text, handler text) RETURNS boolean
+-- Writes the delivery's lane first (an update that changes nothing, HOT, or the finish of a
+-- window position): lanes before exception rows, the order of every other writer. The
+-- update waits for a claim holding the lane and keeps later ones from picking the delivery
+-- meanwhile; and because it is a new version of the lane, a claim under REPEATABLE READ
+-- whose snapshot predates the cancel fails with 40001 instead of handing it out. A window
+-- position is finished through core::finish_positions (relaybus_internal.finish_position);
+-- an exception row is deleted. Writes lanes, exceptions, completions (history on).
+CREATE OR REPLACE FUNCTION relaybus.cancel(event_id text, handler text) RETURNS boolean
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
   d_lane smallint;
-  d_status text;
-  d_attempts integer;
-  in_flight boolean;
+  d_position bigint;
+  running boolean;
+  x_attempts integer;
+  found_row boolean;
 BEGIN
   IF event_id IS NULL OR handler IS NULL THEN
     RAISE EXCEPTION 'event_id and handler must not be NULL' USING ERRCODE = 'null_value_not_allowed';
   END IF;
-  -- A delivery's lane never changes (lane_of its key or event id), so it can be read
-  -- before the lane is locked.
-  SELECT d.lane INTO d_lane FROM relaybus.deliveries d
+  -- A delivery's place never changes once committed, so it can be read before the lane is
+  -- locked.
+  SELECT d.lane, d.position INTO d_lane, d_position FROM relaybus.deliveries d
    WHERE d.event_id = cancel.event_id AND d.handler = cancel.handler;
   IF NOT FOUND THEN
     RETURN false;
   END IF;
-  -- In flight: listed by a held lane (the in_flight CTE of statistics()), read as of the
-  -- update, which waited for any claim of the lane.
-  UPDATE relaybus.lanes l SET in_flight = l.in_flight
+  UPDATE relaybus.lanes l SET epoch = l.epoch
    WHERE l.handler = cancel.handler AND l.lane = d_lane
-  RETURNING l.lease_owner IS NOT NULL AND cancel.event_id = ANY (l.in_flight) INTO in_flight;
-  SELECT d.status, d.attempts INTO d_status, d_attempts FROM relaybus.deliveries d
-   WHERE d.event_id = cancel.event_id AND d.handler = cancel.handler FOR UPDATE;
-  IF NOT FOUND THEN
-    RETURN false;  -- completed while this waited for the lane
-  END IF;
-  -- core::cancel_verdict (src/core/attempt_end.hpp).
-  IF d_status = 'pending' AND coalesce(in_flight, false) THEN
+  RETURNING d_position = ANY (l.in_flight) OR d_position = ANY (l.retrying) INTO running;
+  -- core::cancel_verdict (src/core/attempt_end.hpp): an attempt running is refused.
+  IF coalesce(running, false) THEN
     RAISE EXCEPTION 'delivery of event "%" to handler "%" is in flight', event_id, handler
       USING ERRCODE = 'object_in_use',
             DETAIL = 'A worker is running its attempt; it ends with complete, fail, bury or release, or when its expired lease is taken over (take_over_expired).',
             HINT = 'Cancel it once the attempt has ended (relaybus.pause stops further attempts).';
   END IF;
-  DELETE FROM relaybus.deliveries d WHERE d.event_id = cancel.event_id AND d.handler = cancel.handler;
-  IF coalesce(current_setting('relaybus.completion_history', true), 'off')::boolean THEN
-    INSERT INTO relaybus.completions (event_id, handler, attempts, outcome)
-    VALUES (cancel.event_id, cancel.handler, d_attempts, 'cancelled');
+  DELETE FROM relaybus.exceptions x
+   WHERE x.handler = cancel.handler AND x.lane = d_lane AND x.position = d_position
+  RETURNING x.attempts INTO x_attempts;
+  found_row := FOUND;
+  IF NOT found_row THEN
+    found_row := relaybus_internal.finish_position(cancel.handler, d_lane, d_position);
+    x_attempts := 0;
   END IF;
-  RETURN true;
+  IF found_row AND coalesce(current_setting('relaybus.completion_history', true), 'off')::boolean THEN
+    INSERT INTO relaybus.completions (event_id, handler, attempts, outcome)
+    VALUES (cancel.event_id, cancel.handler, x_attempts, 'cancelled');
+  END IF;
+  RETURN found_row;
 END
 $fn$;
 
@@ -347,7 +393,7 @@ $fn$;
 --
 -- Reads subscriptions, deliveries, lanes, completions; the deliveries' figures are
 -- relaybus_internal.delivery_counts (see there what it scans).
-CREATE FUNCTION relaybus.statistics()
+CREATE OR REPLACE FUNCTION relaybus.statistics()
   RETURNS TABLE(handler text, pending bigint, processing bigint, dead bigint, completed bigint,
                 oldest_pending timestamptz, paused boolean)
   LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -379,7 +425,7 @@ $fn$;
 --
 -- A scan: filter by status or handler on a large table. The body is
 -- relaybus_internal.list_deliveries_impl (see there why).
-CREATE FUNCTION relaybus.list_deliveries(status text DEFAULT NULL, handler text DEFAULT NULL,
+CREATE OR REPLACE FUNCTION relaybus.list_deliveries(status text DEFAULT NULL, handler text DEFAULT NULL,
                                          max_rows integer DEFAULT 100)
   RETURNS TABLE(event_id text, handler text, type text, key text, status text,
                 attempts integer, available_at timestamptz, last_error text,

@@ -10,9 +10,9 @@ namespace relaybus::pg {
 namespace {
 
 Datum unbuilt(FunctionCallInfo fcinfo) {
-  ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-                  errmsg("relaybus 0.3.0: %s is not built yet",
-                         get_func_name(fcinfo->flinfo->fn_oid))));
+  ereport(ERROR,
+          (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+           errmsg("relaybus 0.3.0: %s is not built yet", get_func_name(fcinfo->flinfo->fn_oid))));
   return (Datum)0;
 }
 
@@ -24,4 +24,3 @@ RELAYBUS_SQL_FUNCTION(relaybus_publish_positions, relaybus::pg::unbuilt)
 RELAYBUS_SQL_FUNCTION(relaybus_publish_batch_positions, relaybus::pg::unbuilt)
 RELAYBUS_SQL_FUNCTION(relaybus_claim_positions, relaybus::pg::unbuilt)
 RELAYBUS_SQL_FUNCTION(relaybus_take_over_expired_positions, relaybus::pg::unbuilt)
-RELAYBUS_SQL_FUNCTION(relaybus_purge_expired_positions, relaybus::pg::unbuilt)

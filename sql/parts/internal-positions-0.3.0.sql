@@ -1,0 +1,142 @@
+--------------------------------------------------------------------------------
+-- Internal helpers over positions (0.3.0): the reading of what is left, the admin
+-- listings and counts built on it, the lanes' creation and the finish of one position. A
+-- fresh install and the update from 0.2.1 both create them here.
+--------------------------------------------------------------------------------
+
+-- create_lanes: creates the @LANE_COUNT@ lanes of handler that do not exist yet, each on a heap
+-- page with at most two other lanes (see relaybus.lanes). Internal: run by subscribe.
+-- Returns nothing.
+--
+-- Writes lanes. Not SECURITY DEFINER: its callers already run with the owner's rights.
+CREATE FUNCTION relaybus_internal.create_lanes(handler text) RETURNS void
+  LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $fn$
+  -- An insert longer than the 10% of a page that fillfactor leaves for inserts goes only to
+  -- a page that is nearly empty (PostgreSQL then asks for the tuple's length, at least 8016
+  -- bytes, free): each lane is inserted that long (a placeholder in done, about 900 bytes),
+  -- then emptied in place, and pruning reclaims the placeholder once this transaction is
+  -- over. So the lanes of one call get a page each; a later call can add one lane to a
+  -- page that holds one or two idle lanes, never to one that holds three.
+  -- The placeholder starts with a NULL, which no real done set holds.
+  INSERT INTO relaybus.lanes (handler, lane, done)
+  SELECT create_lanes.handler, n, ARRAY[NULL::bigint] || array_fill(0::bigint, ARRAY[115])
+    FROM generate_series(0, @LANE_MAX@) n
+  ON CONFLICT DO NOTHING;
+  UPDATE relaybus.lanes l SET done = '{}'
+   WHERE l.handler = create_lanes.handler AND l.done[1] IS NULL AND cardinality(l.done) = 116;
+$fn$;
+
+-- unfinished: every delivery of handler (NULL: of every handler) its lane has not finished,
+-- as one row each: the window's (position above the cursor, not in done; in flight when
+-- the lane lists it) and the exception rows' (pending, in flight when the lane retries it,
+-- or dead). Internal: the one reading of "what is left" that delivery_counts and
+-- list_deliveries_impl share.
+--
+-- A scan of every position above each lane's cursor (deliveries_pkey) and of the exception
+-- rows: its cost grows with the backlog, as 0.2's scan of the deliveries did. Reads lanes,
+-- deliveries, exceptions.
+CREATE FUNCTION relaybus_internal.unfinished(want_handler text)
+  RETURNS TABLE(handler text, lane smallint, lane_position bigint, event_id text, key text,
+                status text, attempts integer, available_at timestamptz, last_error text,
+                lease_owner text, created_at timestamptz, updated_at timestamptz)
+  LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp
+AS $fn$
+  SELECT d.handler, d.lane, d.position, d.event_id, d.key,
+         CASE WHEN d.position = ANY (l.in_flight) THEN 'processing' ELSE 'pending' END,
+         0, d.available_at, NULL::text,
+         CASE WHEN d.position = ANY (l.in_flight) THEN l.lease_owner END,
+         d.created_at, d.created_at
+    FROM relaybus.lanes l
+    JOIN relaybus.deliveries d
+      ON d.handler = l.handler AND d.lane = l.lane AND d.position > l.acked_upto
+   WHERE (want_handler IS NULL OR l.handler = want_handler)
+     AND d.position <> ALL (l.done)
+  UNION ALL
+  SELECT x.handler, x.lane, x.position, x.event_id, x.key,
+         CASE WHEN x.status = 'pending' AND x.position = ANY (l.retrying) THEN 'processing'
+              ELSE x.status END,
+         x.attempts, x.available_at, x.last_error,
+         CASE WHEN x.status = 'pending' AND x.position = ANY (l.retrying) THEN l.lease_owner END,
+         x.created_at, x.updated_at
+    FROM relaybus.exceptions x
+    LEFT JOIN relaybus.lanes l ON l.handler = x.handler AND l.lane = x.lane
+   WHERE want_handler IS NULL OR x.handler = want_handler
+$fn$;
+
+-- list_deliveries_impl: the body of relaybus.list_deliveries, called with the same
+-- arguments. Internal: only list_deliveries calls it.
+--
+-- PL/pgSQL rejects an argument named like an output column, so list_deliveries, whose
+-- arguments are named status and handler like two of its columns, is a SQL function that
+-- calls this one. Reads what relaybus_internal.unfinished reads, events, completions.
+CREATE FUNCTION relaybus_internal.list_deliveries_impl(want_status text, want_handler text,
+                                                       row_limit integer)
+  RETURNS TABLE(event_id text, handler text, type text, key text, status text,
+                attempts integer, available_at timestamptz, last_error text,
+                lease_owner text, created_at timestamptz, updated_at timestamptz)
+  LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+  IF want_status IS NOT NULL
+     AND want_status NOT IN ('pending', 'processing', 'dead', 'completed') THEN
+    RAISE EXCEPTION 'unknown status "%"', want_status
+      USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'Use pending, processing, dead, completed or NULL.';
+  END IF;
+  IF row_limit IS NULL OR row_limit < 0 THEN
+    RAISE EXCEPTION 'max_rows must be zero or more' USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF want_status = 'completed' THEN
+    RETURN QUERY
+      SELECT c.event_id, c.handler, e.type, e.key, c.outcome, c.attempts,
+             NULL::timestamptz, NULL::text, NULL::text, c.completed_at, c.completed_at
+        FROM relaybus.completions c LEFT JOIN relaybus.events e ON e.id = c.event_id
+       WHERE want_handler IS NULL OR c.handler = want_handler
+       ORDER BY 10 DESC, 1 LIMIT row_limit;
+    RETURN;
+  END IF;
+  RETURN QUERY
+    SELECT u.event_id, u.handler, e.type, u.key, u.status, u.attempts, u.available_at,
+           u.last_error, u.lease_owner, u.created_at, u.updated_at
+      FROM relaybus_internal.unfinished(want_handler) u
+      LEFT JOIN relaybus.events e ON e.id = u.event_id
+     WHERE want_status IS NULL OR u.status = want_status
+     ORDER BY u.created_at DESC, u.event_id, u.handler LIMIT row_limit;
+END
+$fn$;
+
+-- delivery_counts: per handler with deliveries left: pending = waiting and not in flight,
+-- due = those of pending whose available_at has come, in_flight, dead, oldest_pending =
+-- creation time of the oldest delivery counted in pending. Internal: the figures
+-- statistics() and metrics() share.
+--
+-- One pass over relaybus_internal.unfinished (see there what it scans). Reads lanes,
+-- deliveries, exceptions.
+CREATE FUNCTION relaybus_internal.delivery_counts()
+  RETURNS TABLE(handler text, pending bigint, due bigint, in_flight bigint, dead bigint,
+                oldest_pending timestamptz)
+  LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp
+AS $fn$
+  SELECT u.handler,
+         count(*) FILTER (WHERE u.status = 'pending'),
+         count(*) FILTER (WHERE u.status = 'pending' AND u.available_at <= now()),
+         count(*) FILTER (WHERE u.status = 'processing'),
+         count(*) FILTER (WHERE u.status = 'dead'),
+         min(u.created_at) FILTER (WHERE u.status = 'pending')
+    FROM relaybus_internal.unfinished(NULL) u GROUP BY u.handler
+$fn$;
+
+-- finish_position: finishes one position of handler's lane that is in the window, neither
+-- in flight nor finished, through core::finish_positions (the cursor moves over it when it
+-- is the next one). Returns whether it did. Internal: cancel's finish of a delivery that
+-- has no exception row.
+--
+-- Locks the lane row (FOR NO KEY UPDATE) and writes it.
+CREATE FUNCTION relaybus_internal.finish_position(handler text, lane smallint, lane_position bigint)
+  RETURNS boolean
+  AS 'MODULE_PATHNAME', 'relaybus_finish_position' LANGUAGE C VOLATILE STRICT
+  SET search_path = pg_catalog, pg_temp;
+
+-- A new function grants EXECUTE to PUBLIC: only the owner calls these.
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA relaybus_internal FROM PUBLIC;
