@@ -14,7 +14,7 @@
 -- row versions (xmin, ctid) are compared, so a broken rule shows as a differing value.
 SET relaybus.max_delay = '2147483647s';  -- a retry_at in 2090 is part of what is checked
 SELECT rb_reset();
-SELECT plan(149);
+SELECT plan(150);
 
 -- Deliveries at positions 1..n of (handler, lane), due a minute ago; event ids h/lane/position.
 CREATE FUNCTION pg_temp.put(h text, l int, n int, k text DEFAULT NULL) RETURNS void
@@ -145,6 +145,10 @@ SELECT is(pg_temp.state('oo', 9), '0 {} {1,2} {}', 'and left the lane''s progres
 SELECT is((SELECT count(*)::int FROM relaybus.exceptions WHERE handler = 'oo'), 0,
           'and wrote no exception row');
 SELECT ok(relaybus.complete(pg_temp.tok('oo', 9, 2, 1)), 'the current epoch''s token completes');
+-- Fencing is about the lane changing hands, not the clock.
+UPDATE relaybus.lanes SET lease_expires_at = now() - interval '1 minute' WHERE handler = 'oo' AND lane = 9;
+SELECT ok(relaybus.complete(pg_temp.tok('oo', 9, 2, 2)),
+          'a completion after the lease expired, before any takeover, still completes');
 
 ------------------------------------------------------------------ fail: backoff, dead at max_attempts
 -- flaky: max_attempts 4, backoff 50 ms doubling, capped at 150 ms.
