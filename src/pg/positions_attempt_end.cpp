@@ -5,6 +5,7 @@
 // exception row is updated and leaves the lane's retrying list. A rare path: four statements.
 #include "../core/positions_attempt_end.hpp"
 
+#include "attempt_args.hpp"
 #include "counters.hpp"
 #include "due_time.hpp"
 #include "position_lanes.hpp"
@@ -131,11 +132,6 @@ AttemptResult end_attempt(const core::PositionToken& token, Ending ending,
   return end.end.result;
 }
 
-std::optional<std::string> optional_text_arg(FunctionCallInfo fcinfo, int n) {
-  if (PG_ARGISNULL(n)) return std::nullopt;
-  return text_of(PG_GETARG_DATUM(n));
-}
-
 Datum fail_body(FunctionCallInfo fcinfo) {
   const core::PositionToken token = position_token_arg(fcinfo, 0);
   const auto error = optional_text_arg(fcinfo, 1);
@@ -145,12 +141,7 @@ Datum fail_body(FunctionCallInfo fcinfo) {
   SpiConnection spi;
   const AttemptResult result = end_attempt(token, Ending::kFail, error, retry_at);
   spi.finish();
-  const char* word = result == AttemptResult::kRetry  ? "retry"
-                     : result == AttemptResult::kDead ? "dead"
-                                                      : "lost";
-  Datum out = 0;
-  pg_call([&] { out = PointerGetDatum(cstring_to_text(word)); });
-  return out;
+  return fail_result_datum(result);
 }
 
 Datum bury_body(FunctionCallInfo fcinfo) {

@@ -19,7 +19,6 @@
 #include "../core/positions_completion.hpp"
 
 #include "counters.hpp"
-#include "lane_order.hpp"
 #include "position_lanes.hpp"
 #include "position_token_args.hpp"
 #include "settings.hpp"
@@ -35,7 +34,8 @@ namespace relaybus::pg {
 namespace {
 
 // (handler, lane, epoch): std::string compares bytes, so the map's order is the one lane
-// order of every lane lock that may wait (lane_order.hpp: handler COLLATE "C", then lane).
+// order of every lane lock that may wait (RELAYBUS_LANE_LOCK_ORDER_SQL in lane_order.hpp:
+// handler COLLATE "C", then lane).
 using GroupKey = std::tuple<std::string, std::int16_t, std::int64_t>;
 using Groups = std::map<GroupKey, std::vector<core::PositionToken>>;
 
