@@ -22,10 +22,3 @@ Datum unbuilt(FunctionCallInfo fcinfo) {
 
 RELAYBUS_SQL_FUNCTION(relaybus_claim_positions, relaybus::pg::unbuilt)
 RELAYBUS_SQL_FUNCTION(relaybus_take_over_expired_positions, relaybus::pg::unbuilt)
-RELAYBUS_SQL_FUNCTION(relaybus_complete_positions, relaybus::pg::unbuilt)
-RELAYBUS_SQL_FUNCTION(relaybus_complete_many_positions, relaybus::pg::unbuilt)
-RELAYBUS_SQL_FUNCTION(relaybus_fail_positions, relaybus::pg::unbuilt)
-RELAYBUS_SQL_FUNCTION(relaybus_bury_positions, relaybus::pg::unbuilt)
-RELAYBUS_SQL_FUNCTION(relaybus_release_positions, relaybus::pg::unbuilt)
-RELAYBUS_SQL_FUNCTION(relaybus_relinquish_positions, relaybus::pg::unbuilt)
-RELAYBUS_SQL_FUNCTION(relaybus_finish_position, relaybus::pg::unbuilt)
