@@ -123,22 +123,23 @@ CREATE OR REPLACE FUNCTION relaybus.extend_lease(worker text, lease interval DEF
   SET enable_seqscan = off SET enable_bitmapscan = off
   SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
--- complete: deletes the delivery if its lane has not changed hands since the claim.
+-- complete: ends the attempt as done if its lane has not changed hands since the claim.
 -- Returns false (nothing changed) when the lease was lost. Inside the handler's own
 -- transaction this is effectively-once.
 --
--- FOR KEY SHARE on the lane conflicts with a takeover's FOR UPDATE. Writes deliveries
--- (delete), completions (when history is on).
+-- Locks the lane (FOR NO KEY UPDATE, until commit: complete last, then commit) and moves its
+-- cursor or done set (core::complete_positions), a HOT update; a retry's exception row is
+-- deleted. Writes lanes, exceptions (retries), completions (when history is on).
 CREATE OR REPLACE FUNCTION relaybus.complete(lease_token text) RETURNS boolean
   AS 'MODULE_PATHNAME', 'relaybus_complete_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
   SET enable_seqscan = off SET enable_bitmapscan = off
   SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
--- complete_many: complete for a batch of lease tokens in one statement. Returns how many
--- were completed.
+-- complete_many: complete for a batch of lease tokens in one call. Returns how many were
+-- completed.
 --
--- Locks and writes as complete.
+-- Locks and writes as complete: one write per lane, whatever the number of tokens.
 CREATE OR REPLACE FUNCTION relaybus.complete_many(lease_tokens text[]) RETURNS integer
   AS 'MODULE_PATHNAME', 'relaybus_complete_many_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -148,7 +149,8 @@ CREATE OR REPLACE FUNCTION relaybus.complete_many(lease_tokens text[]) RETURNS i
 -- fail: charges one attempt; returns 'retry' (rescheduled after backoff, or at retry_at,
 -- which must be finite), 'dead' (attempts exhausted) or 'lost' (lease lost, nothing changed).
 --
--- Writes deliveries, lanes (removes it from the in-flight list).
+-- A window pick becomes an exception row; a retry's row is rewritten. Writes exceptions,
+-- lanes (the position leaves the in-flight list), under FOR NO KEY UPDATE of the lane.
 CREATE OR REPLACE FUNCTION relaybus.fail(lease_token text, error text DEFAULT NULL,
                               retry_at timestamptz DEFAULT NULL) RETURNS text
   AS 'MODULE_PATHNAME', 'relaybus_fail_positions' LANGUAGE C VOLATILE
@@ -159,7 +161,7 @@ CREATE OR REPLACE FUNCTION relaybus.fail(lease_token text, error text DEFAULT NU
 -- bury: dead-letters the delivery now, charging the attempt. Returns false (nothing
 -- changed) when the lease was lost.
 --
--- Writes deliveries, lanes.
+-- Writes exceptions, lanes, as fail.
 CREATE OR REPLACE FUNCTION relaybus.bury(lease_token text, error text DEFAULT NULL) RETURNS boolean
   AS 'MODULE_PATHNAME', 'relaybus_bury_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -169,7 +171,7 @@ CREATE OR REPLACE FUNCTION relaybus.bury(lease_token text, error text DEFAULT NU
 -- release: gives the delivery back without charging an attempt; it can be claimed again at
 -- once. Returns false (nothing changed) when the lease was lost.
 --
--- Writes deliveries (claims counter), lanes.
+-- Writes exceptions (the attempt's row, its claims counter moved), lanes, as fail.
 CREATE OR REPLACE FUNCTION relaybus.release(lease_token text) RETURNS boolean
   AS 'MODULE_PATHNAME', 'relaybus_release_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
