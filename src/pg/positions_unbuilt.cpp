@@ -22,8 +22,6 @@ Datum unbuilt(FunctionCallInfo fcinfo) {
 
 RELAYBUS_SQL_FUNCTION(relaybus_publish_positions, relaybus::pg::unbuilt)
 RELAYBUS_SQL_FUNCTION(relaybus_publish_batch_positions, relaybus::pg::unbuilt)
-RELAYBUS_SQL_FUNCTION(relaybus_claim_positions, relaybus::pg::unbuilt)
-RELAYBUS_SQL_FUNCTION(relaybus_take_over_expired_positions, relaybus::pg::unbuilt)
 RELAYBUS_SQL_FUNCTION(relaybus_complete_positions, relaybus::pg::unbuilt)
 RELAYBUS_SQL_FUNCTION(relaybus_complete_many_positions, relaybus::pg::unbuilt)
 RELAYBUS_SQL_FUNCTION(relaybus_fail_positions, relaybus::pg::unbuilt)
