@@ -11,7 +11,7 @@
 namespace relaybus::core {
 
 bool acquirable_lane_has_work(const LaneWorkProbe& probe) noexcept {
-  if (lane_has_work(probe.progress, probe.tail)) return true;
+  if (probe.first_position && lane_has_work(probe.progress, *probe.first_position)) return true;
   if (probe.due_exception_us) return true;
   return probe.has_owner && (!probe.progress.in_flight.empty() || !probe.retrying.empty());
 }

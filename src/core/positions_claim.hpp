@@ -82,8 +82,12 @@ struct LaneWorkProbe {
   bool has_owner = false;  // an expired lease: its takeover is work
   LaneProgress progress;
   PositionSet retrying;
-  Position tail = 0;  // the lane's last position (0: none)
-  // available_at of the lane's first delivery above the cursor (nullopt: none).
+  // The lane's first delivery above its cursor (nullopt: none), its position and due time.
+  // Its position stands in for the tail: lane_has_work only grows with the tail, and what
+  // it can miss below the real tail is a lane whose next position is already in flight,
+  // which is work here only under an expired lease (counted apart). So one forward probe
+  // per lane answers both whether and since when, where a tail would take a second one.
+  std::optional<Position> first_position;
   std::optional<std::int64_t> first_available_us;
   // The earliest available_at of the lane's due pending exception rows (nullopt: none).
   std::optional<std::int64_t> due_exception_us;

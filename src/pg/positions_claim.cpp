@@ -155,22 +155,16 @@ std::vector<core::PositionsLane> PgPositionsClaimStore::lock_for_takeover(
 
 std::vector<core::LaneWorkProbe> PgPositionsClaimStore::lanes_with_work(
     const std::vector<std::string>& handlers) {
-  // The acquirable lanes of the handlers, each with its tail (one backward probe of
-  // deliveries_pkey) and, when the tail is above the cursor, the due time of its first
-  // delivery above the cursor (one forward probe): core judges the work and its age.
-  // Unlocked; lock_acquirable locks from core's list.
+  // The acquirable lanes of the handlers, each with its first delivery above the cursor
+  // (one forward probe of deliveries_pkey: core::LaneWorkProbe says why that is all it
+  // needs). Unlocked; lock_acquirable locks from core's list.
   static Statement probe(
       "SELECT l.handler, l.lane, l.lease_owner IS NOT NULL, l.acked_upto, l.done, l.in_flight,"
-      " l.retrying, t.position, f.available_at"
-      " FROM unnest($1::text[]) AS h(handler)"
-      " JOIN relaybus.lanes l ON l.handler = h.handler"
-      " LEFT JOIN LATERAL (SELECT d.position FROM relaybus.deliveries d"
-      "  WHERE d.handler = l.handler AND d.lane = l.lane ORDER BY d.position DESC LIMIT 1) t"
-      "  ON true"
-      " LEFT JOIN LATERAL (SELECT d.available_at FROM relaybus.deliveries d"
-      "  WHERE t.position > l.acked_upto AND d.handler = l.handler AND d.lane = l.lane"
-      "  AND d.position > l.acked_upto ORDER BY d.position LIMIT 1) f ON true"
-      " WHERE " RELAYBUS_ACQUIRABLE_SQL("$2"),
+      " l.retrying, f.position, f.available_at FROM relaybus.lanes l"
+      " LEFT JOIN LATERAL (SELECT d.position, d.available_at FROM relaybus.deliveries d"
+      "  WHERE d.handler = l.handler AND d.lane = l.lane AND d.position > l.acked_upto"
+      "  ORDER BY d.position LIMIT 1) f ON true"
+      " WHERE l.handler = ANY ($1) AND " RELAYBUS_ACQUIRABLE_SQL("$2"),
       {TEXTARRAYOID, TEXTOID});
   // The lanes of the handlers with due pending exception rows, from the due index: one
   // short range per handler (usually empty). A lane's retried rows count too: of an
@@ -202,7 +196,7 @@ std::vector<core::LaneWorkProbe> PgPositionsClaimStore::lanes_with_work(
     p.progress.done = position_set_of_row(r, 5);
     p.progress.in_flight = position_set_of_row(r, 6);
     p.retrying = position_set_of_row(r, 7);
-    if (!row::is_null(r, 8)) p.tail = row::int8(r, 8);
+    if (!row::is_null(r, 8)) p.first_position = row::int8(r, 8);
     if (!row::is_null(r, 9)) p.first_available_us = timestamp_of_row(r, 9);
     const auto it = due.find({p.lane.handler, p.lane.lane});
     if (it != due.end()) p.due_exception_us = it->second;

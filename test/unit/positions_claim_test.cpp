@@ -157,10 +157,10 @@ class FakeStore final : public PositionsClaimStore, public PositionsTakeoverStor
       p.has_owner = l.owner.has_value();
       p.progress = l.progress;
       p.retrying = l.retrying;
-      p.tail = tail(k.first, k.second);
       for (const auto& [dk, d] : deliveries)
         if (std::get<0>(dk) == k.first && std::get<1>(dk) == k.second &&
             std::get<2>(dk) > l.progress.acked_upto) {
+          p.first_position = std::get<2>(dk);
           p.first_available_us = d.available_at;
           break;
         }
@@ -698,17 +698,17 @@ TEST(PositionsClaimTest, HeldLanesAreOfferedOldestWorkFirst) {
 }
 
 TEST(LanesToTryTest, OnlyLanesWithWorkOldestFirstThenByHandlerAndLane) {
-  auto probe = [](std::string handler, std::int16_t lane, Position tail,
+  auto probe = [](std::string handler, std::int16_t lane, std::optional<Position> position,
                   std::optional<std::int64_t> first, std::optional<std::int64_t> due) {
     LaneWorkProbe p;
     p.lane = {std::move(handler), lane};
-    p.tail = tail;
+    p.first_position = position;
     p.first_available_us = first;
     p.due_exception_us = due;
     return p;
   };
-  const auto order = lanes_to_try({probe("b", 1, 3, 50, std::nullopt), probe("a", 9, 0, {}, {}),
-                                   probe("a", 2, 0, std::nullopt, 40), probe("a", 1, 2, 50, {}),
+  const auto order = lanes_to_try({probe("b", 1, 3, 50, std::nullopt), probe("a", 9, {}, {}, {}),
+                                   probe("a", 2, {}, std::nullopt, 40), probe("a", 1, 2, 50, {}),
                                    probe("a", 3, 5, 60, 10)});
   std::vector<std::pair<std::string, int>> got;
   for (const auto& r : order) got.push_back({r.handler, r.lane});
@@ -719,14 +719,17 @@ TEST(LanesToTryTest, OnlyLanesWithWorkOldestFirstThenByHandlerAndLane) {
 TEST(AcquirableLaneHasWorkTest, WindowWorkDueRowsOrAnExpiredLeasesRunningPositions) {
   LaneWorkProbe p;
   EXPECT_FALSE(acquirable_lane_has_work(p));
-  p.tail = 1;
+  p.first_position = 1;
   EXPECT_TRUE(acquirable_lane_has_work(p));
   p.progress.acked_upto = 1;
-  EXPECT_FALSE(acquirable_lane_has_work(p));
+  EXPECT_FALSE(acquirable_lane_has_work(p)) << "a probe at or below the cursor is no work";
+  p.first_position = 3;
+  EXPECT_TRUE(acquirable_lane_has_work(p)) << "position 2 is absent: finishing it is work";
+  p.first_position.reset();
   p.due_exception_us = 5;
   EXPECT_TRUE(acquirable_lane_has_work(p));
   p.due_exception_us.reset();
-  p.tail = 2;
+  p.first_position = 2;
   p.progress.in_flight = {2};
   EXPECT_FALSE(acquirable_lane_has_work(p)) << "a free lane's list runs nothing";
   p.has_owner = true;
