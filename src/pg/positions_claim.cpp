@@ -305,7 +305,10 @@ void emit(const std::vector<core::PositionsClaimed>& claimed, ReturnSetInfo* rsi
   static Statement events(
       "SELECT e.type, e.payload, e.headers, e.published_at"
       " FROM unnest($1::text[]) WITH ORDINALITY AS u(id, n)"
-      " LEFT JOIN relaybus.events e ON e.id = u.id ORDER BY u.n",
+      // One lookup per pick (fenced, OFFSET 0): a join planned while events looked empty
+      // would read the whole table for every claim.
+      " LEFT JOIN LATERAL (SELECT e.* FROM relaybus.events e WHERE e.id = u.id OFFSET 0) e"
+      "  ON true ORDER BY u.n",
       {TEXTARRAYOID});
   std::vector<std::string> ids;
   ids.reserve(claimed.size());

@@ -81,8 +81,10 @@ void PositionsWrites::insert_exceptions(const std::vector<core::NewException>& r
       " FROM unnest($1::text[], $2::int2[], $3::int8[], $4::bool[], $5::int4[], $6::int4[],"
       "  $7::timestamptz[], $8::bool[])"
       "  AS u(handler, lane, position, dead, attempts, claims, available_at, lost)"
-      " JOIN relaybus.deliveries d"
-      "  ON d.handler = u.handler AND d.lane = u.lane AND d.position = u.position",
+      // A lateral lookup per row, fenced (OFFSET 0) so that it stays one: a plain join
+      // planned while deliveries looked empty reads the whole table once per statement.
+      " CROSS JOIN LATERAL (SELECT d.* FROM relaybus.deliveries d WHERE d.handler = u.handler"
+      "  AND d.lane = u.lane AND d.position = u.position OFFSET 0) d",
       {TEXTARRAYOID, INT2ARRAYOID, INT8ARRAYOID, BOOLARRAYOID, INT4ARRAYOID, INT4ARRAYOID,
        TIMESTAMPTZARRAYOID, BOOLARRAYOID, TEXTOID});
   std::vector<std::string> handlers;
@@ -129,7 +131,11 @@ void PositionsWrites::charge_exceptions(const std::vector<core::ExceptionCharge>
       " WHERE x.handler = u.handler AND x.lane = u.lane AND x.position = u.position"
       " AND x.status = 'pending'",
       {TEXTARRAYOID, INT2ARRAYOID, INT8ARRAYOID, INT4ARRAYOID, BOOLARRAYOID, TIMESTAMPTZARRAYOID,
-       TEXTOID});
+       TEXTOID},
+      // Planned per call, with the rows it gets: a generic plan made while exceptions was
+      // small scans it whole (or every pending row of the handlers) against each row. It
+      // runs only when a takeover finds retried rows, so the planning is rare.
+      Planning::kPerCall);
   std::vector<std::string> handlers;
   std::vector<std::int16_t> lanes;
   std::vector<std::int64_t> positions, available;

@@ -30,8 +30,11 @@ class PgPositionsTakeoverStore final : public core::PositionsTakeoverStore {
         "SELECT u.n, x.position, x.event_id, x.key, x.available_at, x.attempts, x.claims"
         " FROM unnest($1::int4[], $2::text[], $3::int2[], $4::int8[])"
         "  AS u(n, handler, lane, position)"
-        " JOIN relaybus.exceptions x ON x.handler = u.handler AND x.lane = u.lane"
-        "  AND x.position = u.position AND x.status = 'pending'",
+        // One primary-key lookup per row (fenced, OFFSET 0, with the status tested
+        // outside): a plain join planned while exceptions was small scans it per row.
+        " CROSS JOIN LATERAL (SELECT x.* FROM relaybus.exceptions x WHERE x.handler = u.handler"
+        "  AND x.lane = u.lane AND x.position = u.position OFFSET 0) x"
+        " WHERE x.status = 'pending'",
         {INT4ARRAYOID, TEXTARRAYOID, INT2ARRAYOID, INT8ARRAYOID});
     std::vector<std::int32_t> indexes;
     std::vector<std::string> handlers;
