@@ -25,6 +25,34 @@ bool has_pending_predecessor(std::int64_t sequence,
                      [&](std::int64_t s) { return s < sequence; });
 }
 
+void validate_requested_handlers(const std::optional<std::vector<std::string>>& requested) {
+  if (requested) {
+    for (const auto& h : *requested) validate_name("handler name", h);
+  }
+}
+
+std::vector<std::string> handlers_to_claim(const std::optional<std::vector<std::string>>& requested,
+                                           const std::vector<SubscribedHandler>& subscribed) {
+  if (requested) {
+    for (const auto& h : *requested) {
+      const bool found = std::any_of(subscribed.begin(), subscribed.end(),
+                                     [&](const SubscribedHandler& s) { return s.name == h; });
+      if (!found)
+        throw Error(ErrorCode::kUndefinedObject, "handler \"" + h + "\" is not subscribed",
+                    "Subscribe it first with relaybus.subscribe(" + sql_literal(h) + ", ...).");
+    }
+  }
+  // A paused handler is subscribed (asking for it is no error: a worker keeps running
+  // through a pause and gets its work again on resume), but none of its lanes is kept,
+  // taken over or acquired, so nothing of it is handed out. Its lanes already held stay
+  // held, their in-flight attempts end as usual, and a takeover of an expired one is left
+  // to take_over_expired, which charges those attempts whether or not it is paused.
+  std::vector<std::string> handlers;
+  for (const auto& s : subscribed)
+    if (!s.paused) handlers.push_back(s.name);
+  return handlers;
+}
+
 void charge_in_flight(ChargeStore& store, const std::vector<const LaneSnapshot*>& lanes) {
   std::vector<DeliveryRef> lost;
   for (const LaneSnapshot* lane : lanes)
@@ -74,26 +102,8 @@ class Claim {
 
  private:
   void resolve_handlers(const std::optional<std::vector<std::string>>& requested) {
-    if (requested) {
-      for (const auto& h : *requested) validate_name("handler name", h);
-    }
-    const std::vector<SubscribedHandler> subscribed = store_.subscribed_handlers(requested);
-    if (requested) {
-      for (const auto& h : *requested) {
-        const bool found = std::any_of(subscribed.begin(), subscribed.end(),
-                                       [&](const SubscribedHandler& s) { return s.name == h; });
-        if (!found)
-          throw Error(ErrorCode::kUndefinedObject, "handler \"" + h + "\" is not subscribed",
-                      "Subscribe it first with relaybus.subscribe(" + sql_literal(h) + ", ...).");
-      }
-    }
-    // A paused handler is subscribed (asking for it is no error: a worker keeps running
-    // through a pause and gets its work again on resume), but none of its lanes is kept,
-    // taken over or acquired, so nothing of it is handed out. Its lanes already held stay
-    // held, their in-flight attempts end as usual, and a takeover of an expired one is left
-    // to take_over_expired, which charges those attempts whether or not it is paused.
-    for (const auto& s : subscribed)
-      if (!s.paused) handlers_.push_back(s.name);
+    validate_requested_handlers(requested);
+    handlers_ = handlers_to_claim(requested, store_.subscribed_handlers(requested));
   }
 
   void keep_held_lanes() {

@@ -44,6 +44,15 @@ struct SubscribedHandler {
   bool paused = false;
 };
 
+// Step 1 of a claim, shared by run_claim and run_positions_claim (positions_claim.hpp):
+// validates the requested names (before the store is asked), then, from what the store
+// found subscribed, the handlers the claim runs, in the store's order. A requested handler
+// that is not subscribed is kUndefinedObject with a hint; a paused one is subscribed (asking
+// for it is no error) but left out, so none of its lanes is kept, taken over or acquired.
+void validate_requested_handlers(const std::optional<std::vector<std::string>>& requested);
+std::vector<std::string> handlers_to_claim(const std::optional<std::vector<std::string>>& requested,
+                                           const std::vector<SubscribedHandler>& subscribed);
+
 struct DeliveryRef {
   std::string handler;
   std::string event_id;

@@ -44,12 +44,12 @@ LaneOrigin classify_held_lane(const LaneBinding& lane, bool caller_has_holder) n
 
 // Whether a claim may acquire a lane that is not held under its worker name: nobody holds
 // it, or its lease expired (a worker's own lanes, expired or not, come from its held
-// lanes instead). SQL copy: RELAYBUS_ACQUIRABLE_SQL (src/pg/claim.cpp); the contract
+// lanes instead). SQL copy: RELAYBUS_ACQUIRABLE_SQL (src/pg/lane_lease_sql.hpp); the contract
 // suite's expiry cases run both.
 bool acquirable(bool has_owner, bool lease_expired, bool owner_is_caller) noexcept;
 
 // Whether the maintenance takeover takes a lane: it is held and its lease expired. SQL
-// copy: take_over_expired's lock statement (src/pg/lane_admin.cpp).
+// copy: RELAYBUS_DUE_FOR_TAKEOVER_SQL (src/pg/lane_lease_sql.hpp), take_over_expired's lock.
 bool due_for_takeover(bool has_owner, bool lease_expired) noexcept;
 
 // "In flight" means one thing everywhere: an entry of a lane's in-flight list whose

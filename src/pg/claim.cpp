@@ -6,6 +6,7 @@
 #include "counters.hpp"
 #include "holder.hpp"
 #include "in_flight.hpp"
+#include "lane_lease_sql.hpp"
 #include "lane_list.hpp"
 #include "lane_order.hpp"
 #include "spi.hpp"
@@ -19,11 +20,6 @@
 #include <algorithm>
 #include <map>
 #include <utility>
-
-// SQL copy of core::acquirable (lane_lease.hpp) for lane row `l` and worker $<worker>.
-#define RELAYBUS_ACQUIRABLE_SQL(worker)                    \
-  "(l.lease_owner IS NULL OR (l.lease_expires_at <= now()" \
-  " AND l.lease_owner <> " worker "))"
 
 // SQL copy of core::has_pending_predecessor (claim_protocol.hpp) for delivery row `d`: no
 // earlier pending delivery of its handler and key. Evaluated in the candidate query, where

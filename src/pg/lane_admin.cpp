@@ -2,6 +2,7 @@
 #include "counters.hpp"
 #include "holder.hpp"
 #include "in_flight.hpp"
+#include "lane_lease_sql.hpp"
 #include "lane_list.hpp"
 #include "lane_order.hpp"
 #include "spi.hpp"
@@ -144,7 +145,7 @@ Datum take_over_expired_body(FunctionCallInfo) {
   // The WHERE clause is the SQL copy of core::due_for_takeover.
   static Statement lock_expired(
       "SELECT l.handler, l.lane, l.epoch, l.in_flight FROM relaybus.lanes l"
-      " WHERE l.lease_owner IS NOT NULL AND l.lease_expires_at <= now()"
+      " WHERE " RELAYBUS_DUE_FOR_TAKEOVER_SQL
       " ORDER BY l.lease_expires_at LIMIT $1 FOR UPDATE OF l SKIP LOCKED",
       {INT4OID});
   SpiConnection spi;

@@ -1,0 +1,382 @@
+// claim (0.3.0): lease lanes to a worker and return its batch from positions.
+// core::run_positions_claim (src/core/positions_claim.hpp) makes every decision; this file
+// is the PostgreSQL store's reads and writes for it, each one set-based statement along an
+// index (the function runs with sequential, bitmap, hash and merge plans disabled):
+// the held lanes locked and read, the acquirable lanes probed, locked in rounds, the
+// windows, tails and pending exception rows of the lanes in one statement per step, then
+// the exception rows (takeover charges, DEFER, PARK) and every lane in one statement each,
+// and the events of the picks only. No delivery row is ever written.
+#include "counters.hpp"
+#include "holder.hpp"
+#include "lane_lease_sql.hpp"
+#include "lane_list.hpp"
+#include "lane_order.hpp"
+#include "positions_claim_writes.hpp"
+#include "spi.hpp"
+#include "subscription_policy.hpp"
+#include "worker_arg.hpp"
+
+#include "../core/claim_request.hpp"
+#include "../core/error.hpp"
+#include "../core/positions_claim.hpp"
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+namespace relaybus::pg {
+
+namespace {
+
+LaneList lane_list_of(const std::vector<core::LaneRef>& lanes) {
+  LaneList list;
+  for (const auto& l : lanes) list.add(l.handler, l.lane);
+  return list;
+}
+
+// The claim's statements, for one worker incarnation: (worker, holder), or (worker, this
+// backend) without a holder.
+class PgPositionsClaimStore final : public core::PositionsClaimStore {
+ public:
+  explicit PgPositionsClaimStore(LaneHolder holder) : holder_(holder), writes_(std::move(holder)) {}
+
+  std::int64_t now_us() override;
+  std::vector<core::PositionsHandler> subscribed_handlers(
+      const std::optional<std::vector<std::string>>& requested) override;
+  std::vector<core::HeldPositionsLane> held_lanes(
+      const std::vector<std::string>& handlers) override;
+  std::vector<core::PositionsLane> lock_for_takeover(
+      const std::vector<core::LaneRef>& lanes) override;
+  std::vector<core::LaneWorkProbe> lanes_with_work(
+      const std::vector<std::string>& handlers) override;
+  std::vector<core::AcquiredPositionsLane> lock_acquirable(const std::vector<core::LaneRef>& window,
+                                                           int wanted) override;
+  std::vector<core::LaneContents> read_lanes(
+      const std::vector<const core::PositionsLane*>& lanes) override;
+  void insert_exceptions(const std::vector<core::NewException>& rows) override {
+    writes_.insert_exceptions(rows);
+  }
+  void charge_exceptions(const std::vector<core::ExceptionCharge>& charges) override {
+    writes_.charge_exceptions(charges);
+  }
+  void write_lanes(const std::vector<core::PositionsLaneWrite>& writes) override {
+    writes_.write_lanes(writes);
+  }
+
+ private:
+  LaneHolder holder_;
+  PositionsWrites writes_;
+};
+
+std::int64_t PgPositionsClaimStore::now_us() {
+  // now(): the clock of every available_at and of the statements' own "<= now()".
+  return GetCurrentTransactionStartTimestamp();
+}
+
+std::vector<core::PositionsHandler> PgPositionsClaimStore::subscribed_handlers(
+    const std::optional<std::vector<std::string>>& requested) {
+  // Without a list: every handler that external workers run (not in-database handlers).
+  // Read without a lock: a pause committed while this claim runs applies from the next one.
+  static Statement select_handlers(
+      "SELECT s.handler, s.paused_at IS NOT NULL, " RELAYBUS_POLICY_COLUMNS_SQL
+      " FROM relaybus.subscriptions s"
+      " WHERE CASE WHEN $1::text[] IS NULL THEN s.sql_function IS NULL"
+      "  ELSE s.handler = ANY ($1) END ORDER BY s.handler COLLATE \"C\"",
+      {TEXTARRAYOID});
+  Params params;
+  params.text_array(requested);
+  const std::uint64_t n = select_handlers.run(params);
+  std::vector<core::PositionsHandler> handlers;
+  handlers.reserve(n);
+  for (std::uint64_t r = 0; r < n; ++r)
+    handlers.push_back({{row::text(r, 1), row::boolean(r, 2)}, policy_of_row(r, 3)});
+  return handlers;
+}
+
+std::vector<core::HeldPositionsLane> PgPositionsClaimStore::held_lanes(
+    const std::vector<std::string>& handlers) {
+  // FOR NO KEY UPDATE, in the one order every statement that waits for lanes takes them
+  // (lane_order.hpp), so this never deadlocks with the worker's other connections renewing,
+  // relinquishing or completing. A lane this waits for is returned as it is after the wait
+  // (the lock re-reads the row); the windows are read by a later statement. Whose
+  // incarnation each lane is (core::LaneBinding) is for core to judge.
+  static Statement lock_held(
+      "SELECT " RELAYBUS_POSITIONS_LANE_COLUMNS_SQL ", l.holder IS NOT NULL,"
+      " coalesce(l.holder = $5, false), " RELAYBUS_HOLDER_ALIVE_SQL("$3", "$4") ","
+      " l.lease_expires_at <= now()"
+      " FROM relaybus.lanes l WHERE l.lease_owner = $1 AND l.handler = ANY ($2)"
+      " ORDER BY " RELAYBUS_LANE_LOCK_ORDER_SQL " FOR NO KEY UPDATE OF l",
+      {TEXTOID, TEXTARRAYOID, INT4OID, TIMESTAMPTZOID, TEXTOID});
+  // Whether a lane's backend is alive is read from backend activity, which PostgreSQL
+  // reads once per transaction: a claim in a transaction that had already read it would
+  // take a connection opened since then for dead, and its lanes over.
+  fresh_backend_activity();
+  Params params;
+  params.text(holder_.worker);
+  params.text_array(handlers);
+  params.int4(current_holder_pid());
+  params.timestamptz(current_holder_started());
+  params.text(holder_.holder);
+  const std::uint64_t n = lock_held.run(params);
+  std::vector<core::HeldPositionsLane> out;
+  out.reserve(n);
+  for (std::uint64_t r = 0; r < n; ++r) {
+    core::HeldPositionsLane lane;
+    lane.lane = positions_lane_of_row(r);
+    lane.binding.to_holder = row::boolean(r, kPositionsLaneColumns + 1);
+    lane.binding.same_holder = row::boolean(r, kPositionsLaneColumns + 2);
+    lane.binding.backend_alive = row::boolean(r, kPositionsLaneColumns + 3);
+    lane.binding.lease_expired = row::boolean(r, kPositionsLaneColumns + 4);
+    out.push_back(std::move(lane));
+  }
+  return out;
+}
+
+std::vector<core::PositionsLane> PgPositionsClaimStore::lock_for_takeover(
+    const std::vector<core::LaneRef>& lanes) {
+  // FOR UPDATE conflicts with every lock a completion or an end of attempt in progress
+  // holds on the lane, so this waits for them and re-reads the lane as they left it. In
+  // the one lock order (lane_order.hpp).
+  static Statement lock(
+      "SELECT " RELAYBUS_POSITIONS_LANE_COLUMNS_SQL
+      " FROM relaybus.lanes l JOIN unnest($1::text[], $2::int2[]) AS o(handler, lane)"
+      "  ON l.handler = o.handler AND l.lane = o.lane"
+      " ORDER BY " RELAYBUS_LANE_LOCK_ORDER_SQL " FOR UPDATE OF l",
+      {TEXTARRAYOID, INT2ARRAYOID});
+  Params params;
+  lane_list_of(lanes).bind(params);
+  const std::uint64_t n = lock.run(params);
+  std::vector<core::PositionsLane> out;
+  out.reserve(n);
+  for (std::uint64_t r = 0; r < n; ++r) out.push_back(positions_lane_of_row(r));
+  counters::add(counters::kTakenOver, n);  // each one is taken over
+  return out;
+}
+
+std::vector<core::LaneWorkProbe> PgPositionsClaimStore::lanes_with_work(
+    const std::vector<std::string>& handlers) {
+  // The acquirable lanes of the handlers, each with its first delivery above the cursor
+  // (one forward probe of deliveries_pkey: core::LaneWorkProbe says why that is all it
+  // needs). Unlocked; lock_acquirable locks from core's list.
+  static Statement probe(
+      "SELECT l.handler, l.lane, l.lease_owner IS NOT NULL, l.acked_upto, l.done, l.in_flight,"
+      " l.retrying, f.position, f.available_at FROM relaybus.lanes l"
+      " LEFT JOIN LATERAL (SELECT d.position, d.available_at FROM relaybus.deliveries d"
+      "  WHERE d.handler = l.handler AND d.lane = l.lane AND d.position > l.acked_upto"
+      "  ORDER BY d.position LIMIT 1) f ON true"
+      " WHERE l.handler = ANY ($1) AND " RELAYBUS_ACQUIRABLE_SQL("$2"),
+      {TEXTARRAYOID, TEXTOID});
+  // The lanes of the handlers with due pending exception rows, from the due index: one
+  // short range per handler (usually empty). A lane's retried rows count too: of an
+  // acquirable lane only an expired one has any, and its takeover makes them due again.
+  static Statement due_rows(
+      "SELECT x.handler, x.lane, min(x.available_at) FROM relaybus.exceptions x"
+      " WHERE x.handler = ANY ($1) AND x.status = 'pending' AND x.available_at <= now()"
+      " GROUP BY x.handler, x.lane",
+      {TEXTARRAYOID});
+  std::map<std::pair<std::string, std::int16_t>, std::int64_t> due;
+  {
+    Params params;
+    params.text_array(handlers);
+    const std::uint64_t n = due_rows.run(params);
+    for (std::uint64_t r = 0; r < n; ++r)
+      due[{row::text(r, 1), row::int2(r, 2)}] = timestamp_of_row(r, 3);
+  }
+  Params params;
+  params.text_array(handlers);
+  params.text(holder_.worker);
+  const std::uint64_t n = probe.run(params);
+  std::vector<core::LaneWorkProbe> out;
+  out.reserve(n);
+  for (std::uint64_t r = 0; r < n; ++r) {
+    core::LaneWorkProbe p;
+    p.lane = {row::text(r, 1), row::int2(r, 2)};
+    p.has_owner = row::boolean(r, 3);
+    p.progress.acked_upto = row::int8(r, 4);
+    p.progress.done = position_set_of_row(r, 5);
+    p.progress.in_flight = position_set_of_row(r, 6);
+    p.retrying = position_set_of_row(r, 7);
+    if (!row::is_null(r, 8)) p.first_position = row::int8(r, 8);
+    if (!row::is_null(r, 9)) p.first_available_us = timestamp_of_row(r, 9);
+    const auto it = due.find({p.lane.handler, p.lane.lane});
+    if (it != due.end()) p.due_exception_us = it->second;
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+std::vector<core::AcquiredPositionsLane> PgPositionsClaimStore::lock_acquirable(
+    const std::vector<core::LaneRef>& window, int wanted) {
+  // SKIP LOCKED: two claimers never take the same lane, and a lane whose completion is in
+  // progress in another transaction is not taken over under it. A lane that changed hands
+  // since it was probed fails the re-checked condition.
+  static Statement lock(
+      "SELECT " RELAYBUS_POSITIONS_LANE_COLUMNS_SQL
+      ", l.lease_owner IS NOT NULL, u.n"
+      " FROM unnest($1::text[], $2::int2[]) WITH ORDINALITY AS u(handler, lane, n)"
+      " JOIN relaybus.lanes l ON l.handler = u.handler AND l.lane = u.lane"
+      " WHERE " RELAYBUS_ACQUIRABLE_SQL("$3") " ORDER BY u.n LIMIT $4 FOR UPDATE OF l SKIP LOCKED",
+      {TEXTARRAYOID, INT2ARRAYOID, TEXTOID, INT4OID});
+  Params params;
+  lane_list_of(window).bind(params);
+  params.text(holder_.worker);
+  params.int4(wanted);
+  const std::uint64_t n = lock.run(params);
+  std::vector<core::AcquiredPositionsLane> out;
+  out.reserve(n);
+  for (std::uint64_t r = 0; r < n; ++r) {
+    core::AcquiredPositionsLane a;
+    a.lane = positions_lane_of_row(r);
+    a.had_owner = row::boolean(r, kPositionsLaneColumns + 1);
+    a.window_position = static_cast<std::size_t>(row::int8(r, kPositionsLaneColumns + 2));
+    counters::add(counters::kTakenOver, a.had_owner ? 1 : 0);
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+std::vector<core::LaneContents> PgPositionsClaimStore::read_lanes(
+    const std::vector<const core::PositionsLane*>& lanes) {
+  // Per lane, in one snapshot: the window (one range scan of deliveries_pkey), the tail
+  // (one backward probe of it) and the pending exception rows (a range of
+  // exceptions_pkey). Kind 0, 1 and 2 rows, each with the lane's place in the list.
+  static Statement read(
+      "SELECT 0, u.n, d.position, d.event_id, d.key, d.available_at, 0, 0"
+      " FROM unnest($1::text[], $2::int2[], $3::int8[]) WITH ORDINALITY AS u(handler, lane, acked, "
+      "n)"
+      " CROSS JOIN LATERAL (SELECT d.position, d.event_id, d.key, d.available_at"
+      "  FROM relaybus.deliveries d WHERE d.handler = u.handler AND d.lane = u.lane"
+      "  AND d.position > u.acked AND d.position <= u.acked + $4 ORDER BY d.position) d"
+      " UNION ALL"
+      " SELECT 1, u.n, t.position, NULL, NULL, NULL, 0, 0"
+      " FROM unnest($1::text[], $2::int2[]) WITH ORDINALITY AS u(handler, lane, n)"
+      " CROSS JOIN LATERAL (SELECT d.position FROM relaybus.deliveries d"
+      "  WHERE d.handler = u.handler AND d.lane = u.lane ORDER BY d.position DESC LIMIT 1) t"
+      " UNION ALL"
+      " SELECT 2, u.n, x.position, x.event_id, x.key, x.available_at, x.attempts, x.claims"
+      " FROM unnest($1::text[], $2::int2[]) WITH ORDINALITY AS u(handler, lane, n)"
+      " CROSS JOIN LATERAL (SELECT x.position, x.event_id, x.key, x.available_at, x.attempts,"
+      "  x.claims FROM relaybus.exceptions x WHERE x.handler = u.handler AND x.lane = u.lane"
+      "  AND x.status = 'pending' ORDER BY x.position) x",
+      {TEXTARRAYOID, INT2ARRAYOID, INT8ARRAYOID, INT8OID});
+  LaneList list;
+  std::vector<std::int64_t> acked;
+  for (const core::PositionsLane* l : lanes) {
+    list.add(l->handler, l->lane);
+    acked.push_back(l->progress.acked_upto);
+  }
+  Params params;
+  list.bind(params);
+  params.int8_array(acked);
+  params.int8(core::kPositionWindow);
+  const std::uint64_t n = read.run(params);
+  std::vector<core::LaneContents> out(lanes.size());
+  for (std::uint64_t r = 0; r < n; ++r) {
+    const std::int32_t kind = row::int4(r, 1);
+    const std::int64_t lane = row::int8(r, 2);
+    if (lane < 1 || static_cast<std::size_t>(lane) > out.size())
+      throw core::Error(core::ErrorCode::kInternal, "relaybus: a row of a lane not asked for");
+    core::LaneContents& c = out[static_cast<std::size_t>(lane) - 1];
+    const core::Position position = row::int8(r, 3);
+    if (kind == 1) {
+      c.tail = position;
+    } else if (kind == 0) {
+      c.window.push_back(
+          {position, row::text(r, 4), row::text_or_null(r, 5), timestamp_of_row(r, 6)});
+    } else {
+      c.pending.push_back({position, row::text(r, 4), row::text_or_null(r, 5),
+                           timestamp_of_row(r, 6), row::int4(r, 7), row::int4(r, 8)});
+    }
+  }
+  // Ascending, as core takes them (each arm returns them so; the union does not promise).
+  for (auto& c : out) {
+    std::sort(c.window.begin(), c.window.end(),
+              [](const auto& a, const auto& b) { return a.position < b.position; });
+    std::sort(c.pending.begin(), c.pending.end(),
+              [](const auto& a, const auto& b) { return a.position < b.position; });
+  }
+  return out;
+}
+
+// The claimed deliveries with their events, as claim's result rows: one statement reads
+// the events of the picks (type, payload, headers, published_at), in the picks' order.
+void emit(const std::vector<core::PositionsClaimed>& claimed, ReturnSetInfo* rsinfo) {
+  if (claimed.empty()) return;
+  static Statement events(
+      "SELECT e.type, e.payload, e.headers, e.published_at"
+      " FROM unnest($1::text[]) WITH ORDINALITY AS u(id, n)"
+      // One lookup per pick (fenced, OFFSET 0): a join planned while events looked empty
+      // would read the whole table for every claim.
+      " LEFT JOIN LATERAL (SELECT e.* FROM relaybus.events e WHERE e.id = u.id OFFSET 0) e"
+      "  ON true ORDER BY u.n",
+      {TEXTARRAYOID});
+  std::vector<std::string> ids;
+  ids.reserve(claimed.size());
+  for (const auto& c : claimed) ids.push_back(c.event_id);
+  Params params;
+  params.text_array(ids);
+  const std::uint64_t n = events.run(params);
+  if (n != claimed.size())
+    throw core::Error(core::ErrorCode::kInternal, "relaybus: the events of a claim were not read");
+  for (std::uint64_t r = 0; r < n; ++r) {
+    // A delivery without its event: refused, not handed out without a type or payload.
+    if (row::is_null(r, 1))
+      throw core::Error(core::ErrorCode::kInternal, "relaybus: a claimed delivery has no event");
+  }
+  for (std::uint64_t r = 0; r < n; ++r) {
+    const core::PositionsClaimed& c = claimed[r];
+    const std::string token = core::encode(c.token);
+    Datum values[9];
+    bool nulls[9] = {false, false, false, false, !c.key.has_value(), false, false, false, false};
+    pg_call([&] {
+      HeapTuple tuple = SPI_tuptable->vals[r];
+      TupleDesc desc = SPI_tuptable->tupdesc;
+      values[0] = PointerGetDatum(cstring_to_text_with_len(token.data(), token.size()));
+      values[1] = PointerGetDatum(cstring_to_text_with_len(c.event_id.data(), c.event_id.size()));
+      values[2] =
+          PointerGetDatum(cstring_to_text_with_len(c.token.handler.data(), c.token.handler.size()));
+      values[3] = SPI_getbinval(tuple, desc, 1, &nulls[3]);
+      values[4] =
+          c.key ? PointerGetDatum(cstring_to_text_with_len(c.key->data(), c.key->size())) : 0;
+      values[5] = SPI_getbinval(tuple, desc, 2, &nulls[5]);
+      values[6] = SPI_getbinval(tuple, desc, 3, &nulls[6]);
+      values[7] = Int32GetDatum(c.attempts);
+      values[8] = SPI_getbinval(tuple, desc, 4, &nulls[8]);
+      tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+    });
+  }
+}
+
+// The same arguments, checks and errors as 0.2's claim (src/pg/claim.cpp).
+Datum claim_positions_body(FunctionCallInfo fcinfo) {
+  if (PG_ARGISNULL(1))
+    throw core::Error(core::ErrorCode::kNullValue, "batch_size must not be NULL");
+  if (PG_ARGISNULL(2)) throw core::Error(core::ErrorCode::kNullValue, "lease must not be NULL");
+  std::string worker = worker_arg(fcinfo, 0);
+  const int batch_size = PG_GETARG_INT32(1);
+  core::validate_batch_size(batch_size);
+  const std::int64_t lease_us = interval_us_of(PG_GETARG_DATUM(2), "lease");
+  core::validate_lease(lease_us);
+  std::optional<std::vector<std::string>> requested;
+  if (!PG_ARGISNULL(3)) requested = text_array_of(PG_GETARG_DATUM(3), "handlers");
+  if (requested) std::sort(requested->begin(), requested->end());
+
+  ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
+  pg_call([&] { InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC); });
+  SpiConnection spi;
+  std::optional<std::string> holder = holder_arg(fcinfo, 4);
+  const bool has_holder = holder.has_value();
+  PgPositionsClaimStore store(LaneHolder{std::move(worker), lease_us, std::move(holder)});
+  const std::vector<core::PositionsClaimed> claimed =
+      core::run_positions_claim(store, requested, batch_size, has_holder);
+  counters::add(counters::kClaimed, claimed.size());
+  emit(claimed, rsinfo);
+  spi.finish();
+  return (Datum)0;
+}
+
+}  // namespace
+
+}  // namespace relaybus::pg
+
+RELAYBUS_SQL_FUNCTION(relaybus_claim_positions, relaybus::pg::claim_positions_body)

@@ -1,0 +1,905 @@
+// run_positions_claim and take_over_expired_positions over a small in-memory store that
+// keeps lanes, deliveries at positions and exception rows, and records what it was asked.
+// Each test states one decision of the 0.3.0 claim (docs/design.md, "0.3.0: the store").
+#include "core/positions_claim.hpp"
+
+#include "core/error.hpp"
+#include "core/lease_token.hpp"
+#include "expect_core_error.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+namespace relaybus::core {
+namespace {
+
+using Names = std::vector<std::string>;
+using LaneKey = std::pair<std::string, std::int16_t>;
+using RowKey = std::tuple<std::string, std::int16_t, Position>;
+using testing::ThrowsCoreError;
+
+constexpr std::int64_t kNow = 1'000'000'000;
+
+struct FakeLane {
+  std::int64_t epoch = 0;
+  std::optional<std::string> owner;
+  bool expired = false;
+  LaneBinding binding;
+  LaneProgress progress;
+  PositionSet retrying;
+};
+
+struct FakeDelivery {
+  std::string event_id;
+  std::optional<std::string> key;
+  std::int64_t available_at = kNow;
+};
+
+struct FakeException {
+  std::string event_id;
+  std::optional<std::string> key;
+  bool dead = false;
+  std::int32_t attempts = 0;
+  std::int32_t claims = 0;
+  std::int64_t available_at = kNow;
+  bool lease_lost = false;
+};
+
+struct Subscription {
+  bool paused = false;
+  RetryPolicy policy;
+};
+
+class FakeStore final : public PositionsClaimStore, public PositionsTakeoverStore {
+ public:
+  std::string worker = "w";
+  std::int64_t now = kNow;
+  std::map<std::string, Subscription> subscribed{{"h", {}}};
+  std::map<LaneKey, FakeLane> lanes;
+  std::map<RowKey, FakeDelivery> deliveries;
+  std::map<RowKey, FakeException> exceptions;
+  std::set<LaneKey> locked_elsewhere;  // lock_acquirable skips them
+  bool caller_has_holder = false;
+
+  Names calls;
+  std::vector<std::pair<std::vector<LaneRef>, int>> acquire_calls;
+  std::vector<std::vector<LaneKey>> reads;
+  std::vector<PositionsLaneWrite> lane_writes;
+
+  // ---- setup helpers ----
+  FakeLane& lane(const std::string& handler, std::int16_t lane_number) {
+    return lanes[{handler, lane_number}];
+  }
+  // Appends a delivery at the lane's next position and returns it.
+  Position publish(const std::string& handler, std::int16_t lane_number, std::string event_id,
+                   std::optional<std::string> key = std::nullopt,
+                   std::int64_t available_at = kNow) {
+    lane(handler, lane_number);  // the lane exists (subscribe made it)
+    const Position p = tail(handler, lane_number) + 1;
+    deliveries[{handler, lane_number, p}] = {std::move(event_id), std::move(key), available_at};
+    return p;
+  }
+  Position tail(const std::string& handler, std::int16_t lane_number) const {
+    Position t = 0;
+    for (const auto& [k, d] : deliveries)
+      if (std::get<0>(k) == handler && std::get<1>(k) == lane_number)
+        t = std::max(t, std::get<2>(k));
+    return t;
+  }
+  void hold(const std::string& handler, std::int16_t lane_number, std::string owner,
+            LaneBinding binding) {
+    FakeLane& l = lane(handler, lane_number);
+    l.owner = std::move(owner);
+    l.binding = binding;
+    l.expired = binding.lease_expired;
+  }
+  // A worker completes every window position it runs (complete_positions) and every retry
+  // (its exception row goes).
+  void complete_all(const std::string& handler, std::int16_t lane_number) {
+    FakeLane& l = lane(handler, lane_number);
+    std::vector<Position> all(l.progress.in_flight.begin(), l.progress.in_flight.end());
+    l.progress = complete_positions(l.progress, all).progress;
+    for (Position p : l.retrying) exceptions.erase({handler, lane_number, p});
+    l.retrying.clear();
+  }
+
+  // ---- PositionsClaimStore ----
+  std::int64_t now_us() override { return now; }
+
+  std::vector<PositionsHandler> subscribed_handlers(
+      const std::optional<Names>& requested) override {
+    calls.push_back("subscribed_handlers");
+    std::vector<PositionsHandler> out;
+    for (const auto& [name, s] : subscribed)
+      if (!requested || std::find(requested->begin(), requested->end(), name) != requested->end())
+        out.push_back({{name, s.paused}, s.policy});
+    return out;
+  }
+
+  std::vector<HeldPositionsLane> held_lanes(const Names& handlers) override {
+    calls.push_back("held_lanes");
+    std::vector<HeldPositionsLane> out;
+    for (auto& [k, l] : lanes) {
+      if (!l.owner || *l.owner != worker) continue;
+      if (std::find(handlers.begin(), handlers.end(), k.first) == handlers.end()) continue;
+      LaneBinding b = l.binding;
+      b.lease_expired = l.expired;
+      out.push_back({snapshot(k, l), b});
+    }
+    return out;
+  }
+
+  std::vector<PositionsLane> lock_for_takeover(const std::vector<LaneRef>& refs) override {
+    calls.push_back("lock_for_takeover");
+    std::vector<PositionsLane> out;
+    for (const auto& r : refs)
+      out.push_back(snapshot({r.handler, r.lane}, lanes.at({r.handler, r.lane})));
+    return out;
+  }
+
+  std::vector<LaneWorkProbe> lanes_with_work(const Names& handlers) override {
+    calls.push_back("lanes_with_work");
+    std::vector<LaneWorkProbe> out;
+    for (auto& [k, l] : lanes) {
+      if (std::find(handlers.begin(), handlers.end(), k.first) == handlers.end()) continue;
+      if (!is_acquirable(l)) continue;
+      LaneWorkProbe p;
+      p.lane = {k.first, k.second};
+      p.has_owner = l.owner.has_value();
+      p.progress = l.progress;
+      p.retrying = l.retrying;
+      for (const auto& [dk, d] : deliveries)
+        if (std::get<0>(dk) == k.first && std::get<1>(dk) == k.second &&
+            std::get<2>(dk) > l.progress.acked_upto) {
+          p.first_position = std::get<2>(dk);
+          p.first_available_us = d.available_at;
+          break;
+        }
+      for (const auto& [xk, x] : exceptions)
+        if (std::get<0>(xk) == k.first && std::get<1>(xk) == k.second && !x.dead &&
+            x.available_at <= now)
+          p.due_exception_us =
+              std::min(x.available_at, p.due_exception_us.value_or(x.available_at));
+      out.push_back(std::move(p));
+    }
+    return out;
+  }
+
+  std::vector<AcquiredPositionsLane> lock_acquirable(const std::vector<LaneRef>& window,
+                                                     int wanted) override {
+    calls.push_back("lock_acquirable");
+    acquire_calls.push_back({window, wanted});
+    std::vector<AcquiredPositionsLane> out;
+    for (std::size_t i = 0; i < window.size() && static_cast<int>(out.size()) < wanted; ++i) {
+      const LaneKey k{window[i].handler, window[i].lane};
+      if (locked_elsewhere.count(k) != 0) continue;
+      const FakeLane& l = lanes.at(k);
+      if (!is_acquirable(l)) continue;
+      out.push_back({snapshot(k, l), l.owner.has_value(), i + 1});
+    }
+    return out;
+  }
+
+  std::vector<LaneContents> read_lanes(const std::vector<const PositionsLane*>& asked) override {
+    calls.push_back("read_lanes");
+    std::vector<LaneKey> keys;
+    std::vector<LaneContents> out;
+    for (const PositionsLane* l : asked) {
+      keys.push_back({l->handler, l->lane});
+      LaneContents c;
+      const Position acked = lanes.at({l->handler, l->lane}).progress.acked_upto;
+      for (const auto& [k, d] : deliveries) {
+        if (std::get<0>(k) != l->handler || std::get<1>(k) != l->lane) continue;
+        const Position p = std::get<2>(k);
+        c.tail = std::max(c.tail, p);
+        if (p > acked && p <= acked + kPositionWindow)
+          c.window.push_back({p, d.event_id, d.key, d.available_at});
+      }
+      for (const auto& [k, x] : exceptions)
+        if (std::get<0>(k) == l->handler && std::get<1>(k) == l->lane && !x.dead)
+          c.pending.push_back(
+              {std::get<2>(k), x.event_id, x.key, x.available_at, x.attempts, x.claims});
+      out.push_back(std::move(c));
+    }
+    reads.push_back(keys);
+    return out;
+  }
+
+  // ---- PositionsWriteStore ----
+  void insert_exceptions(const std::vector<NewException>& rows) override {
+    calls.push_back("insert_exceptions");
+    for (const auto& r : rows) {
+      const RowKey k{r.handler, r.lane, r.position};
+      const auto d = deliveries.find(k);
+      if (d == deliveries.end()) continue;  // from its delivery row: none, nothing inserted
+      if (exceptions.count(k) != 0) throw std::logic_error("duplicate exception row");
+      exceptions[k] = {d->second.event_id, d->second.key,     r.dead,      r.attempts,
+                       r.claims,           r.available_at_us, r.lease_lost};
+    }
+  }
+
+  void charge_exceptions(const std::vector<ExceptionCharge>& charges) override {
+    calls.push_back("charge_exceptions");
+    for (const auto& c : charges) {
+      auto it = exceptions.find({c.handler, c.lane, c.position});
+      if (it == exceptions.end() || it->second.dead) continue;
+      it->second.attempts = c.attempts;
+      it->second.dead = c.dead;
+      it->second.claims += 1;
+      it->second.available_at = c.available_at_us;
+      it->second.lease_lost = true;
+    }
+  }
+
+  void write_lanes(const std::vector<PositionsLaneWrite>& writes) override {
+    calls.push_back("write_lanes");
+    for (const auto& w : writes) {
+      lane_writes.push_back(w);
+      FakeLane& l = lanes.at({w.handler, w.lane});
+      l.epoch = w.write.epoch;
+      l.progress = w.progress;
+      l.retrying = w.retrying;
+      if (w.write.hold) {
+        l.owner = worker;
+        l.expired = false;
+        if (w.write.new_holder) {
+          l.binding = {};
+          l.binding.to_holder = caller_has_holder;
+          l.binding.same_holder = true;
+          l.binding.backend_alive = true;
+        }
+      } else {
+        l.owner.reset();
+        l.expired = false;
+        l.binding = {};
+      }
+    }
+  }
+
+  // ---- PositionsTakeoverStore ----
+  std::vector<std::vector<PendingException>> retrying_rows(
+      const std::vector<const PositionsLane*>& asked) override {
+    calls.push_back("retrying_rows");
+    std::vector<std::vector<PendingException>> out;
+    for (const PositionsLane* l : asked) {
+      std::vector<PendingException> rows;
+      for (Position p : l->retrying) {
+        const auto it = exceptions.find({l->handler, l->lane, p});
+        if (it == exceptions.end() || it->second.dead) continue;
+        rows.push_back({p, it->second.event_id, it->second.key, it->second.available_at,
+                        it->second.attempts, it->second.claims});
+      }
+      out.push_back(std::move(rows));
+    }
+    return out;
+  }
+
+ private:
+  bool is_acquirable(const FakeLane& l) const {
+    return acquirable(l.owner.has_value(), l.expired, l.owner && *l.owner == worker);
+  }
+  static PositionsLane snapshot(const LaneKey& k, const FakeLane& l) {
+    return {k.first, k.second, l.epoch, l.progress, l.retrying};
+  }
+};
+
+// The caller's own backend-bound lane, live lease.
+LaneBinding Mine() {
+  LaneBinding b;
+  b.backend_alive = true;
+  return b;
+}
+
+std::vector<PositionsClaimed> Claim(FakeStore& store, int batch_size,
+                                    std::optional<Names> handlers = std::nullopt) {
+  return run_positions_claim(store, handlers, batch_size, store.caller_has_holder);
+}
+
+Names EventIds(const std::vector<PositionsClaimed>& claimed) {
+  Names ids;
+  for (const auto& c : claimed) ids.push_back(c.event_id);
+  return ids;
+}
+
+// ---- window picks and tokens ----
+
+TEST(PositionsClaimTest, AFreeLaneIsAcquiredAtANewEpochAndItsWindowPicked) {
+  FakeStore store;
+  store.publish("h", 3, "e1");
+  store.publish("h", 3, "e2");
+  const auto claimed = Claim(store, 10);
+  EXPECT_EQ(EventIds(claimed), (Names{"e1", "e2"}));
+  const FakeLane& l = store.lane("h", 3);
+  EXPECT_EQ(l.owner, "w");
+  EXPECT_EQ(l.epoch, 1);
+  EXPECT_EQ(l.progress.in_flight, (PositionSet{1, 2}));
+  ASSERT_EQ(claimed.size(), 2u);
+  const PositionToken t = parse_position_token(encode(claimed[1].token));
+  EXPECT_EQ(t.handler, "h");
+  EXPECT_EQ(t.lane, 3);
+  EXPECT_EQ(t.epoch, 1);
+  EXPECT_EQ(t.position, 2);
+  EXPECT_EQ(t.claims, 0);
+  EXPECT_EQ(claimed[1].attempts, 0);
+}
+
+TEST(PositionsClaimTest, AHeldLaneKeepsItsEpochAndAddsToItsInFlightList) {
+  FakeStore store;
+  store.publish("h", 0, "e1");
+  Claim(store, 1);
+  store.publish("h", 0, "e2");
+  const auto claimed = Claim(store, 10);
+  EXPECT_EQ(EventIds(claimed), (Names{"e2"}));
+  EXPECT_EQ(claimed[0].token.epoch, 1);
+  EXPECT_EQ(store.lane("h", 0).progress.in_flight, (PositionSet{1, 2}));
+}
+
+TEST(PositionsClaimTest, ALaneTakesAtMost32InFlightAndTheBatchSpreadsOverOtherLanes) {
+  FakeStore store;
+  for (int i = 0; i < 40; ++i) store.publish("h", 1, "a" + std::to_string(i));
+  for (int i = 0; i < 10; ++i) store.publish("h", 2, "b" + std::to_string(i));
+  const auto claimed = Claim(store, 100);
+  int from_1 = 0, from_2 = 0;
+  for (const auto& c : claimed) (c.token.lane == 1 ? from_1 : from_2)++;
+  EXPECT_EQ(from_1, kMaxInFlightPerLane);
+  EXPECT_EQ(from_2, 10);
+  EXPECT_TRUE(Claim(store, 100).empty()) << "a full lane gives nothing more";
+}
+
+TEST(PositionsClaimTest, RetriedRowsCountAgainstTheLaneCap) {
+  FakeStore store;
+  FakeLane& l = store.lane("h", 0);
+  l.owner = "w";
+  l.binding = Mine();
+  for (Position p = 1; p <= 30; ++p) {
+    store.publish("h", 0, "x" + std::to_string(p));
+    store.exceptions[{"h", 0, p}] = {"x" + std::to_string(p), std::nullopt, false, 1, 1, kNow};
+    l.retrying.insert(p);
+  }
+  l.progress.acked_upto = 30;
+  for (int i = 0; i < 5; ++i) store.publish("h", 0, "y" + std::to_string(i));
+  EXPECT_EQ(Claim(store, 10).size(), 2u) << "30 retried + 2 = the cap of 32";
+}
+
+TEST(PositionsClaimTest, TheBatchSizeBoundsThePicks) {
+  FakeStore store;
+  for (int i = 0; i < 5; ++i) store.publish("h", 0, "e" + std::to_string(i));
+  EXPECT_EQ(Claim(store, 3).size(), 3u);
+  EXPECT_EQ(store.lane("h", 0).progress.in_flight.size(), 3u);
+}
+
+// ---- per-key order ----
+
+TEST(PositionsClaimTest, OneDeliveryPerKeyPerBatchAndNoneWhileItsPredecessorRuns) {
+  FakeStore store;
+  store.publish("h", 0, "k1", "K");
+  store.publish("h", 0, "k2", "K");
+  store.publish("h", 0, "u1");
+  EXPECT_EQ(EventIds(Claim(store, 10)), (Names{"k1", "u1"}));
+  EXPECT_TRUE(Claim(store, 10).empty()) << "k2 waits while k1 is in flight";
+  store.complete_all("h", 0);
+  EXPECT_EQ(EventIds(Claim(store, 10)), (Names{"k2"}));
+}
+
+TEST(PositionsClaimTest, AKeyWithAPendingExceptionRowParksItsWindowDeliveries) {
+  FakeStore store;
+  store.publish("h", 0, "k1", "K");
+  store.publish("h", 0, "k2", "K");
+  store.publish("h", 0, "u1");
+  // k1 failed earlier: its exception row waits an hour for its retry.
+  store.exceptions[{"h", 0, 1}] = {"k1", "K", false, 1, 1, kNow + 3'600'000'000LL};
+  store.lane("h", 0).progress.acked_upto = 1;
+  EXPECT_EQ(EventIds(Claim(store, 10)), (Names{"u1"}));
+  const auto parked = store.exceptions.find({"h", 0, 2});
+  ASSERT_NE(parked, store.exceptions.end()) << "k2 was parked behind k1";
+  EXPECT_EQ(parked->second.event_id, "k2");
+  EXPECT_EQ(parked->second.attempts, 0);
+  EXPECT_EQ(parked->second.claims, 0);
+  EXPECT_FALSE(parked->second.dead);
+  EXPECT_EQ(store.lane("h", 0).progress.acked_upto, 2) << "the cursor passed the parked one";
+  // Once k1 is due, it runs first, alone; k2 only after k1 ended.
+  store.now = kNow + 3'600'000'000LL;
+  store.complete_all("h", 0);
+  EXPECT_EQ(EventIds(Claim(store, 10)), (Names{"k1"}));
+  store.complete_all("h", 0);
+  EXPECT_EQ(EventIds(Claim(store, 10)), (Names{"k2"}));
+}
+
+TEST(PositionsClaimTest, ANotDueDeliveryIsDeferredAndPickedFromItsExceptionRowOnceDue) {
+  FakeStore store;
+  store.publish("h", 0, "later", std::nullopt, kNow + 5'000'000);
+  store.publish("h", 0, "now");
+  EXPECT_EQ(EventIds(Claim(store, 10)), (Names{"now"}));
+  const auto deferred = store.exceptions.find({"h", 0, 1});
+  ASSERT_NE(deferred, store.exceptions.end());
+  EXPECT_EQ(deferred->second.available_at, kNow + 5'000'000);
+  EXPECT_EQ(deferred->second.attempts, 0);
+  EXPECT_TRUE(Claim(store, 10).empty()) << "not due yet";
+  store.now = kNow + 5'000'000;
+  const auto claimed = Claim(store, 10);
+  ASSERT_EQ(EventIds(claimed), (Names{"later"}));
+  EXPECT_EQ(claimed[0].token.position, 1);
+  EXPECT_EQ(claimed[0].token.claims, 0);
+  EXPECT_EQ(store.lane("h", 0).retrying, (PositionSet{1}));
+}
+
+TEST(PositionsClaimTest, DueExceptionRowsArePickedBeforeTheWindow) {
+  FakeStore store;
+  store.publish("h", 0, "x");
+  store.publish("h", 0, "w1");
+  store.exceptions[{"h", 0, 1}] = {"x", std::nullopt, false, 2, 3, kNow - 10};
+  store.lane("h", 0).progress.acked_upto = 1;
+  const auto claimed = Claim(store, 1);
+  ASSERT_EQ(EventIds(claimed), (Names{"x"}));
+  EXPECT_EQ(claimed[0].attempts, 2) << "the exception row's attempts";
+  EXPECT_EQ(claimed[0].token.claims, 3) << "the exception row's claims counter";
+}
+
+TEST(PositionsClaimTest, ExceptionPicksTakeTheLowestOfAKeyOnlyAndNoKeyTwice) {
+  PositionSet retrying;
+  const std::vector<PendingException> rows = {
+      {3, "a3", "A", kNow + 1, 1, 1},  // A's lowest is not due: nothing of A
+      {4, "a4", "A", kNow, 0, 0},          {5, "b5", "B", kNow, 1, 1},
+      {6, "b6", "B", kNow, 0, 0},  // not B's lowest
+      {7, "u7", std::nullopt, kNow, 0, 0}, {8, "c8", "C", kNow, 0, 0},
+      {9, "d9", "D", kNow, 0, 0},
+  };
+  EXPECT_EQ(pick_exceptions(rows, retrying, /*in_flight=*/{"D"}, /*in_batch=*/{"C"}, 10, kNow),
+            (std::vector<std::size_t>{2, 4}));
+  EXPECT_EQ(pick_exceptions(rows, retrying, {}, {}, 1, kNow), (std::vector<std::size_t>{2}))
+      << "within the room";
+  EXPECT_TRUE(pick_exceptions(rows, retrying, {}, {}, 0, kNow).empty());
+  EXPECT_TRUE(pick_exceptions(rows, retrying, {}, {}, -3, kNow).empty());
+}
+
+TEST(PositionsClaimTest, AKeyBeingRetriedTakesNoOtherExceptionRow) {
+  const std::vector<PendingException> rows = {
+      {2, "k2", "K", kNow, 0, 1},  // a requeued dead head, below the running retry
+      {5, "k5", "K", kNow, 1, 1},
+      {6, "u6", std::nullopt, kNow, 1, 1},
+  };
+  EXPECT_EQ(pick_exceptions(rows, PositionSet{5, 6}, {}, {}, 10, kNow),
+            (std::vector<std::size_t>{}));
+}
+
+TEST(PositionsClaimTest, AWindowDeliveryInFlightBlocksItsKeysExceptionRows) {
+  FakeStore store;
+  store.publish("h", 0, "k1", "K");
+  store.publish("h", 0, "k2", "K");
+  FakeLane& l = store.lane("h", 0);
+  l.owner = "w";
+  l.binding = Mine();
+  l.progress.acked_upto = 1;  // k1 (position 1) is a requeued dead head below k2
+  l.progress.in_flight = {2};
+  store.exceptions[{"h", 0, 1}] = {"k1", "K", false, 0, 2, kNow};
+  EXPECT_TRUE(Claim(store, 10).empty());
+}
+
+// ---- takeovers ----
+
+TEST(PositionsClaimTest, AnOrphanedLaneIsTakenOverChargedAndItsLostWorkRunsAgain) {
+  FakeStore store;
+  store.subscribed["h"].policy.max_attempts = 3;
+  store.publish("h", 0, "e1");
+  store.publish("h", 0, "e2");
+  store.publish("h", 0, "e3");
+  FakeLane& l = store.lane("h", 0);
+  l.epoch = 7;
+  l.owner = "w";
+  l.binding = {};  // bound to a backend that is gone
+  l.progress.in_flight = {1, 2};
+  const auto claimed = Claim(store, 10);
+  EXPECT_EQ(store.lane("h", 0).epoch, 8) << "the epoch moved";
+  const auto lost = store.exceptions.find({"h", 0, 1});
+  ASSERT_NE(lost, store.exceptions.end()) << "the lost window position became an exception row";
+  EXPECT_EQ(lost->second.attempts, 1);
+  EXPECT_EQ(lost->second.claims, kClaimsAfterWindowAttempt);
+  EXPECT_TRUE(lost->second.lease_lost);
+  EXPECT_FALSE(lost->second.dead);
+  // The lost ones are due at once and run again in this claim, from their rows.
+  EXPECT_EQ(EventIds(claimed), (Names{"e1", "e2", "e3"}));
+  for (const auto& c : claimed) EXPECT_EQ(c.token.epoch, 8);
+  EXPECT_EQ(claimed[0].attempts, 1);
+  EXPECT_EQ(claimed[0].token.claims, 1);
+  EXPECT_EQ(store.lane("h", 0).retrying, (PositionSet{1, 2}));
+  EXPECT_EQ(store.lane("h", 0).progress.in_flight, (PositionSet{3}));
+}
+
+TEST(PositionsClaimTest, ATakeoverChargesRetriedRowsAndDeadLettersAtTheBudget) {
+  FakeStore store;
+  store.subscribed["h"].policy.max_attempts = 3;
+  store.publish("h", 0, "x1");
+  store.publish("h", 0, "x2");
+  FakeLane& l = store.lane("h", 0);
+  l.owner = "w";
+  LaneBinding other_holder;
+  other_holder.to_holder = true;
+  l.binding = other_holder;
+  l.expired = true;
+  l.progress.acked_upto = 2;
+  l.retrying = {1, 2};
+  store.exceptions[{"h", 0, 1}] = {"x1", std::nullopt, false, 2, 4, kNow - 100};
+  store.exceptions[{"h", 0, 2}] = {"x2", std::nullopt, false, 0, 1, kNow - 100};
+  const auto claimed = Claim(store, 10);
+  const auto& x1 = store.exceptions.at({"h", 0, 1});
+  EXPECT_TRUE(x1.dead) << "its third attempt was lost: dead at max_attempts 3";
+  EXPECT_EQ(x1.attempts, 3);
+  EXPECT_EQ(x1.claims, 5);
+  const auto& x2 = store.exceptions.at({"h", 0, 2});
+  EXPECT_FALSE(x2.dead);
+  EXPECT_EQ(x2.attempts, 1);
+  EXPECT_EQ(x2.claims, 2);
+  ASSERT_EQ(EventIds(claimed), (Names{"x2"})) << "the dead one is not claimed";
+  EXPECT_EQ(claimed[0].token.claims, 2);
+  EXPECT_EQ(claimed[0].attempts, 1);
+}
+
+TEST(PositionsClaimTest, AWindowPositionLostAtTheBudgetIsADeadExceptionRow) {
+  FakeStore store;
+  store.subscribed["h"].policy.max_attempts = 1;
+  store.publish("h", 0, "e1");
+  FakeLane& l = store.lane("h", 0);
+  l.owner = "other";
+  l.expired = true;
+  l.progress.in_flight = {1};
+  EXPECT_TRUE(Claim(store, 10).empty());
+  const auto& row = store.exceptions.at({"h", 0, 1});
+  EXPECT_TRUE(row.dead);
+  EXPECT_EQ(row.attempts, 1);
+  EXPECT_EQ(store.lane("h", 0).epoch, 1);
+  EXPECT_FALSE(store.lane("h", 0).owner) << "taken over, nothing to run: handed back";
+  EXPECT_EQ(store.lane("h", 0).progress.acked_upto, 1);
+}
+
+TEST(PositionsClaimTest, AnotherWorkersExpiredLaneWithOnlyInFlightWorkIsTakenOverByAClaim) {
+  FakeStore store;
+  store.publish("h", 0, "e1");
+  FakeLane& l = store.lane("h", 0);
+  l.owner = "other";
+  l.expired = true;
+  l.epoch = 4;
+  l.progress.in_flight = {1};
+  const auto claimed = Claim(store, 10);
+  EXPECT_EQ(EventIds(claimed), (Names{"e1"}));
+  EXPECT_EQ(claimed[0].token.epoch, 5);
+  EXPECT_EQ(store.lane("h", 0).owner, "w");
+}
+
+TEST(PositionsClaimTest, AnotherLiveIncarnationsLaneIsLeftAlone) {
+  FakeStore store;
+  store.caller_has_holder = true;
+  store.publish("h", 0, "e1");
+  store.publish("h", 0, "e2");
+  FakeLane& l = store.lane("h", 0);
+  l.owner = "w";
+  l.epoch = 2;
+  LaneBinding other;
+  other.to_holder = true;
+  other.same_holder = false;
+  l.binding = other;
+  l.progress.in_flight = {1};
+  EXPECT_TRUE(Claim(store, 10).empty());
+  EXPECT_EQ(store.lane("h", 0).epoch, 2);
+  EXPECT_TRUE(store.lane_writes.empty());
+  EXPECT_TRUE(store.exceptions.empty());
+}
+
+TEST(PositionsClaimTest, TheSameHolderKeepsItsLanesAcrossConnections) {
+  FakeStore store;
+  store.caller_has_holder = true;
+  store.publish("h", 0, "e1");
+  store.publish("h", 0, "e2");
+  FakeLane& l = store.lane("h", 0);
+  l.owner = "w";
+  l.epoch = 2;
+  LaneBinding same;
+  same.to_holder = true;
+  same.same_holder = true;
+  l.binding = same;
+  l.progress.in_flight = {1};
+  EXPECT_EQ(EventIds(Claim(store, 10)), (Names{"e2"}));
+  EXPECT_EQ(store.lane("h", 0).epoch, 2) << "kept, not taken over";
+  EXPECT_TRUE(store.exceptions.empty());
+}
+
+TEST(TakeOverExpiredPositionsTest, ChargesAndHandsBackAtANewEpoch) {
+  FakeStore store;
+  store.publish("h", 0, "e1");
+  store.publish("h", 0, "e2");
+  store.publish("h", 0, "e3");
+  FakeLane& l = store.lane("h", 0);
+  l.epoch = 3;
+  l.owner = "gone";
+  l.expired = true;
+  l.progress = {1, {}, {2, 3}};
+  l.retrying = {1};
+  store.exceptions[{"h", 0, 1}] = {"e1", std::nullopt, false, 1, 1, kNow - 5};
+  RetryPolicy policy;
+  policy.max_attempts = 2;
+  const int taken =
+      take_over_expired_positions(store, {{{"h", 0, 3, l.progress, l.retrying}, policy}}, kNow);
+  EXPECT_EQ(taken, 1);
+  const FakeLane& after = store.lane("h", 0);
+  EXPECT_EQ(after.epoch, 4);
+  EXPECT_FALSE(after.owner);
+  EXPECT_TRUE(after.progress.in_flight.empty());
+  EXPECT_TRUE(after.retrying.empty());
+  EXPECT_EQ(after.progress.acked_upto, 3);
+  EXPECT_TRUE(store.exceptions.at({"h", 0, 1}).dead) << "second attempt lost: max 2";
+  EXPECT_EQ(store.exceptions.at({"h", 0, 1}).claims, 2);
+  EXPECT_EQ(store.exceptions.at({"h", 0, 2}).attempts, 1);
+  EXPECT_EQ(store.exceptions.at({"h", 0, 2}).claims, kClaimsAfterWindowAttempt);
+  EXPECT_EQ(store.exceptions.at({"h", 0, 2}).available_at, kNow) << "no backoff";
+  EXPECT_EQ(store.calls,
+            (Names{"retrying_rows", "insert_exceptions", "charge_exceptions", "write_lanes"}));
+}
+
+TEST(TakeOverExpiredPositionsTest, NothingInFlightStillMovesTheEpoch) {
+  FakeStore store;
+  FakeLane& l = store.lane("h", 5);
+  l.epoch = 9;
+  l.owner = "gone";
+  l.expired = true;
+  EXPECT_EQ(take_over_expired_positions(store, {{{"h", 5, 9, {}, {}}, {}}}, kNow), 1);
+  EXPECT_EQ(store.lane("h", 5).epoch, 10);
+  EXPECT_EQ(store.calls, (Names{"write_lanes"}));
+  EXPECT_EQ(take_over_expired_positions(store, {}, kNow), 0);
+}
+
+// ---- which lanes, in which order ----
+
+TEST(PositionsClaimTest, APausedHandlersLanesAreNeitherKeptNorAcquired) {
+  FakeStore store;
+  store.subscribed["p"].paused = true;
+  store.publish("p", 0, "p1");
+  store.publish("h", 0, "h1");
+  EXPECT_EQ(EventIds(Claim(store, 10)), (Names{"h1"}));
+  EXPECT_EQ(EventIds(Claim(store, 10, Names{"p"})), (Names{}));
+  EXPECT_FALSE(store.lane("p", 0).owner);
+}
+
+TEST(PositionsClaimTest, AnUnsubscribedHandlerIsAnErrorAndNothingIsRead) {
+  FakeStore store;
+  EXPECT_TRUE(
+      ThrowsCoreError([&] { Claim(store, 10, Names{"nope"}); }, ErrorCode::kUndefinedObject));
+  EXPECT_TRUE(ThrowsCoreError([&] { Claim(store, 10, Names{""}); }, ErrorCode::kInvalidParameter));
+  EXPECT_EQ(store.calls, (Names{"subscribed_handlers"}));
+}
+
+TEST(PositionsClaimTest, OldestWorkFirstAcrossLanes) {
+  FakeStore store;
+  store.publish("h", 1, "newer", std::nullopt, kNow - 10);
+  store.publish("h", 2, "older", std::nullopt, kNow - 20);
+  store.exceptions[{"h", 3, 1}] = {"oldest", std::nullopt, false, 1, 1, kNow - 30};
+  store.publish("h", 3, "oldest");
+  store.lane("h", 3).progress.acked_upto = 1;
+  EXPECT_EQ(EventIds(Claim(store, 1)), (Names{"oldest"}));
+  EXPECT_EQ(EventIds(Claim(store, 1, Names{"h"})), (Names{"older"}));
+}
+
+TEST(PositionsClaimTest, HeldLanesAreOfferedOldestWorkFirst) {
+  FakeStore store;
+  for (std::int16_t lane : {1, 2}) {
+    store.lane("h", lane).owner = "w";
+    store.lane("h", lane).binding = Mine();
+  }
+  store.publish("h", 1, "newer", std::nullopt, kNow - 10);
+  store.publish("h", 2, "older", std::nullopt, kNow - 20);
+  EXPECT_EQ(EventIds(Claim(store, 1)), (Names{"older"}));
+}
+
+TEST(LanesToTryTest, OnlyLanesWithWorkOldestFirstThenByHandlerAndLane) {
+  auto probe = [](std::string handler, std::int16_t lane, std::optional<Position> position,
+                  std::optional<std::int64_t> first, std::optional<std::int64_t> due) {
+    LaneWorkProbe p;
+    p.lane = {std::move(handler), lane};
+    p.first_position = position;
+    p.first_available_us = first;
+    p.due_exception_us = due;
+    return p;
+  };
+  const auto order = lanes_to_try({probe("b", 1, 3, 50, std::nullopt), probe("a", 9, {}, {}, {}),
+                                   probe("a", 2, {}, std::nullopt, 40), probe("a", 1, 2, 50, {}),
+                                   probe("a", 3, 5, 60, 10)});
+  std::vector<std::pair<std::string, int>> got;
+  for (const auto& r : order) got.push_back({r.handler, r.lane});
+  EXPECT_EQ(got,
+            (std::vector<std::pair<std::string, int>>{{"a", 3}, {"a", 2}, {"a", 1}, {"b", 1}}));
+}
+
+TEST(AcquirableLaneHasWorkTest, WindowWorkDueRowsOrAnExpiredLeasesRunningPositions) {
+  LaneWorkProbe p;
+  EXPECT_FALSE(acquirable_lane_has_work(p));
+  p.first_position = 1;
+  EXPECT_TRUE(acquirable_lane_has_work(p));
+  p.progress.acked_upto = 1;
+  EXPECT_FALSE(acquirable_lane_has_work(p)) << "a probe at or below the cursor is no work";
+  p.first_position = 3;
+  EXPECT_TRUE(acquirable_lane_has_work(p)) << "position 2 is absent: finishing it is work";
+  p.first_position.reset();
+  p.due_exception_us = 5;
+  EXPECT_TRUE(acquirable_lane_has_work(p));
+  p.due_exception_us.reset();
+  p.first_position = 2;
+  p.progress.in_flight = {2};
+  EXPECT_FALSE(acquirable_lane_has_work(p)) << "a free lane's list runs nothing";
+  p.has_owner = true;
+  EXPECT_TRUE(acquirable_lane_has_work(p)) << "an expired lease's: its takeover is work";
+  p.progress.in_flight.clear();
+  p.retrying = {1};
+  EXPECT_TRUE(acquirable_lane_has_work(p));
+}
+
+TEST(PositionsClaimTest, AcquisitionGoesInRoundsOfGrowingSizeFromWindowsFourTimesAsLarge) {
+  FakeStore store;
+  for (std::int16_t lane = 0; lane < 20; ++lane)
+    store.publish("h", lane, "e" + std::to_string(lane), std::nullopt, kNow - 100 + lane);
+  store.locked_elsewhere = {{"h", 1}, {"h", 2}};
+  const auto claimed = Claim(store, 10);
+  EXPECT_EQ(claimed.size(), 10u);
+  ASSERT_GE(store.acquire_calls.size(), 2u);
+  EXPECT_EQ(store.acquire_calls[0].second, 4);
+  EXPECT_EQ(store.acquire_calls[0].first.size(), 16u);
+  EXPECT_EQ(store.acquire_calls[1].second, 6) << "the remaining places, below 8";
+  EXPECT_EQ(store.acquire_calls[1].first.front().lane, 6) << "after the last lane taken";
+  EXPECT_FALSE(store.lane("h", 1).owner);
+}
+
+TEST(PositionsClaimTest, StepsRunInOrderAndWritesComeLast) {
+  FakeStore store;
+  store.lane("h", 0).owner = "w";
+  store.lane("h", 0).binding = Mine();
+  store.publish("h", 0, "a", std::nullopt, kNow + 1);  // deferred
+  store.publish("h", 1, "b");
+  Claim(store, 10);
+  EXPECT_EQ(store.calls,
+            (Names{"subscribed_handlers", "held_lanes", "read_lanes", "lanes_with_work",
+                   "lock_acquirable", "read_lanes", "insert_exceptions", "write_lanes"}));
+}
+
+// ---- writes and hand-backs ----
+
+TEST(PositionsClaimTest, AnIdleHeldLaneIsHandedBackAndOneWithPendingRowsKept) {
+  FakeStore store;
+  store.publish("h", 0, "e1");
+  store.publish("h", 1, "f1", "F");
+  store.publish("h", 1, "f2", "F");
+  Claim(store, 10);
+  store.complete_all("h", 0);
+  // Lane 1's f1 failed: a retry an hour ahead, so f2 will be parked behind it.
+  FakeLane& l1 = store.lane("h", 1);
+  l1.progress = finish_positions(l1.progress, {1}).progress;
+  store.exceptions[{"h", 1, 1}] = {"f1", "F", false, 1, 1, kNow + 3'600'000'000LL};
+  store.lane_writes.clear();
+  EXPECT_TRUE(Claim(store, 10).empty());
+  EXPECT_FALSE(store.lane("h", 0).owner) << "idle: handed back";
+  EXPECT_EQ(store.lane("h", 0).epoch, 1) << "a hand-back does not move the epoch";
+  EXPECT_EQ(store.lane("h", 1).owner, "w") << "a pending exception row keeps it held";
+  EXPECT_EQ(store.lane("h", 1).progress.acked_upto, 2) << "f2 parked";
+}
+
+TEST(PositionsClaimTest, AHeldLaneThatRunsEverythingItCanIsNotRewritten) {
+  FakeStore store;
+  for (int i = 0; i < 40; ++i) store.publish("h", 0, "e" + std::to_string(i));
+  Claim(store, 100);
+  store.lane_writes.clear();
+  store.reads.clear();
+  EXPECT_TRUE(Claim(store, 100).empty());
+  EXPECT_TRUE(store.lane_writes.empty());
+  EXPECT_TRUE(store.reads.empty()) << "a held lane without room is not even read";
+}
+
+TEST(PositionsClaimTest, AFreeLaneAcquiredInVainIsNotWritten) {
+  FakeStore store;
+  // A due exception row (work), but the lowest row of its key is not due yet: nothing can
+  // run, nothing changes.
+  store.publish("h", 0, "k1", "K");
+  store.publish("h", 0, "k2", "K");
+  store.exceptions[{"h", 0, 1}] = {"k1", "K", false, 1, 1, kNow + 100};
+  store.exceptions[{"h", 0, 2}] = {"k2", "K", false, 0, 0, kNow - 1};
+  store.lane("h", 0).progress.acked_upto = 2;
+  store.lane("h", 0).epoch = 5;
+  EXPECT_TRUE(Claim(store, 10).empty());
+  EXPECT_EQ(store.calls.back(), "read_lanes") << "acquired and read, then nothing written";
+  EXPECT_TRUE(store.lane_writes.empty());
+  EXPECT_EQ(store.lane("h", 0).epoch, 5);
+  EXPECT_FALSE(store.lane("h", 0).owner);
+}
+
+TEST(PositionsClaimTest, AFreeLaneThatOnlyDefersIsWrittenButNotKept) {
+  FakeStore store;
+  store.publish("h", 0, "later", std::nullopt, kNow + 10);
+  EXPECT_TRUE(Claim(store, 10).empty());
+  EXPECT_EQ(store.lane("h", 0).progress.acked_upto, 1);
+  EXPECT_FALSE(store.lane("h", 0).owner);
+  EXPECT_EQ(store.lane("h", 0).epoch, 0);
+}
+
+TEST(PositionsClaimTest, AbsentPositionsAreFinished) {
+  FakeStore store;
+  store.publish("h", 0, "e1");
+  store.publish("h", 0, "e2");
+  store.publish("h", 0, "e3");
+  store.deliveries.erase({"h", 0, 2});  // rolled back: never written
+  EXPECT_EQ(EventIds(Claim(store, 10)), (Names{"e1", "e3"}));
+  EXPECT_EQ(store.lane("h", 0).progress.done, (PositionSet{2}));
+}
+
+TEST(PositionsLaneWriteTest, TheWriteOfEachOriginAndOutcome) {
+  auto write = [](LaneOrigin origin, bool changed, bool runs, bool remaining) {
+    return positions_lane_write(origin, 5, {changed, runs, remaining});
+  };
+  // Held: kept while running or with something left, handed back otherwise.
+  LaneWrite w = write(LaneOrigin::kHeld, false, true, true);
+  EXPECT_FALSE(w.write);
+  EXPECT_TRUE(w.hold);
+  w = write(LaneOrigin::kHeld, true, true, false);
+  EXPECT_TRUE(w.write && w.hold && !w.new_holder);
+  EXPECT_EQ(w.epoch, 5);
+  w = write(LaneOrigin::kHeld, false, false, true);
+  EXPECT_FALSE(w.write);
+  EXPECT_TRUE(w.hold);
+  w = write(LaneOrigin::kHeld, false, false, false);
+  EXPECT_TRUE(w.write);
+  EXPECT_FALSE(w.hold);
+  // Free: acquired at a new epoch only when it runs something.
+  w = write(LaneOrigin::kFree, true, true, true);
+  EXPECT_TRUE(w.write && w.hold && w.new_holder);
+  EXPECT_EQ(w.epoch, 6);
+  w = write(LaneOrigin::kFree, true, false, true);
+  EXPECT_TRUE(w.write);
+  EXPECT_FALSE(w.hold);
+  EXPECT_EQ(w.epoch, 5);
+  w = write(LaneOrigin::kFree, false, false, true);
+  EXPECT_FALSE(w.write);
+  // Taken over: always written at a new epoch; held only when it runs something.
+  for (LaneOrigin o : {LaneOrigin::kExpired, LaneOrigin::kOrphaned}) {
+    w = write(o, false, false, true);
+    EXPECT_TRUE(w.write);
+    EXPECT_FALSE(w.hold);
+    EXPECT_EQ(w.epoch, 6);
+    w = write(o, true, true, true);
+    EXPECT_TRUE(w.hold && w.new_holder);
+  }
+  EXPECT_FALSE(write(LaneOrigin::kOthers, true, true, true).write);
+}
+
+TEST(PositionsClaimTest, ADrainHandsOutEveryDeliveryOnceAndInKeyOrder) {
+  FakeStore store;
+  std::map<std::string, std::vector<std::string>> published;  // key -> event ids in order
+  int n = 0;
+  for (int round = 0; round < 30; ++round)
+    for (std::int16_t lane = 0; lane < 4; ++lane) {
+      const std::string key = "k" + std::to_string((round * 7 + lane) % 9);
+      const std::string id = "e" + std::to_string(n++);
+      store.publish("h", lane, id, key);
+      published[key + "@" + std::to_string(lane)].push_back(id);
+    }
+  std::map<std::string, std::vector<std::string>> handled;
+  std::set<std::string> seen;
+  for (int i = 0; i < 200 && seen.size() < static_cast<std::size_t>(n); ++i) {
+    for (const auto& c : Claim(store, 7)) {
+      EXPECT_TRUE(seen.insert(c.event_id).second) << c.event_id << " handed out twice";
+      handled[*c.key + "@" + std::to_string(c.token.lane)].push_back(c.event_id);
+    }
+    for (std::int16_t lane = 0; lane < 4; ++lane) store.complete_all("h", lane);
+  }
+  EXPECT_EQ(seen.size(), static_cast<std::size_t>(n));
+  EXPECT_EQ(handled, published);
+  for (std::int16_t lane = 0; lane < 4; ++lane) {
+    Claim(store, 7);
+    EXPECT_FALSE(store.lane("h", lane).owner) << "drained lanes go back";
+  }
+}
+
+}  // namespace
+}  // namespace relaybus::core
