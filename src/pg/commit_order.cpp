@@ -42,27 +42,45 @@ struct Noted {
 Noted noted;
 
 struct LogStatement {
+  std::string table;  // the qualified name the statement was written with
   std::string sql;
   SPIPlanPtr plan = nullptr;
 };
 
-// One insert per log table, kept for the backend's life. Every name is qualified, the
-// table by OID at preparation: the statement runs at commit, under whatever search_path
-// the session has by then.
+// One insert per log table, kept for the backend's life and remade when the table's name
+// changes. Every name is qualified, the table by the name its OID has at commit, and the
+// statement is prepared and run under a pinned search_path (execute_as_writer).
 std::map<Oid, LogStatement> statements;
 
 std::map<Oid, LogStatement> staged_statements;
 
-std::string qualified_name(Oid table) {
+// The qualified name `table` has now; nullopt when it no longer exists: dropped by this
+// transaction after its publish (DROP EXTENSION), together with the events its staged rows
+// belonged to, so they have nowhere to go and nothing to point at.
+std::optional<std::string> current_name(Oid table) {
   char* name = nullptr;
   pg_call([&] {
     const char* relname = get_rel_name(table);
-    if (relname == nullptr)
-      ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
-                      errmsg("relaybus: the commit order's table %u does not exist", table)));
-    name = quote_qualified_identifier(get_namespace_name(get_rel_namespace(table)), relname);
+    if (relname != nullptr)
+      name = quote_qualified_identifier(get_namespace_name(get_rel_namespace(table)), relname);
   });
+  if (name == nullptr) return std::nullopt;
   return std::string(name);
+}
+
+// The kept statement of `table`, remade when the table's name is not the one it was written
+// with: its text names the table, so a statement kept from before a rename, or from a table
+// dropped and made again under the name (DROP and CREATE EXTENSION in one transaction),
+// would write to whatever bears the name now.
+LogStatement& statement_of(std::map<Oid, LogStatement>& kept, Oid table, const std::string& name) {
+  LogStatement& statement = kept[table];
+  if (statement.plan != nullptr && statement.table != name) {
+    SPIPlanPtr old = statement.plan;
+    statement.plan = nullptr;
+    pg_call([&] { (void)SPI_freeplan(old); });
+  }
+  statement.table = name;
+  return statement;
 }
 
 SPIPlanPtr prepare_kept(LogStatement& statement, std::vector<Oid> types) {
@@ -89,10 +107,9 @@ bool has_column(Oid table, const char* column) {
 // only where the table has them: relaybus 0.3.0's deliveries have both, the prototypes'
 // tables (bench/peers/positions_staged.py, test/integration/commit_order_check.py)
 // neither.
-SPIPlanPtr staged_plan_for(Oid table) {
-  LogStatement& statement = staged_statements[table];
+SPIPlanPtr staged_plan_for(Oid table, const std::string& name) {
+  LogStatement& statement = statement_of(staged_statements, table, name);
   if (statement.plan != nullptr) return statement.plan;
-  const std::string name = qualified_name(table);
   std::string columns = "handler, lane, position, event_id, key";
   std::string values = "u.e, u.k";
   if (has_column(table, "available_at")) {
@@ -121,10 +138,9 @@ SPIPlanPtr staged_plan_for(Oid table) {
                                   TEXTARRAYOID, TIMESTAMPTZARRAYOID});
 }
 
-SPIPlanPtr plan_for(Oid log) {
-  LogStatement& statement = statements[log];
+SPIPlanPtr plan_for(Oid log, const std::string& table) {
+  LogStatement& statement = statement_of(statements, log, table);
   if (statement.plan != nullptr) return statement.plan;
-  const std::string table = qualified_name(log);
   statement.sql =
       "INSERT INTO " + table +
       " (handler, lane, first_position, span, txn)"
@@ -154,17 +170,36 @@ void lock_lane(Oid log, std::int16_t lane) {
 constexpr const char* kIndexPlansOnly[] = {"enable_seqscan", "enable_bitmapscan", "enable_hashjoin",
                                            "enable_mergejoin", "jit"};
 
-void execute_as_writer(Oid table, SPIPlanPtr plan, Params& params) {
+using PlanOf = SPIPlanPtr (*)(Oid, const std::string&);
+
+// Prepares (the first time) and runs the table's statement as the role that staged its first
+// row (publish's owner: publish is SECURITY DEFINER), never as whoever is the current role
+// at commit, and with search_path pinned as the publishing function pins it. The statement
+// is parsed as that role too: parse analysis checks USAGE on the table's schema as the
+// current role, so a caller whose role has no right on schema relaybus (it published through
+// a SECURITY DEFINER function of a publisher, or SET ROLE after publishing) would otherwise
+// fail every commit of its backend with 42501. The search_path: every name in the statement
+// is qualified, and with the path pinned a caller's search_path neither shadows anything
+// nor makes the kept statement be parsed again at each commit.
+void execute_as_writer(Oid table, const std::string& name, PlanOf plan_of, Params& params) {
   Oid saved_user = InvalidOid;
   int saved_context = 0;
-  int rc = 0;
+  int settings = 0;
+  // An error from here on aborts the transaction, which restores the user and unwinds the
+  // settings' nest level.
   pg_call([&] {
     GetUserIdAndSecContext(&saved_user, &saved_context);
     SetUserIdAndSecContext(noted.writer[table], saved_context | SECURITY_LOCAL_USERID_CHANGE);
-    const int settings = NewGUCNestLevel();
-    for (const char* name : kIndexPlansOnly)
-      (void)set_config_option(name, "off", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0,
+    settings = NewGUCNestLevel();
+    (void)set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET, PGC_S_SESSION,
+                            GUC_ACTION_SAVE, true, 0, false);
+    for (const char* setting : kIndexPlansOnly)
+      (void)set_config_option(setting, "off", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0,
                               false);
+  });
+  SPIPlanPtr plan = plan_of(table, name);
+  int rc = 0;
+  pg_call([&] {
     rc = SPI_execute_snapshot(plan, params.values(), params.nulls(), GetLatestSnapshot(),
                               InvalidSnapshot, false, true, 0);
     AtEOXact_GUC(true, settings);
@@ -176,7 +211,7 @@ void execute_as_writer(Oid table, SPIPlanPtr plan, Params& params) {
 
 // The rows that survived their subtransactions, numbered from 1 per (handler, lane) in the
 // order they were staged: no position is left absent.
-void write_staged(Oid table, const std::vector<StagedRow>& rows) {
+void write_staged(Oid table, const std::string& name, const std::vector<StagedRow>& rows) {
   std::map<std::pair<std::string, std::int16_t>, std::int32_t> counted;
   std::vector<std::string> handlers, event_ids;
   std::vector<std::int16_t> lanes;
@@ -201,7 +236,7 @@ void write_staged(Oid table, const std::vector<StagedRow>& rows) {
   params.text_array(event_ids);
   params.datum_array(keys, key_nulls, TEXTOID);
   params.datum_array(available, std::vector<bool>(available.size(), false), TIMESTAMPTZOID);
-  execute_as_writer(table, staged_plan_for(table), params);
+  execute_as_writer(table, name, staged_plan_for, params);
 }
 
 // Every lane lock first, in key order; then, with a snapshot that sees every transaction
@@ -229,14 +264,16 @@ void write_log() {
       handlers.push_back(std::get<2>(next->first));
       counts.push_back(next->second);
     }
+    const std::optional<std::string> name = current_name(table);
+    if (!name) continue;  // dropped after the publish, with what its rows belonged to
     const auto staged = noted.staged.find(table);
     if (staged == noted.staged.end()) {
       params.text_array(handlers);
       params.int2_array(lanes);
       params.int4_array(counts);
-      execute_as_writer(table, plan_for(table), params);
+      execute_as_writer(table, *name, plan_for, params);
     } else if (!staged->second.empty()) {
-      write_staged(table, staged->second);
+      write_staged(table, *name, staged->second);
     }
   }
   spi.finish();
