@@ -47,6 +47,7 @@ struct Noted {
   std::map<Key, std::int32_t> deliveries;        // how many each (log, lane, handler) took
   std::map<Oid, Oid> writer;                     // log table -> the role its row is inserted as
   std::map<Oid, std::vector<StagedRow>> staged;  // deliveries table -> its staged rows
+  bool writing = false;                          // in PRE_COMMIT, writing them
 };
 
 Noted noted;
@@ -372,6 +373,7 @@ void forget() {
   noted.deliveries.clear();
   noted.writer.clear();
   noted.staged.clear();
+  noted.writing = false;
 }
 
 // A staged row belongs to the subtransaction that staged it until that one commits into
@@ -392,6 +394,7 @@ void at_subtransaction_event(SubXactEvent event, SubTransactionId mine, SubTrans
 }
 
 void run_write_log(void*) {
+  noted.writing = true;
   write_log();
 }
 
@@ -429,9 +432,29 @@ void install() {
   RegisterSubXactCallback(at_subtransaction_event, nullptr);
 }
 
+namespace {
+
+// A publish from code that the write at commit runs (a trigger someone put on relaybus's
+// deliveries): its rows would come after their lanes were locked and written, and be
+// forgotten with the commit, leaving its events without deliveries. Refused, so the commit
+// fails whole.
+void refuse_while_writing() {
+  if (!noted.writing) return;
+  pg_call([&] {
+    ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                    errmsg("cannot publish to relaybus while a commit writes its deliveries"),
+                    errdetail("A trigger or rule on relaybus's tables published during the write "
+                              "of the transaction's staged deliveries."),
+                    errhint("Do not publish from triggers on relaybus's tables.")));
+  });
+}
+
+}  // namespace
+
 void stage(Oid table, const std::string& handler, std::int16_t lane, const std::string& event_id,
            const std::optional<std::string>& key, TimestampTz available_at) {
   if (lane < 0) throw core::Error(core::ErrorCode::kInvalidParameter, "relaybus: lane is negative");
+  refuse_while_writing();
   noted.writer.emplace(table, GetUserId());
   noted.deliveries[Key{table, lane, handler}]++;
   noted.staged[table].push_back(
@@ -440,6 +463,7 @@ void stage(Oid table, const std::string& handler, std::int16_t lane, const std::
 
 std::int32_t note(Oid log, const std::string& handler, std::int16_t lane) {
   if (lane < 0) throw core::Error(core::ErrorCode::kInvalidParameter, "relaybus: lane is negative");
+  refuse_while_writing();
   noted.writer.emplace(log, GetUserId());
   return noted.deliveries[Key{log, lane, handler}]++;
 }

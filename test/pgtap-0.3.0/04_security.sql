@@ -21,7 +21,7 @@
 -- (where the statement that writes staged deliveries is prepared) happens under the hostile
 -- conditions.
 SELECT rb_reset();
-SELECT plan(84);
+SELECT plan(86);
 
 SET client_min_messages = warning;
 DO $$ DECLARE r text; BEGIN
@@ -35,6 +35,7 @@ DO $$ DECLARE r text; BEGIN
 END $$;
 DROP TABLE IF EXISTS public.rb_sec030_seen;
 DROP FUNCTION IF EXISTS public.rb_sec030_seen() CASCADE;
+DROP FUNCTION IF EXISTS public.rb_sec030_republish() CASCADE;
 RESET client_min_messages;
 CREATE ROLE relaybus_sec030_pub LOGIN;
 CREATE ROLE relaybus_sec030_wrk LOGIN;
@@ -417,6 +418,28 @@ SELECT is((SELECT lane FROM relaybus.deliveries WHERE event_id = 'lock-1'), :loc
 SELECT dblink_disconnect('victim');
 SELECT dblink_disconnect('lock');
 
+-- A trigger on relaybus.deliveries that publishes (only relaybus's owner can put one there):
+-- its event would be committed without deliveries, its rows staged after their lanes were
+-- written. The commit is refused whole instead (0A000).
+CREATE FUNCTION public.rb_sec030_republish() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.event_id = 'loop-1' THEN
+    PERFORM relaybus.publish('sec.t', '{}', NULL, 'loop-2');
+  END IF;
+  RETURN NULL;
+END
+$$;
+CREATE TRIGGER rb_sec030_republish AFTER INSERT ON relaybus.deliveries
+  FOR EACH ROW EXECUTE FUNCTION public.rb_sec030_republish();
+SELECT rb_connect('su');
+SELECT is(pg_temp.remote_state('su', $$DO $d$BEGIN PERFORM relaybus.publish('sec.t', '{}', NULL, 'loop-1'); END $d$ $$),
+          '0A000', 'a publish from a trigger that the write at commit fires fails that commit (0A000)');
+SELECT is((SELECT count(*)::int FROM relaybus.events WHERE id LIKE 'loop-%')
+          + (SELECT count(*)::int FROM relaybus.deliveries WHERE event_id LIKE 'loop-%'), 0,
+          'and neither event nor delivery is committed');
+SELECT dblink_disconnect('su');
+DROP TRIGGER rb_sec030_republish ON relaybus.deliveries;
+DROP FUNCTION public.rb_sec030_republish();
 DROP TRIGGER rb_sec030_seen ON relaybus.deliveries;
 DROP FUNCTION public.rb_sec030_seen();
 
