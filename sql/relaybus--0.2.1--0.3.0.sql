@@ -647,10 +647,12 @@ CREATE OR REPLACE FUNCTION relaybus.take_over_expired() RETURNS integer
 -- and 10,000 of each other kind: call it until it returns 0.
 --
 -- Never a lane's last delivery: the next commit numbers the lane's deliveries from it
--- (src/pg/commit_order.hpp), so its event waits for a later delivery in that lane. Events
--- are locked SKIP LOCKED first (a republish adding a handler holds its event), so the call
--- waits for nothing. Writes events, deliveries, exceptions, completions. Interim: 0.3.0's
--- retention is to rotate instead of deleting (docs/design.md).
+-- (src/pg/commit_order.hpp). That row stays, finished, after its event is gone, and goes in
+-- a later call once the lane has a later delivery (the lowest delivery of each lane is
+-- looked at: one probe per lane). Events are locked SKIP LOCKED first (a republish adding
+-- a handler holds its event), so the call waits for nothing. Writes events, deliveries,
+-- exceptions, completions. Interim: 0.3.0's retention is to rotate instead of deleting
+-- (docs/design.md).
 CREATE OR REPLACE FUNCTION relaybus.purge_expired() RETURNS bigint
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -671,15 +673,26 @@ BEGIN
        AND NOT EXISTS (
          SELECT 1 FROM relaybus.deliveries d
            JOIN relaybus.lanes l ON l.handler = d.handler AND l.lane = d.lane
-          WHERE d.event_id = e.id
-            AND ((d.position > l.acked_upto AND d.position <> ALL (l.done))
-                 OR NOT EXISTS (SELECT 1 FROM relaybus.deliveries t WHERE t.handler = d.handler
-                                   AND t.lane = d.lane AND t.position > d.position)))
+          WHERE d.event_id = e.id AND d.position > l.acked_upto AND d.position <> ALL (l.done))
      LIMIT 10000 FOR UPDATE OF e SKIP LOCKED) e;
-  DELETE FROM relaybus.deliveries d WHERE d.event_id = ANY (ids);
+  DELETE FROM relaybus.deliveries d
+   WHERE d.event_id = ANY (ids)
+     AND EXISTS (SELECT 1 FROM relaybus.deliveries t WHERE t.handler = d.handler
+                    AND t.lane = d.lane AND t.position > d.position);
   DELETE FROM relaybus.events e WHERE e.id = ANY (ids);
   GET DIAGNOSTICS n = ROW_COUNT;
   deleted := deleted + n;
+  -- A lane's last delivery kept above once its event went: its lowest delivery, finished,
+  -- of an event that is gone, with a later delivery behind it.
+  DELETE FROM relaybus.deliveries d WHERE (d.handler, d.lane, d.position) IN (
+    SELECT f.handler, f.lane, f.position FROM relaybus.lanes l
+     CROSS JOIN LATERAL (SELECT d.handler, d.lane, d.position, d.event_id FROM relaybus.deliveries d
+                          WHERE d.handler = l.handler AND d.lane = l.lane
+                          ORDER BY d.position LIMIT 1) f
+     WHERE f.position <= l.acked_upto
+       AND NOT EXISTS (SELECT 1 FROM relaybus.events e WHERE e.id = f.event_id)
+       AND EXISTS (SELECT 1 FROM relaybus.deliveries t WHERE t.handler = f.handler
+                      AND t.lane = f.lane AND t.position > f.position));
   DELETE FROM relaybus.exceptions x WHERE (x.handler, x.lane, x.position) IN (
     SELECT y.handler, y.lane, y.position FROM relaybus.exceptions y
      WHERE y.status = 'dead' AND y.updated_at < now() - keep_dead
@@ -796,8 +809,11 @@ BEGIN
   END IF;
   -- A delivery's place never changes once committed, so it can be read before the lane is
   -- locked.
+  -- The newest: a purged event's lane may keep its last, finished, delivery (purge_expired)
+  -- beside the delivery of the id published again.
   SELECT d.lane, d.position INTO d_lane, d_position FROM relaybus.deliveries d
-   WHERE d.event_id = cancel.event_id AND d.handler = cancel.handler;
+   WHERE d.event_id = cancel.event_id AND d.handler = cancel.handler
+   ORDER BY d.created_at DESC, d.position DESC LIMIT 1;
   IF NOT FOUND THEN
     RETURN false;
   END IF;
