@@ -1,7 +1,9 @@
 -- Port of test/pgtap/20_shared_worker_name.sql to relaybus 0.3.0; the guarantee and the two
 -- scenarios are 0.2's, observed on 0.3.0's lanes: in_flight lists positions (not event
 -- ids), and a failed delivery leaves the lane's window for an exception row (its lane's
--- cursor passes it) instead of staying in deliveries with attempts and a due time.
+-- cursor passes it) instead of staying in deliveries with attempts and a due time. 0.3.0
+-- lists a second kind of running position, retrying (exception rows run again): part 3
+-- checks the same guarantee for it.
 --
 -- Guarantee: connections that share a worker name (the dispatcher claims on one and fails
 -- or completes on another) keep each lane's in-flight list exact. A claim that waits for
@@ -20,7 +22,7 @@
 --    get F: its look at the lane's deliveries must see F, though F did not exist when
 --    B's claim began.
 SELECT rb_reset();
-SELECT plan(14);
+SELECT plan(22);
 
 SELECT relaybus.subscribe('sw', ARRAY['sw.event'], backoff_base => '1 hour');
 SELECT rb_connect('sw_a');
@@ -97,5 +99,43 @@ SELECT is((SELECT in_flight FROM relaybus.lanes WHERE handler = 'sw2' AND lane =
           (SELECT array_agg(position ORDER BY position) FROM relaybus.deliveries
             WHERE handler = 'sw2' AND event_id IN ('sw2-g', :'f_id')),
           'the lane lists G''s and F''s positions in flight, once each');
+
+--------------------------------------------------------------------------------
+-- 3. (0.3.0) The same for the retrying list: A runs R again from its exception row; B
+--    completes R in an open transaction (which deletes the row and takes R out of
+--    retrying); S arrives in the lane; A claims again and waits for B's lock; B commits.
+--    A's claim must return S and leave nothing in retrying: with the list from before the
+--    wait it would write R back as retrying, with no exception row behind it, and the lane
+--    would run "something" for good.
+--------------------------------------------------------------------------------
+SELECT relaybus.subscribe('sw3', ARRAY['sw3.event'], backoff_base => '0', backoff_max => '0');
+SELECT relaybus.publish('sw3.event', '{}', event_id => 'sw3-r');
+SELECT relaybus.lane_of('sw3-r') AS lane3 \gset
+SELECT min(id) AS s_id FROM (SELECT 'sw3-s-' || i AS id FROM generate_series(1, 20000) i) c
+ WHERE relaybus.lane_of(c.id) = :lane3 \gset
+SELECT is((SELECT array_agg(r) FROM dblink('sw_a', $$SELECT relaybus.fail(lease_token, 'once')
+  FROM relaybus.claim('shared3', 1, '30 seconds', ARRAY['sw3'])$$) AS t(r text)), ARRAY['retry'],
+          'A claims R and fails it: retry, due at once (backoff 0)');
+SELECT t AS r_token FROM dblink('sw_a', $$SELECT lease_token FROM relaybus.claim('shared3', 1,
+  '30 seconds', ARRAY['sw3'])$$) AS r(t text) \gset
+SELECT results_eq(format($$SELECT l.retrying, l.in_flight FROM relaybus.lanes l WHERE l.handler = 'sw3' AND l.lane = %s$$, :lane3),
+                  $$SELECT ARRAY[position], '{}'::bigint[] FROM relaybus.exceptions WHERE event_id = 'sw3-r'$$,
+                  'A runs R again from its exception row (retrying)');
+SELECT dblink_exec('sw_b', 'BEGIN');
+SELECT is((SELECT r FROM dblink('sw_b', format('SELECT relaybus.complete(%L)', :'r_token')) AS t(r boolean)),
+          true, 'B completes R (not yet committed)');
+SELECT relaybus.publish('sw3.event', '{}', event_id => :'s_id');
+SELECT dblink_send_query('sw_a', $$SELECT event_id FROM relaybus.claim('shared3', 10,
+  '30 seconds', ARRAY['sw3'])$$);
+SELECT ok(rb_waits_for_lock(:a_pid), 'A''s claim waits for B''s lock on the lane');
+SELECT dblink_exec('sw_b', 'COMMIT');
+SELECT is((SELECT array_agg(e) FROM dblink_get_result('sw_a') AS r(e text)), ARRAY[:'s_id'],
+          'once B commits, A''s claim returns S');
+SELECT is((SELECT count(*)::int FROM dblink_get_result('sw_a') AS r(e text)), 0,
+          '(no further result)');
+SELECT results_eq(format($$SELECT l.retrying, l.in_flight FROM relaybus.lanes l WHERE l.handler = 'sw3' AND l.lane = %s$$, :lane3),
+                  format($$SELECT '{}'::bigint[], ARRAY[position] FROM relaybus.deliveries WHERE handler = 'sw3' AND event_id = %L$$, :'s_id'),
+                  'the lane lists S in flight and retries nothing: R is not written back');
+SELECT is((SELECT count(*)::int FROM relaybus.exceptions WHERE handler = 'sw3'), 0, 'R''s exception row is gone');
 
 SELECT * FROM finish();
