@@ -11,7 +11,7 @@
 -- (22023 beyond it, nothing written), and a due time in the past counts as now
 -- (src/core/due_time.hpp).
 SELECT rb_reset();
-SELECT plan(20);
+SELECT plan(25);
 
 SELECT relaybus.subscribe('due_h', ARRAY['due.t']);
 SELECT relaybus.subscribe('due_other', ARRAY['due.t']);
@@ -98,6 +98,22 @@ SELECT is(relaybus.fail((SELECT lease_token FROM first_claim), 'x', '4713-01-01 
 SELECT is((SELECT available_at >= (SELECT max(available_at) FROM relaybus.deliveries WHERE event_id = 'a-jumper')
              FROM relaybus.exceptions WHERE event_id = (SELECT event_id FROM first_claim)),
           true, 'and the retry (its exception row) is due now, not before work published earlier');
+
+-- 0.3.0: a retry runs from its exception row, and its fail rewrites that row (another path
+-- than a window pick's): the same bounds.
+CREATE TEMP TABLE retry_claim AS SELECT * FROM relaybus.claim('due-w', 1, '1 minute', ARRAY['due_h']);
+SELECT results_eq($$SELECT event_id, attempts FROM retry_claim$$,
+                  $$SELECT event_id, 1 FROM first_claim$$, 'the retry is claimed again from its exception row');
+CREATE TEMP TABLE x_before AS SELECT x.xmin::text AS x, x.* FROM relaybus.exceptions x;
+SELECT throws_ok(format($$SELECT relaybus.fail(%L, 'x', '294276-12-31')$$, (SELECT lease_token FROM retry_claim)),
+                 '22023', 'retry_at is more than 30 days from now', 'fail of a retry: retry_at in year 294276 -> 22023');
+SELECT results_eq($$SELECT x.xmin::text, x.* FROM relaybus.exceptions x$$, $$SELECT * FROM x_before$$,
+                  '... and its exception row is untouched');
+SELECT is(relaybus.fail((SELECT lease_token FROM retry_claim), 'x', '4713-01-01 BC'), 'retry',
+          'fail of a retry: a retry_at in 4713 BC is accepted');
+SELECT ok((SELECT x.attempts = 2 AND x.available_at >= b.available_at AND x.available_at <= now()
+             FROM relaybus.exceptions x, x_before b),
+          '... and counts as now: due no earlier than its previous due time');
 
 DROP OWNED BY rbtest_p32_publisher;
 DROP ROLE rbtest_p32_publisher;
