@@ -20,7 +20,7 @@
 --   handlers [1] raised 22004 (NULL) instead of 22023 (wrong JSON type). Also: a non-finite
 --   retry_at in fail() is 22023.
 SELECT rb_reset();
-SELECT plan(70);
+SELECT plan(72);
 
 CREATE OR REPLACE FUNCTION public.rb23_handler(e jsonb) RETURNS void LANGUAGE sql AS 'SELECT';
 
@@ -203,11 +203,26 @@ UPDATE relaybus.lanes SET lease_expires_at = now() - interval '1 second'
 SELECT is(relaybus.take_over_expired(), 2, 'take_over_expired works with absurd stored backoffs');
 UPDATE relaybus.lanes SET lease_expires_at = now() - interval '1 second'
  WHERE handler IN ('ib_a3', 'ib_a4') AND lease_owner = 'ib-absurd';
-SELECT is((SELECT count(*) FROM relaybus.claim('ib-other', 10, '30 s', ARRAY['ib_a3', 'ib_a4'])), 2::bigint,
+CREATE TEMP TABLE other_claim AS
+  SELECT handler, lease_token AS token FROM relaybus.claim('ib-other', 10, '30 s', ARRAY['ib_a3', 'ib_a4']);
+SELECT is((SELECT count(*) FROM other_claim), 2::bigint,
           'a claim takes over expired lanes with absurd stored backoffs');
 SELECT results_eq($$SELECT handler, attempts FROM relaybus.exceptions WHERE event_id = 'ib-a' ORDER BY handler$$,
                   $$VALUES ('ib_a1', 2), ('ib_a2', 2), ('ib_a3', 2), ('ib_a4', 2)$$,
                   'each takeover charged one attempt');
+-- 0.3.0: a retry runs from its exception row, and its fail rewrites that row: the stored
+-- policies are clamped on that path too. (Lost attempts are due at once: the claim below
+-- runs ib_a1's and ib_a2's again; ib-other runs ib_a3's and ib_a4's already.) Attempts 3:
+-- base * 2^2, capped at max.
+INSERT INTO other_claim
+  SELECT handler, lease_token FROM relaybus.claim('ib-other', 10, '30 s', ARRAY['ib_a1', 'ib_a2']);
+SELECT is((SELECT array_agg(relaybus.fail(token, 'x') ORDER BY handler) FROM other_claim),
+          ARRAY['retry', 'retry', 'retry', 'retry'], 'fail of a retry, for each absurd stored backoff -> retry');
+SELECT results_eq($$SELECT handler, attempts, available_at - updated_at FROM relaybus.exceptions
+                     WHERE event_id = 'ib-a' ORDER BY handler$$,
+                  $$VALUES ('ib_a1', 3, interval '365 days'), ('ib_a2', 3, interval '4 seconds'),
+                           ('ib_a3', 3, interval '4 seconds'), ('ib_a4', 3, interval '0')$$,
+                  'the retries'' backoffs were clamped the same way');
 SELECT is((SELECT sql_timeout FROM relaybus.subscriptions WHERE handler = 'ib_sql'), interval '178000000 years',
           'setup: an absurd sql_timeout stays stored (the workers clamp it to 1 hour)');
 
