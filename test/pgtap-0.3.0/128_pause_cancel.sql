@@ -14,7 +14,7 @@
 -- predates a cancel fails with 40001 rather than hand out the deleted delivery. Bad input and privileges: 22004, 42704,
 -- and only the admin right may call the three.
 SELECT rb_reset();
-SELECT plan(40);
+SELECT plan(49);
 
 SET client_min_messages = warning;
 DROP ROLE IF EXISTS rbtest_p28_worker;
@@ -102,6 +102,27 @@ SELECT is((SELECT status FROM relaybus.list_deliveries('completed', 'c1')), 'can
           'list_deliveries(''completed'') shows it as cancelled');
 RESET relaybus.completion_history;
 SELECT throws_ok($$SELECT relaybus.cancel(NULL, 'c1')$$, '22004', NULL, 'cancel(NULL, ...): 22004');
+
+-- 0.3.0: a pending delivery may be an exception row (a retry waiting for its backoff) that
+-- holds back the later deliveries of its key (parked, into exception rows of their own).
+-- Cancelling it frees the key, as in 0.2; a retry being run is refused with 55006.
+SELECT relaybus.subscribe('c2', ARRAY['c2.t'], backoff_base => '1 hour', backoff_max => '1 hour');
+SELECT relaybus.publish('c2.t', '{}', key => 'xk', event_id => 'x1');
+SELECT relaybus.publish('c2.t', '{}', key => 'xk', event_id => 'x2');
+SELECT is((SELECT relaybus.fail(lease_token, 'boom') FROM relaybus.claim('w2', 10, handlers => ARRAY['c2'])), 'retry',
+          'x1 fails: a retry in an hour, in an exception row');
+SELECT is((SELECT count(*)::int FROM relaybus.claim('w2', 10, handlers => ARRAY['c2'])), 0,
+          'x2 waits behind it (its key is held back)');
+SELECT is(relaybus.cancel('x1', 'c2'), true, 'cancel of the waiting retry returns true');
+SELECT is((SELECT count(*)::int FROM relaybus.exceptions WHERE event_id = 'x1'), 0, 'its exception row is gone');
+CREATE TEMP TABLE tok2 AS SELECT lease_token, event_id FROM relaybus.claim('w2', 10, handlers => ARRAY['c2']);
+SELECT is((SELECT array_agg(event_id) FROM tok2), ARRAY['x2'], 'x2 no longer waits for the cancelled x1');
+SELECT is((SELECT relaybus.release(lease_token) FROM tok2), true, 'x2 is released: it becomes an exception row, due at once');
+SELECT is((SELECT array_agg(event_id) FROM relaybus.claim('w2', 10, handlers => ARRAY['c2'])), ARRAY['x2'],
+          'and is run again from it (retrying)');
+SELECT throws_ok($$SELECT relaybus.cancel('x2', 'c2')$$, '55006', NULL, 'cancel of a retry in flight: 55006');
+SELECT is((SELECT status FROM relaybus.list_deliveries(handler => 'c2') WHERE event_id = 'x2'), 'processing',
+          'and nothing changed');
 
 -- A claim in REPEATABLE READ with a snapshot from before the cancel committed (the cancel
 -- runs in a second session, through dblink): its snapshot still has the delivery, so it
