@@ -8,6 +8,8 @@
 -- What changes: 0.3.0's create_lanes puts its placeholder in done (0.2's in in_flight), and
 -- a lane's progress is acked_upto, done, in_flight and retrying, all of which must start
 -- empty (0): a placeholder left in done would read as positions finished above the cursor.
+-- Everything else of 0.2's test carries over unchanged (the same create_lanes scheme, the
+-- same fillfactor); the last part adds what the layout is for, on 0.3.0's lane rows.
 SELECT rb_reset();
 SELECT plan(8);
 

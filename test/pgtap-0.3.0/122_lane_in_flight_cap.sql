@@ -6,7 +6,9 @@
 -- deliveries of the one lane.
 -- 0.3.0 lists two kinds of running positions in a lane row: in_flight (window picks) and
 -- retrying (exception rows being run again, e.g. after a release); the cap counts both
--- (positions_claim.cpp: lane_room(in_flight + retrying)), checked at the end.
+-- (positions_claim.cpp: lane_room(in_flight + retrying)), checked at the end. Every
+-- assertion of 0.2's test carries over unchanged (in_flight now lists positions, whose
+-- count is what it checks).
 SELECT rb_reset();
 SELECT plan(11);
 
