@@ -1,11 +1,12 @@
 -- Guarantee: least privilege (test/pgtap/15_privileges.sql on 0.3.0). Nothing in schema
 -- relaybus (or relaybus_internal, the helpers') is granted to PUBLIC; the three rights
 -- (grant_rights) give EXECUTE on exactly the functions of their job and no direct write
--- privilege on any table; every SECURITY DEFINER function pins its search_path (otherwise a caller could shadow pg_catalog objects with its own and
--- run code as the owner). 26_catalog_comments checks the helpers' schema itself. The rights
--- are then exercised for real: a LOGIN role with the worker right can claim and complete but
--- cannot touch a table directly, publish, subscribe or switch the superuser-only settings.
--- A forgotten REVOKE, a GRANT to the wrong role or a missing SET search_path fails here.
+-- privilege on any table; every SECURITY DEFINER function pins its search_path (otherwise
+-- a caller could shadow pg_catalog objects with its own and run code as the owner).
+-- 26_catalog_comments checks the helpers' schema itself. The rights are then exercised for
+-- real: a LOGIN role with the worker right can claim and complete but cannot touch a table
+-- directly, publish, subscribe or switch the superuser-only settings. A forgotten REVOKE, a
+-- GRANT to the wrong role or a missing SET search_path fails here.
 --
 -- How 0.3.0 stores it: failures, retries and dead letters are rows of relaybus.exceptions
 -- (written by the same functions, so no right writes it directly either), and a completed
