@@ -45,10 +45,11 @@ CREATE OR REPLACE FUNCTION relaybus.subscribe(
   SET search_path = pg_catalog, pg_temp;
 
 -- unsubscribe: removes the handler's subscription; its deliveries and lanes stay (a
--- re-subscribe resumes them; purge_expired removes its pending deliveries once older than
--- relaybus.retention_dead). Returns nothing.
+-- re-subscribe resumes them). Returns nothing.
 --
--- Writes subscriptions.
+-- Unlike 0.2, purge_expired does not remove an unsubscribed handler's pending deliveries
+-- yet: they stay until it is subscribed again, or cancelled one by one. Writes
+-- subscriptions.
 CREATE OR REPLACE FUNCTION relaybus.unsubscribe(handler text) RETURNS void
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
