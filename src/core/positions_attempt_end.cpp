@@ -1,5 +1,7 @@
 #include "positions_attempt_end.hpp"
 
+#include "positions_claim.hpp"
+
 #include <limits>
 
 namespace relaybus::core {
@@ -22,7 +24,7 @@ PositionAttemptEnd end_position_attempt(Ending ending, const PositionToken& toke
   out.charged = out.end.attempts - attempts_before;
   out.lane = *lane;
   if (listed == Listed::kWindow) {
-    out.claims = 1;
+    out.claims = kClaimsAfterWindowAttempt;
     out.lane.progress = finish_positions(lane->progress, {token.position}).progress;
     // Only a row edited by hand lists a position in flight beyond the window, which
     // finish_positions leaves alone; its attempt has ended all the same.
