@@ -62,7 +62,7 @@ test/unit/core_tests: $(UNIT_SRCS) $(CORE_SRCS) $(wildcard src/core/*.hpp)
 	$(CXX) -std=c++17 -O1 -g -Wall -Wextra -Isrc -o $@ $(UNIT_SRCS) $(CORE_SRCS) \
 	  -lgtest -lgtest_main -pthread
 
-.PHONY: unit test
+.PHONY: unit test test-fast
 unit: test/unit/core_tests
 	./test/unit/core_tests
 
@@ -233,6 +233,10 @@ mongo-install: $(MONGO_LIB)
 # Everything: build, install, throwaway cluster, unit + pg_regress + pgTAP + integration.
 test:
 	./scripts/run-tests
+
+# The fast layer: unit tests, pg_regress and pgTAP on one cluster (scripts/run-tests --fast).
+test-fast:
+	./scripts/run-tests --fast
 
 # The PGXN release archive: $(DIST_DIR)/relaybus-VERSION.zip, one top directory
 # relaybus-VERSION/, made by `git archive` from HEAD, so it holds tracked files only. Changes

@@ -708,6 +708,9 @@ def main():
                          "without .py: positions,positions_staged,pgq), without relaybus's own runs, their "
                          "databases or the held-snapshot scenarios: for a cluster whose library the "
                          "extension's SQL does not name (dynamic_library_path in RELAYBUS_CLUSTER_SETTINGS)")
+    ap.add_argument("--held-systems", default=None, metavar="NAMES",
+                    help="the held-snapshot scenarios only for these systems (';'-separated names as the "
+                         "report prints them, e.g. 'relaybus loop, VERSION 0.3.0;PgQ (tuned ticker)')")
     ap.add_argument("--mongo", default=None, metavar="URI",
                     help="run on the MongoDB store at URI instead (a replica set and a database of "
                          "its own, which every run drops: see bench/mongo_bench.py)")
@@ -783,7 +786,8 @@ def main():
             # Through the peers' runners too (the relaybus loop among them): one pass, the
             # systems interleaved round by round inside it.
             if not keep:
-                held_results = held_bench.run(me, peers_bench, cluster, args.mode, outdir, args.only)
+                held_results = held_bench.run(me, peers_bench, cluster, args.mode, outdir, args.only,
+                                              args.held_systems.split(";") if args.held_systems else None)
     finally:
         cluster.stop()
 

@@ -389,8 +389,14 @@ def prepare(h, peers, cluster, mode):
     peers.prepare(h, cluster, mode, all_systems(mode))
 
 
-def run(h, peers, cluster, mode, outdir, only=None):
+def run(h, peers, cluster, mode, outdir, only=None, systems_only=None):
+    """systems_only: the systems to run (names as in HELD_SYSTEMS), or None for all."""
     todo = [pl for pl in plans(mode) if not only or pl[0] == only]
+    if systems_only:
+        unknown = set(systems_only) - set(all_systems(mode))
+        if unknown:
+            raise SystemExit(f"held_bench: no such system in the held-snapshot scenarios: {sorted(unknown)}")
+        todo = [(sc, config, p, [s for s in systems if s in systems_only]) for sc, config, p, systems in todo]
     if not todo:
         return []
     prepare(h, peers, cluster, mode)

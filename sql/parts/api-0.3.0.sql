@@ -45,10 +45,11 @@ CREATE OR REPLACE FUNCTION relaybus.subscribe(
   SET search_path = pg_catalog, pg_temp;
 
 -- unsubscribe: removes the handler's subscription; its deliveries and lanes stay (a
--- re-subscribe resumes them; purge_expired removes its pending deliveries once older than
--- relaybus.retention_dead). Returns nothing.
+-- re-subscribe resumes them). Returns nothing.
 --
--- Writes subscriptions.
+-- Unlike 0.2, purge_expired does not remove an unsubscribed handler's pending deliveries
+-- yet: they stay until it is subscribed again, or cancelled one by one. Writes
+-- subscriptions.
 CREATE OR REPLACE FUNCTION relaybus.unsubscribe(handler text) RETURNS void
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -67,8 +68,10 @@ $fn$;
 -- (the subscribers of type, or handlers). Idempotent by event_id: a repeat adds deliveries
 -- only for handlers the event never had. Returns the event id (a UUID when not given).
 --
--- Writes events, deliveries, key_counters (keyed events: the key's row stays locked until
--- commit, so a key's sequence follows commit order).
+-- Writes events. Its deliveries are staged in the backend and inserted when the transaction
+-- commits, at each (handler, lane)'s next position, under lane locks taken only then
+-- (src/pg/commit_order.hpp): a transaction does not see its own deliveries, and publishers
+-- wait for each other's commits, never for their work.
 CREATE OR REPLACE FUNCTION relaybus.publish(
   type text, payload jsonb DEFAULT '{}', key text DEFAULT NULL, event_id text DEFAULT NULL,
   handlers text[] DEFAULT NULL, available_at timestamptz DEFAULT NULL,
@@ -82,9 +85,8 @@ CREATE OR REPLACE FUNCTION relaybus.publish(
 -- {type, payload, key, id, handlers, available_at, headers}, in order. Returns the event
 -- ids in input order.
 --
--- Writes events, deliveries, key_counters: one statement per table
--- when every id is new, else event by event as publish. Locks each key's key_counters row
--- until commit (in key order when every id is new, else in input order).
+-- Writes events (one statement when every id is new, else event by event as publish); the
+-- deliveries are staged in input order and inserted at commit, as publish's.
 CREATE OR REPLACE FUNCTION relaybus.publish_batch(events jsonb) RETURNS SETOF text
   AS 'MODULE_PATHNAME', 'relaybus_publish_batch_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -122,22 +124,23 @@ CREATE OR REPLACE FUNCTION relaybus.extend_lease(worker text, lease interval DEF
   SET enable_seqscan = off SET enable_bitmapscan = off
   SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
--- complete: deletes the delivery if its lane has not changed hands since the claim.
+-- complete: ends the attempt as done if its lane has not changed hands since the claim.
 -- Returns false (nothing changed) when the lease was lost. Inside the handler's own
 -- transaction this is effectively-once.
 --
--- FOR KEY SHARE on the lane conflicts with a takeover's FOR UPDATE. Writes deliveries
--- (delete), completions (when history is on).
+-- Locks the lane (FOR NO KEY UPDATE, until commit: complete last, then commit) and moves its
+-- cursor or done set (core::complete_positions), a HOT update; a retry's exception row is
+-- deleted. Writes lanes, exceptions (retries), completions (when history is on).
 CREATE OR REPLACE FUNCTION relaybus.complete(lease_token text) RETURNS boolean
   AS 'MODULE_PATHNAME', 'relaybus_complete_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
   SET enable_seqscan = off SET enable_bitmapscan = off
   SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
--- complete_many: complete for a batch of lease tokens in one statement. Returns how many
--- were completed.
+-- complete_many: complete for a batch of lease tokens in one call. Returns how many were
+-- completed.
 --
--- Locks and writes as complete.
+-- Locks and writes as complete: one write per lane, whatever the number of tokens.
 CREATE OR REPLACE FUNCTION relaybus.complete_many(lease_tokens text[]) RETURNS integer
   AS 'MODULE_PATHNAME', 'relaybus_complete_many_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -147,7 +150,8 @@ CREATE OR REPLACE FUNCTION relaybus.complete_many(lease_tokens text[]) RETURNS i
 -- fail: charges one attempt; returns 'retry' (rescheduled after backoff, or at retry_at,
 -- which must be finite), 'dead' (attempts exhausted) or 'lost' (lease lost, nothing changed).
 --
--- Writes deliveries, lanes (removes it from the in-flight list).
+-- A window pick becomes an exception row; a retry's row is rewritten. Writes exceptions,
+-- lanes (the position leaves the in-flight list), under FOR NO KEY UPDATE of the lane.
 CREATE OR REPLACE FUNCTION relaybus.fail(lease_token text, error text DEFAULT NULL,
                               retry_at timestamptz DEFAULT NULL) RETURNS text
   AS 'MODULE_PATHNAME', 'relaybus_fail_positions' LANGUAGE C VOLATILE
@@ -158,7 +162,7 @@ CREATE OR REPLACE FUNCTION relaybus.fail(lease_token text, error text DEFAULT NU
 -- bury: dead-letters the delivery now, charging the attempt. Returns false (nothing
 -- changed) when the lease was lost.
 --
--- Writes deliveries, lanes.
+-- Writes exceptions, lanes, as fail.
 CREATE OR REPLACE FUNCTION relaybus.bury(lease_token text, error text DEFAULT NULL) RETURNS boolean
   AS 'MODULE_PATHNAME', 'relaybus_bury_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -168,7 +172,7 @@ CREATE OR REPLACE FUNCTION relaybus.bury(lease_token text, error text DEFAULT NU
 -- release: gives the delivery back without charging an attempt; it can be claimed again at
 -- once. Returns false (nothing changed) when the lease was lost.
 --
--- Writes deliveries (claims counter), lanes.
+-- Writes exceptions (the attempt's row, its claims counter moved), lanes, as fail.
 CREATE OR REPLACE FUNCTION relaybus.release(lease_token text) RETURNS boolean
   AS 'MODULE_PATHNAME', 'relaybus_release_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -205,10 +209,12 @@ CREATE OR REPLACE FUNCTION relaybus.take_over_expired() RETURNS integer
 -- and 10,000 of each other kind: call it until it returns 0.
 --
 -- Never a lane's last delivery: the next commit numbers the lane's deliveries from it
--- (src/pg/commit_order.hpp), so its event waits for a later delivery in that lane. Events
--- are locked SKIP LOCKED first (a republish adding a handler holds its event), so the call
--- waits for nothing. Writes events, deliveries, exceptions, completions. Interim: 0.3.0's
--- retention is to rotate instead of deleting (docs/design.md).
+-- (src/pg/commit_order.hpp). That row stays, finished, after its event is gone, and goes in
+-- a later call once the lane has a later delivery (the lowest delivery of each lane is
+-- looked at: one probe per lane). Events are locked SKIP LOCKED first (a republish adding
+-- a handler holds its event), so the call waits for nothing. Writes events, deliveries,
+-- exceptions, completions. Interim: 0.3.0's retention is to rotate instead of deleting
+-- (docs/design.md).
 CREATE OR REPLACE FUNCTION relaybus.purge_expired() RETURNS bigint
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -229,15 +235,26 @@ BEGIN
        AND NOT EXISTS (
          SELECT 1 FROM relaybus.deliveries d
            JOIN relaybus.lanes l ON l.handler = d.handler AND l.lane = d.lane
-          WHERE d.event_id = e.id
-            AND ((d.position > l.acked_upto AND d.position <> ALL (l.done))
-                 OR NOT EXISTS (SELECT 1 FROM relaybus.deliveries t WHERE t.handler = d.handler
-                                   AND t.lane = d.lane AND t.position > d.position)))
+          WHERE d.event_id = e.id AND d.position > l.acked_upto AND d.position <> ALL (l.done))
      LIMIT 10000 FOR UPDATE OF e SKIP LOCKED) e;
-  DELETE FROM relaybus.deliveries d WHERE d.event_id = ANY (ids);
+  DELETE FROM relaybus.deliveries d
+   WHERE d.event_id = ANY (ids)
+     AND EXISTS (SELECT 1 FROM relaybus.deliveries t WHERE t.handler = d.handler
+                    AND t.lane = d.lane AND t.position > d.position);
   DELETE FROM relaybus.events e WHERE e.id = ANY (ids);
   GET DIAGNOSTICS n = ROW_COUNT;
   deleted := deleted + n;
+  -- A lane's last delivery kept above once its event went: its lowest delivery, finished,
+  -- of an event that is gone, with a later delivery behind it.
+  DELETE FROM relaybus.deliveries d WHERE (d.handler, d.lane, d.position) IN (
+    SELECT f.handler, f.lane, f.position FROM relaybus.lanes l
+     CROSS JOIN LATERAL (SELECT d.handler, d.lane, d.position, d.event_id FROM relaybus.deliveries d
+                          WHERE d.handler = l.handler AND d.lane = l.lane
+                          ORDER BY d.position LIMIT 1) f
+     WHERE f.position <= l.acked_upto
+       AND NOT EXISTS (SELECT 1 FROM relaybus.events e WHERE e.id = f.event_id)
+       AND EXISTS (SELECT 1 FROM relaybus.deliveries t WHERE t.handler = f.handler
+                      AND t.lane = f.lane AND t.position > f.position));
   DELETE FROM relaybus.exceptions x WHERE (x.handler, x.lane, x.position) IN (
     SELECT y.handler, y.lane, y.position FROM relaybus.exceptions y
      WHERE y.status = 'dead' AND y.updated_at < now() - keep_dead
@@ -354,8 +371,11 @@ BEGIN
   END IF;
   -- A delivery's place never changes once committed, so it can be read before the lane is
   -- locked.
+  -- The newest: a purged event's lane may keep its last, finished, delivery (purge_expired)
+  -- beside the delivery of the id published again.
   SELECT d.lane, d.position INTO d_lane, d_position FROM relaybus.deliveries d
-   WHERE d.event_id = cancel.event_id AND d.handler = cancel.handler;
+   WHERE d.event_id = cancel.event_id AND d.handler = cancel.handler
+   ORDER BY d.created_at DESC, d.position DESC LIMIT 1;
   IF NOT FOUND THEN
     RETURN false;
   END IF;

@@ -136,7 +136,9 @@ $fn$;
 CREATE FUNCTION relaybus_internal.finish_position(handler text, lane smallint, lane_position bigint)
   RETURNS boolean
   AS 'MODULE_PATHNAME', 'relaybus_finish_position' LANGUAGE C VOLATILE STRICT
-  SET search_path = pg_catalog, pg_temp;
+  SET search_path = pg_catalog, pg_temp
+  SET enable_seqscan = off SET enable_bitmapscan = off
+  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
 -- A new function grants EXECUTE to PUBLIC: only the owner calls these.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA relaybus_internal FROM PUBLIC;

@@ -27,12 +27,15 @@ CREATE TABLE relaybus.deliveries (
 CREATE INDEX deliveries_event_idx ON relaybus.deliveries (event_id, handler);
 
 -- Lane leases and progress: @LANE_COUNT@ per handler, made by subscribe. A worker holds a
--- lane to claim its deliveries. epoch moves whenever the lane changes hands; lease_owner and
--- lease_expires_at are the worker and its lease; the incarnation holding it is holder (a
--- claim's explicit holder) or, without one, holder_pid/holder_started (the backend that
--- acquired it). Progress (core::LaneProgress): every position <= acked_upto is finished,
--- done lists the finished ones above it (at most @POSITION_WINDOW@), in_flight the window
--- positions its holder runs, retrying the positions of exception rows its holder runs.
+-- lane to claim its deliveries; epoch moves whenever the lane changes hands. Progress
+-- (core::LaneProgress): every position <= acked_upto is finished, done lists the finished
+-- ones above it (at most @POSITION_WINDOW@), in_flight the window positions its holder runs,
+-- retrying the positions of exception rows its holder runs.
+--
+-- lease_owner and lease_expires_at are the worker and its lease; the incarnation holding it
+-- is holder (a claim's explicit holder) or, without one, holder_pid/holder_started (the
+-- backend that acquired it). The first paragraph above is the table's COMMENT, which
+-- test/pgtap-0.3.0/126_catalog_comments.sql keeps within 500 characters.
 --
 -- No secondary index, so an update can always be heap-only (HOT) when the new version fits
 -- on its page; relaybus_internal.create_lanes spreads lanes at most three to a page.
@@ -56,9 +59,11 @@ CREATE TABLE relaybus.lanes (
 -- failed attempt waiting for its retry, a delivery not yet due or whose key waits behind an
 -- earlier exception row (status pending), or a dead letter (status dead). Its lane's cursor
 -- has passed it. attempts counts the attempts charged; claims counts the attempts that
--- ended here (its lease tokens carry it, so a token of an ended attempt changes nothing).
--- Written by the failure path, takeovers, claims (deferring and parking), requeue; deleted
--- when its attempt completes, by cancel, and by purge_expired.
+-- ended here.
+--
+-- Its lease tokens carry claims, so a token of an ended attempt changes nothing. Written by
+-- the failure path, takeovers, claims (deferring and parking), requeue; deleted when its
+-- attempt completes, by cancel, and by purge_expired.
 CREATE TABLE relaybus.exceptions (
   handler      text NOT NULL,
   lane         smallint NOT NULL CHECK (lane >= 0 AND lane < @LANE_COUNT@),

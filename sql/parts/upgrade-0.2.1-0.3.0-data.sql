@@ -68,3 +68,14 @@ DROP TABLE relaybus.upgrade_030, relaybus.deliveries_020, relaybus.lanes_020,
 
 -- As a fresh install leaves them (rights-0.2.1.sql): nothing for PUBLIC, spelled out.
 REVOKE ALL ON relaybus.deliveries, relaybus.lanes, relaybus.exceptions FROM PUBLIC;
+
+-- The admin right reads every relaybus table (relaybus_internal.right_privileges: SELECT ON
+-- ALL TABLES IN SCHEMA relaybus), and the tables made above are new: each role holding it
+-- here is given its right again, as grant_rights gives it, so that it reads them too.
+-- (Without this an admin kept SELECT on events but lost it on deliveries, lanes and
+-- exceptions, while relaybus.rights() still listed it as admin.)
+SELECT relaybus_internal.set_rights(r.oid::regrole, '{}', '{}')
+  FROM pg_catalog.pg_roles r
+ WHERE 'admin' = ANY (relaybus_internal.held_rights(r.oid))
+   AND r.oid <> (SELECT n.nspowner FROM pg_catalog.pg_namespace n WHERE n.nspname = 'relaybus')
+ ORDER BY r.rolname;

@@ -88,9 +88,10 @@ std::string encode(const PositionToken& token) {
 
 PositionToken parse_position_token(std::string_view text) {
   if (text.substr(0, kPrefix.size()) == kPrefix)
-    throw Error(ErrorCode::kInvalidParameter,
-                "malformed lease token: a token of relaybus 0.2, claimed before the update to 0.3.0",
-                "Claim again: the update ended every attempt in flight.");
+    throw Error(
+        ErrorCode::kInvalidParameter,
+        "malformed lease token: a token of relaybus 0.2, claimed before the update to 0.3.0",
+        "Claim again: the update ended every attempt in flight.");
   if (text.substr(0, kPositionPrefix.size()) != kPositionPrefix) malformed("unknown format");
   text.remove_prefix(kPositionPrefix.size());
   PositionToken token;

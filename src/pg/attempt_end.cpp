@@ -2,6 +2,7 @@
 // (src/core/attempt_end.hpp) decides; this reads the fence and writes. Each updates the delivery
 // (a rare path: not HOT, accepted) and takes it off its lane's in-flight list so it can be
 // claimed again; each bumps the claims counter so the token that ended it is dead.
+#include "attempt_args.hpp"
 #include "counters.hpp"
 #include "due_time.hpp"
 #include "spi.hpp"
@@ -107,11 +108,6 @@ AttemptResult end_attempt(const core::LeaseToken& token, Ending ending,
   return end.result;
 }
 
-std::optional<std::string> optional_text_arg(FunctionCallInfo fcinfo, int n) {
-  if (PG_ARGISNULL(n)) return std::nullopt;
-  return text_of(PG_GETARG_DATUM(n));
-}
-
 Datum fail_body(FunctionCallInfo fcinfo) {
   const core::LeaseToken token = token_arg(fcinfo, 0);
   const auto error = optional_text_arg(fcinfo, 1);
@@ -121,12 +117,7 @@ Datum fail_body(FunctionCallInfo fcinfo) {
   SpiConnection spi;
   const AttemptResult result = end_attempt(token, Ending::kFail, error, retry_at);
   spi.finish();
-  const char* word = result == AttemptResult::kRetry  ? "retry"
-                     : result == AttemptResult::kDead ? "dead"
-                                                      : "lost";
-  Datum out = 0;
-  pg_call([&] { out = PointerGetDatum(cstring_to_text(word)); });
-  return out;
+  return fail_result_datum(result);
 }
 
 Datum bury_body(FunctionCallInfo fcinfo) {

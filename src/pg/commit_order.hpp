@@ -45,13 +45,18 @@ void install();
 // that made the transaction's first note for that log.
 std::int32_t note(Oid log, const std::string& handler, std::int16_t lane);
 
-// The alternative measured against note() (docs/design.md): the delivery stays in backend
-// memory until commit and is inserted then, under the same lane locks, into `table`
-// (handler text, lane int2, position int8, event_id text, key text) at its lane's last
-// position plus its place among the transaction's deliveries of that (handler, lane). A
-// rolled-back subtransaction takes its staged rows with it. The transaction does not see
-// its own staged deliveries.
+// The alternative measured against note(), which 0.3.0 publishes with (docs/design.md): the
+// delivery stays in backend memory until commit and is inserted then, under the same lane
+// locks, into `table` (handler text, lane int2, position int8, event_id text, key text, and
+// a btree index led by (handler, lane, position), along which the lane's last position is
+// read without a plan) at its lane's last position plus its place among the transaction's
+// deliveries of that (handler, lane). A table that also has available_at (timestamptz) gets
+// `available_at`, and one that has created_at gets now(): the transaction's start, which is
+// the publish's now() too. A rolled-back subtransaction takes its staged rows with it. The
+// transaction does not see its own staged deliveries. The rows are written as the role that
+// staged the first of them (publish's owner), under search_path pg_catalog, pg_temp; a
+// publish while they are being written (from a trigger on the table) is refused (0A000).
 void stage(Oid table, const std::string& handler, std::int16_t lane, const std::string& event_id,
-           const std::optional<std::string>& key);
+           const std::optional<std::string>& key, TimestampTz available_at);
 
 }  // namespace relaybus::pg::commit_order

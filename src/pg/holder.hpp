@@ -28,6 +28,13 @@
   ", false)"                                                                 \
   " ELSE l.holder IS NULL AND " RELAYBUS_HOLDER_ALIVE_SQL(pid, started) " END)"
 
+// SQL copy of core::relinquish_covers for lane row `l`: the lanes relinquish hands back.
+// With a holder (placeholder `holder`), that holder's; without, the worker's lanes bound to
+// a backend, any backend (a dead one's lane that runs nothing may as well go back now),
+// never another holder's.
+#define RELAYBUS_RELINQUISH_COVERS_SQL(holder) \
+  "(CASE WHEN " holder "::text IS NULL THEN l.holder IS NULL ELSE l.holder = " holder " END)"
+
 namespace relaybus::pg {
 
 inline std::int32_t current_holder_pid() {

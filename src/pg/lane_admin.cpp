@@ -69,8 +69,8 @@ Datum relinquish_body(FunctionCallInfo fcinfo) {
   // a dead one that runs nothing may as well go back now), never another holder's.
   static Statement lock(
       "SELECT l.handler, l.lane FROM relaybus.lanes l WHERE l.lease_owner = $1"
-      " AND CASE WHEN $2::text IS NULL THEN l.holder IS NULL ELSE l.holder = $2 END"
-      " ORDER BY " RELAYBUS_LANE_LOCK_ORDER_SQL " FOR NO KEY UPDATE OF l",
+      " AND " RELAYBUS_RELINQUISH_COVERS_SQL("$2") " ORDER BY " RELAYBUS_LANE_LOCK_ORDER_SQL
+                                                   " FOR NO KEY UPDATE OF l",
       {TEXTOID, TEXTOID});
   // A lane runs nothing when no delivery of its in-flight list is still pending.
   static Statement relinquish(

@@ -1,13 +1,15 @@
 // publish_batch: many events in one call, in the caller's transaction. A batch of new ids
-// is written with one statement per table; anything else goes element by element through
-// publish_one (publish.cpp). Either way the rows are those of one publish per element.
+// has its events written with one statement and its deliveries as the version's
+// DeliveryWriter writes a batch (delivery_writer.hpp); anything else goes element by
+// element through publish_one (publish_one.cpp). Either way the rows are those of one
+// publish per element. One body for every version.
 #include "counters.hpp"
+#include "delivery_writer.hpp"
 #include "publish_one.hpp"
 #include "spi.hpp"
 #include "wakeup.hpp"
 
 #include "../core/error.hpp"
-#include "../core/lane.hpp"
 
 #include <algorithm>
 #include <map>
@@ -18,15 +20,14 @@ namespace relaybus::pg {
 
 namespace {
 
-// publish_batch without repeated event ids: every event, key counter and delivery written
-// by one statement each, instead of three or four statements per event. What each event
-// gets is what publish_one would give it in input order: the same checks in the same order
-// (so the same first error), the same handlers, consecutive sequences per key in input
-// order, no counter moved for an event without handlers, the key counters locked in the
-// same order. Returns false, having written
-// nothing, when an id repeats within the batch or is already stored: publish_one's
-// republication path handles those, in order.
-bool publish_new_events(std::vector<PublishInput>& inputs, std::vector<std::string>& ids) {
+// publish_batch without repeated event ids: every event written by one statement, the
+// deliveries by the writer's write_new, instead of several statements per event. What each
+// event gets is what publish_one would give it in input order: the same checks in the same
+// order (so the same first error), the same handlers, the deliveries write() would make
+// event by event. Returns false, having written nothing, when an id repeats within the
+// batch or is already stored: publish_one's republication path handles those, in order.
+bool publish_new_events(std::vector<PublishInput>& inputs, std::vector<std::string>& ids,
+                        const DeliveryWriter& writer) {
   const std::size_t n = inputs.size();
   ids.clear();
   std::vector<Targets> targets(n);
@@ -46,8 +47,8 @@ bool publish_new_events(std::vector<PublishInput>& inputs, std::vector<std::stri
           cache.emplace(std::make_pair(in.type, in.handlers), target_handlers(in.type, in.handlers))
               .first;
     targets[i] = found->second;
-    check_in_database_size(in.payload, in.headers, in.headers_null, targets[i].handlers,
-                           targets[i], where);
+    check_in_database_size(in.payload, in.headers, in.headers_null, targets[i].handlers, targets[i],
+                           where);
   }
   std::vector<std::string> sorted_ids(ids);
   std::sort(sorted_ids.begin(), sorted_ids.end());
@@ -111,113 +112,40 @@ bool publish_new_events(std::vector<PublishInput>& inputs, std::vector<std::stri
 
   // An id stored by a concurrent transaction between the check and the insert (the insert
   // waited for it to commit, then skipped it): that element is a republication, and the
-  // elements after it must still take their keys' sequences after it. So the deliveries
+  // elements after it must still take their keys' places after it. So the deliveries
   // then go element by element, in input order, as publish_one would write them. Taking
-  // the raced ones last gave a later event of the same key the lower sequence.
+  // the raced ones last gave a later event of the same key the lower sequence (0.2).
   if (inserted.size() != n) {
     for (std::size_t i = 0; i < n; ++i) {
       if (!inserted.count(ids[i])) {
-        publish_repeat(ids[i], inputs[i], "events[" + std::to_string(i) + "]: ");
+        publish_repeat(ids[i], inputs[i], "events[" + std::to_string(i) + "]: ", writer);
         continue;
       }
-      insert_deliveries(ids[i], inputs[i].key, targets[i].handlers, inputs[i].available_at);
+      writer.write(ids[i], inputs[i].key, targets[i].handlers, inputs[i].available_at);
       wake(targets[i].handlers, targets[i]);
     }
     return true;
   }
 
-  // Each key's counter moves once, by its number of new events with handlers, in the order
-  // the keys first appear in the batch: the order publish_one would lock them in (the row
-  // locks are held until commit), so publishers that lock keys in the same order still
-  // never deadlock. Its events take the sequences up to the new value in input order.
-  std::vector<std::string> bump_keys;  // first appearance order
-  std::vector<std::int64_t> bump_counts;
-  std::map<std::string, std::size_t> key_index;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (!inputs[i].key || targets[i].handlers.empty()) continue;
-    const auto [at, added] = key_index.emplace(*inputs[i].key, bump_keys.size());
-    if (added) {
-      bump_keys.push_back(*inputs[i].key);
-      bump_counts.push_back(0);
-    }
-    ++bump_counts[at->second];
-  }
-  std::map<std::string, std::int64_t> next;  // the first sequence of each key's events
-  if (!bump_keys.empty()) {
-    static Statement bump(
-        "INSERT INTO relaybus.key_counters AS c (key, last_sequence)"
-        " SELECT u.key, u.n FROM unnest($1::text[], $2::int8[]) WITH ORDINALITY AS u(key, n, o)"
-        " ORDER BY u.o"
-        " ON CONFLICT (key) DO UPDATE SET last_sequence = c.last_sequence + excluded.last_sequence"
-        " RETURNING c.key, c.last_sequence",
-        {TEXTARRAYOID, INT8ARRAYOID});
-    Params params;
-    params.text_array(bump_keys);
-    params.int8_array(bump_counts);
-    const std::uint64_t rows = bump.run(params);
-    for (std::uint64_t r = 0; r < rows; ++r) {
-      const std::string key = row::text(r, 1);
-      next[key] = row::int8(r, 2) - bump_counts[key_index.at(key)] + 1;
-    }
-  }
-
-  static Statement insert_deliveries_all(
-      "INSERT INTO relaybus.deliveries (event_id, handler, lane, key, sequence, available_at)"
-      " SELECT u.event_id, u.handler, u.lane, u.key, u.sequence, coalesce(u.available_at, now())"
-      " FROM unnest($1::text[], $2::text[], $3::int2[], $4::text[], $5::int8[],"
-      "  $6::timestamptz[]) AS u(event_id, handler, lane, key, sequence, available_at)",
-      {TEXTARRAYOID, TEXTARRAYOID, INT2ARRAYOID, TEXTARRAYOID, INT8ARRAYOID, TIMESTAMPTZARRAYOID});
-  std::vector<std::string> d_events, d_handlers;
-  std::vector<std::int16_t> d_lanes;
-  std::vector<std::size_t> d_inputs;  // the input of each delivery
-  std::vector<Datum> d_sequences, d_available;
-  std::vector<bool> d_sequence_nulls, d_available_nulls;
+  writer.write_new(NewEvents{inputs, ids, targets, key_datums});
+  // One wake-up call for the batch: the external handlers that got a delivery, and whether
+  // an in-database one did.
   std::set<std::string> external;
   bool in_database = false;
-  for (std::size_t i = 0; i < n; ++i) {
-    const PublishInput& in = inputs[i];
-    std::optional<std::int64_t> sequence;
-    if (in.key && !targets[i].handlers.empty()) sequence = next[*in.key]++;
-    const std::int16_t lane = core::lane_of(in.key ? *in.key : ids[i]);
-    for (std::size_t h = 0; h < targets[i].handlers.size(); ++h) {
-      d_events.push_back(ids[i]);
-      d_handlers.push_back(targets[i].handlers[h]);
-      d_lanes.push_back(lane);
-      d_inputs.push_back(i);
-      d_sequences.push_back(sequence ? Int64GetDatum(*sequence) : 0);
-      d_sequence_nulls.push_back(!sequence);
-      d_available.push_back(in.available_at ? TimestampTzGetDatum(*in.available_at) : 0);
-      d_available_nulls.push_back(!in.available_at);
-      if (targets[i].in_database[h]) {
+  for (const Targets& t : targets) {
+    for (std::size_t h = 0; h < t.handlers.size(); ++h) {
+      if (t.in_database[h]) {
         in_database = true;
       } else {
-        external.insert(targets[i].handlers[h]);
+        external.insert(t.handlers[h]);
       }
     }
-  }
-  if (!d_events.empty()) {
-    std::vector<Datum> d_keys;
-    std::vector<bool> d_key_nulls;
-    for (std::size_t i : d_inputs) {
-      d_keys.push_back(key_datums[i]);
-      d_key_nulls.push_back(key_nulls[i]);
-    }
-    Params params;
-    params.text_array(d_events);
-    params.text_array(d_handlers);
-    params.int2_array(d_lanes);
-    params.datum_array(d_keys, d_key_nulls, TEXTOID);
-    params.datum_array(d_sequences, d_sequence_nulls, INT8OID);
-    params.datum_array(d_available, d_available_nulls, TIMESTAMPTZOID);
-    counters::add(counters::kDeliveriesPublished, insert_deliveries_all.run(params));
   }
   wakeup::published(std::vector<std::string>(external.begin(), external.end()), in_database);
   return true;
 }
 
-}  // namespace
-
-Datum publish_batch_body(FunctionCallInfo fcinfo) {
+Datum publish_batch_with(FunctionCallInfo fcinfo, const DeliveryWriter& writer) {
   if (PG_ARGISNULL(0)) throw core::Error(core::ErrorCode::kNullValue, "events must not be NULL");
   Datum events = PG_GETARG_DATUM(0);
   bool is_array = false;
@@ -291,10 +219,10 @@ Datum publish_batch_body(FunctionCallInfo fcinfo) {
   }
 
   std::vector<std::string> ids;
-  if (!publish_new_events(inputs, ids)) {
+  if (!publish_new_events(inputs, ids, writer)) {
     ids.clear();
     for (std::uint64_t r = 0; r < n; ++r)
-      ids.push_back(publish_one(inputs[r], "events[" + std::to_string(r) + "]: "));
+      ids.push_back(publish_one(inputs[r], "events[" + std::to_string(r) + "]: ", writer));
   }
   for (const std::string& id : ids) {
     pg_call([&] {
@@ -307,6 +235,19 @@ Datum publish_batch_body(FunctionCallInfo fcinfo) {
   return (Datum)0;
 }
 
+// 0.2.x: deliveries with key sequences.
+Datum publish_batch_body(FunctionCallInfo fcinfo) {
+  return publish_batch_with(fcinfo, sequenced_deliveries());
+}
+
+// 0.3.0: deliveries staged until commit, at their lanes' next positions.
+Datum publish_batch_positions_body(FunctionCallInfo fcinfo) {
+  return publish_batch_with(fcinfo, staged_deliveries());
+}
+
+}  // namespace
+
 }  // namespace relaybus::pg
 
 RELAYBUS_SQL_FUNCTION(relaybus_publish_batch, relaybus::pg::publish_batch_body)
+RELAYBUS_SQL_FUNCTION(relaybus_publish_batch_positions, relaybus::pg::publish_batch_positions_body)

@@ -1,6 +1,7 @@
-// What publish and publish_batch share: one event's input, its checks, the handlers it goes
-// to, and publishing it (or republishing a stored id) with its deliveries and wake-ups.
-// Implemented in publish.cpp; publish_batch.cpp publishes many at once.
+// What publish and publish_batch share, in every version: one event's input, its checks, the
+// handlers it goes to, and publishing it (or republishing a stored id) with its deliveries
+// (written by the version's DeliveryWriter, delivery_writer.hpp) and wake-ups. Implemented
+// in publish_one.cpp; publish_batch.cpp publishes many at once.
 #pragma once
 
 #include "spi.hpp"
@@ -10,6 +11,8 @@
 #include <vector>
 
 namespace relaybus::pg {
+
+class DeliveryWriter;
 
 struct PublishInput {
   std::string type;
@@ -52,17 +55,12 @@ void check_in_database_size(Datum payload, Datum headers, bool headers_null,
 // Wakes, at commit, the workers of these handlers (of `targets`).
 void wake(const std::vector<std::string>& handlers, const Targets& targets);
 
-// The deliveries of a stored event to these handlers, in its key's lane, each with the
-// key's next sequence (the key counter's row lock is held to commit). No wake-up.
-void insert_deliveries(const std::string& event_id, const std::optional<std::string>& key,
-                       const std::vector<std::string>& handlers,
-                       const std::optional<TimestampTz>& available_at);
-
 // A repeated event id: deliveries for the handlers it does not have yet. `where` prefixes
 // the messages.
-void publish_repeat(const std::string& event_id, const PublishInput& in, const std::string& where);
+void publish_repeat(const std::string& event_id, const PublishInput& in, const std::string& where,
+                    const DeliveryWriter& writer);
 
 // Publishes one event (or republishes a stored id); returns its id.
-std::string publish_one(PublishInput& in, const std::string& where);
+std::string publish_one(PublishInput& in, const std::string& where, const DeliveryWriter& writer);
 
 }  // namespace relaybus::pg

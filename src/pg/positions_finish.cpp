@@ -1,0 +1,55 @@
+// relaybus_internal.finish_position(handler, lane, position): cancel's step for a window
+// position. It locks the lane row (FOR NO KEY UPDATE, so it waits for a claim or completion
+// of the lane and keeps later claims from picking the position meanwhile) and finishes the
+// position when core::finish_unclaimed_position says so: in the window, not in flight, not
+// finished, with a delivery row. Returns whether it did (false: nothing written).
+#include "../core/error.hpp"
+#include "../core/positions_cancel.hpp"
+
+#include "position_lanes.hpp"
+#include "spi.hpp"
+
+namespace relaybus::pg {
+
+namespace {
+
+Datum finish_position_body(FunctionCallInfo fcinfo) {
+  for (int n = 0; n < 3; ++n)
+    if (PG_ARGISNULL(n))
+      throw core::Error(core::ErrorCode::kNullValue, "handler, lane and position must not be NULL");
+  const std::string handler = text_of(PG_GETARG_DATUM(0));
+  const std::int16_t lane = PG_GETARG_INT16(1);
+  const std::int64_t position = PG_GETARG_INT64(2);
+  static Statement lock(
+      "SELECT " RELAYBUS_POSITION_LANE_COLUMNS_SQL
+      ", EXISTS (SELECT 1 FROM relaybus.deliveries d"
+      "  WHERE d.handler = l.handler AND d.lane = l.lane AND d.position = $3)"
+      " FROM relaybus.lanes l WHERE l.handler = $1 AND l.lane = $2 FOR NO KEY UPDATE",
+      {TEXTOID, INT2OID, INT8OID});
+  SpiConnection spi;
+  Params params;
+  params.text(handler);
+  params.int2(lane);
+  params.int8(position);
+  bool finished = false;
+  if (lock.run(params) == 1) {
+    core::PositionLane now = position_lane_of_row(0, 1);
+    const core::ProgressUpdate update =
+        core::finish_unclaimed_position(now, position, row::boolean(0, 6));
+    if (update.write) {
+      now.progress = update.progress;
+      LaneProgressWrites write;
+      write.add(handler, lane, now);
+      write.run();
+      finished = true;
+    }
+  }
+  spi.finish();
+  return BoolGetDatum(finished);
+}
+
+}  // namespace
+
+}  // namespace relaybus::pg
+
+RELAYBUS_SQL_FUNCTION(relaybus_finish_position, relaybus::pg::finish_position_body)
