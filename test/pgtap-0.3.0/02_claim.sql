@@ -9,9 +9,9 @@
 -- skipped; oldest work first across lanes; idle lanes handed back; tokens that decode to
 -- what was claimed. Argument checks as 0.2.1's.
 --
--- Until publish is built, deliveries are inserted directly (pg_temp.put, at the next
--- position of their lane); until complete is built, a completion is written here as
--- core::complete_positions writes it (pg_temp.complete).
+-- Deliveries are inserted directly (pg_temp.put, at the next position of their lane), so
+-- that a test sets their lanes, positions and due times (publish takes a due time in the
+-- past for now).
 SELECT rb_reset();
 SELECT plan(81);
 
@@ -51,34 +51,12 @@ CREATE FUNCTION pg_temp.holds(token text) RETURNS boolean LANGUAGE sql AS $$
       FROM pg_temp.tok($1) t JOIN relaybus.lanes l ON l.handler = t.handler AND l.lane = t.lane), false)
 $$;
 
--- A completion as core::complete_positions writes it (no fence checked: a test helper): a
--- window position leaves in_flight and the cursor moves over every contiguous finished
--- position; a retry's exception row is deleted and leaves retrying.
+-- A completion that must take effect (relaybus.complete).
 CREATE FUNCTION pg_temp.complete(token text) RETURNS void LANGUAGE plpgsql AS $$
-DECLARE
-  t record;
-  l record;
-  finished bigint[];
-  acked bigint;
 BEGIN
-  SELECT * INTO t FROM pg_temp.tok(token);
-  SELECT * INTO l FROM relaybus.lanes x WHERE x.handler = t.handler AND x.lane = t.lane FOR UPDATE;
-  IF t.lane_position = ANY (l.retrying) THEN
-    DELETE FROM relaybus.exceptions x
-     WHERE x.handler = t.handler AND x.lane = t.lane AND x.position = t.lane_position;
-    UPDATE relaybus.lanes x SET retrying = array_remove(x.retrying, t.lane_position)
-     WHERE x.handler = t.handler AND x.lane = t.lane;
-    RETURN;
+  IF NOT relaybus.complete(token) THEN
+    RAISE EXCEPTION 'complete(%) did not take effect', token;
   END IF;
-  finished := l.done || t.lane_position;
-  acked := l.acked_upto;
-  WHILE acked + 1 = ANY (finished) LOOP
-    acked := acked + 1;
-    finished := array_remove(finished, acked);
-  END LOOP;
-  UPDATE relaybus.lanes x SET acked_upto = acked, done = finished,
-         in_flight = array_remove(x.in_flight, t.lane_position)
-   WHERE x.handler = t.handler AND x.lane = t.lane;
 END
 $$;
 
