@@ -9,11 +9,11 @@
 -- skipped; oldest work first across lanes; idle lanes handed back; tokens that decode to
 -- what was claimed. Argument checks as 0.2.1's.
 --
--- Until publish is built, deliveries are inserted directly (pg_temp.put, at the next
--- position of their lane); until complete is built, a completion is written here as
--- core::complete_positions writes it (pg_temp.complete).
+-- Deliveries are inserted directly (pg_temp.put, at the next position of their lane), so
+-- that a test sets their lanes, positions and due times (publish takes a due time in the
+-- past for now).
 SELECT rb_reset();
-SELECT plan(75);
+SELECT plan(81);
 
 -- A delivery of event `id` (made if new) to handler `h`, at the next position of its lane
 -- (lane_of its key, or of its id), due at `due`. Returns the position.
@@ -51,34 +51,12 @@ CREATE FUNCTION pg_temp.holds(token text) RETURNS boolean LANGUAGE sql AS $$
       FROM pg_temp.tok($1) t JOIN relaybus.lanes l ON l.handler = t.handler AND l.lane = t.lane), false)
 $$;
 
--- A completion as core::complete_positions writes it (no fence checked: a test helper): a
--- window position leaves in_flight and the cursor moves over every contiguous finished
--- position; a retry's exception row is deleted and leaves retrying.
+-- A completion that must take effect (relaybus.complete).
 CREATE FUNCTION pg_temp.complete(token text) RETURNS void LANGUAGE plpgsql AS $$
-DECLARE
-  t record;
-  l record;
-  finished bigint[];
-  acked bigint;
 BEGIN
-  SELECT * INTO t FROM pg_temp.tok(token);
-  SELECT * INTO l FROM relaybus.lanes x WHERE x.handler = t.handler AND x.lane = t.lane FOR UPDATE;
-  IF t.lane_position = ANY (l.retrying) THEN
-    DELETE FROM relaybus.exceptions x
-     WHERE x.handler = t.handler AND x.lane = t.lane AND x.position = t.lane_position;
-    UPDATE relaybus.lanes x SET retrying = array_remove(x.retrying, t.lane_position)
-     WHERE x.handler = t.handler AND x.lane = t.lane;
-    RETURN;
+  IF NOT relaybus.complete(token) THEN
+    RAISE EXCEPTION 'complete(%) did not take effect', token;
   END IF;
-  finished := l.done || t.lane_position;
-  acked := l.acked_upto;
-  WHILE acked + 1 = ANY (finished) LOOP
-    acked := acked + 1;
-    finished := array_remove(finished, acked);
-  END LOOP;
-  UPDATE relaybus.lanes x SET acked_upto = acked, done = finished,
-         in_flight = array_remove(x.in_flight, t.lane_position)
-   WHERE x.handler = t.handler AND x.lane = t.lane;
 END
 $$;
 
@@ -193,10 +171,12 @@ SELECT results_eq($$SELECT event_id FROM relaybus.claim('ow', 10, '30 seconds', 
 --------------------------------------------------------------------------------
 SELECT relaybus.subscribe('due', ARRAY['thing.happened']);
 SELECT pg_temp.put('due', 'q1', 'Q', now() + interval '1 hour');
-SELECT pg_temp.put('due', 'q2', 'Q');
 SELECT relaybus.lane_of('Q') AS q_lane \gset
 SELECT is((SELECT count(*)::int FROM relaybus.claim('dw', 10, '30 seconds', ARRAY['due'])), 0,
-          'q1 is not due, and q2 must not overtake it');
+          'q1 is not due');
+SELECT pg_temp.put('due', 'q2', 'Q');
+SELECT is((SELECT count(*)::int FROM relaybus.claim('dw', 10, '30 seconds', ARRAY['due'])), 0,
+          'q2 is due, but must not overtake q1''s exception row');
 SELECT results_eq($$SELECT x.position, x.event_id, x.key, x.status, x.attempts, x.claims,
                            x.available_at = d.available_at, x.created_at = d.created_at
                       FROM relaybus.exceptions x JOIN relaybus.deliveries d USING (handler, lane, position)
@@ -208,6 +188,8 @@ SELECT results_eq(format($$SELECT acked_upto, lease_owner FROM relaybus.lanes
                             WHERE handler = 'due' AND lane = %s$$, :q_lane),
                   $$VALUES (2::bigint, NULL::text)$$,
                   'the cursor passed both; the lane runs nothing and stays free');
+SELECT is((SELECT count(*)::int FROM relaybus.claim('dw', 10, '30 seconds', ARRAY['due'])), 0,
+          'q2''s parked row is due, but q1''s, lower in the key, is not: nothing of Q');
 UPDATE relaybus.exceptions SET available_at = now() - interval '1 second' WHERE event_id = 'q1';
 CREATE TEMP TABLE c5 AS SELECT * FROM relaybus.claim('dw', 10, '30 seconds', ARRAY['due']);
 SELECT results_eq($$SELECT c5.event_id, c5.attempts, t.lane_position, t.claims
@@ -301,8 +283,8 @@ SELECT is((SELECT count(*)::int FROM relaybus.claim('w', 10, '30 seconds', ARRAY
 
 -- take_over_expired of a window position at the end of its budget.
 SELECT relaybus.subscribe('tk1', ARRAY['thing.happened'], 1);
-SELECT pg_temp.put('tk1', 'once');
-SELECT relaybus.lane_of('once') AS once_lane \gset
+SELECT pg_temp.put('tk1', 'once', 'R');
+SELECT relaybus.lane_of('R') AS once_lane \gset
 SELECT epoch AS once_epoch FROM relaybus.lanes WHERE handler = 'tk1' AND lane = :once_lane \gset
 SELECT is((SELECT count(*)::int FROM relaybus.claim('crash1', 10, '1 millisecond', ARRAY['tk1'])), 1,
           'a worker claims and crashes');
@@ -314,6 +296,17 @@ SELECT results_eq(format($$SELECT epoch, acked_upto, in_flight, lease_owner FROM
                             WHERE handler = 'tk1' AND lane = %s$$, :once_lane),
                   format($$VALUES (%s::bigint, 1::bigint, '{}'::bigint[], NULL::text)$$, :once_epoch + 2),
                   'the lane: a new epoch, the cursor past the position, nobody holding it');
+-- A dead row holds its key back no more; requeued, it waits for its key's delivery in flight.
+SELECT pg_temp.put('tk1', 'twice', 'R');
+CREATE TEMP TABLE c8 AS SELECT * FROM relaybus.claim('rw', 10, '30 seconds', ARRAY['tk1']);
+SELECT results_eq($$SELECT event_id FROM c8$$, $$VALUES ('twice')$$,
+                  'the key''s next delivery runs past its dead row');
+SELECT ok(relaybus.requeue('once', 'tk1'), 'the dead row is requeued');
+SELECT is((SELECT count(*)::int FROM relaybus.claim('rw', 10, '30 seconds', ARRAY['tk1'])), 0,
+          'the requeued row does not run beside its key''s delivery in flight');
+SELECT pg_temp.complete(lease_token) FROM c8;
+SELECT results_eq($$SELECT event_id, attempts FROM relaybus.claim('rw', 10, '30 seconds', ARRAY['tk1'])$$,
+                  $$VALUES ('once', 0)$$, 'once that one completed, it runs, with a fresh budget');
 
 --------------------------------------------------------------------------------
 -- Holders and incarnations, as 0.2.

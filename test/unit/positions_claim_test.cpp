@@ -390,6 +390,22 @@ TEST(PositionsClaimTest, OneDeliveryPerKeyPerBatchAndNoneWhileItsPredecessorRuns
   EXPECT_EQ(EventIds(Claim(store, 10)), (Names{"k2"}));
 }
 
+TEST(PositionsClaimTest, OneDeliveryPerKeyPerBatchEvenAcrossLanes) {
+  // A key lives in one lane of a handler; rows in the wrong lane (written by hand) still
+  // give one delivery of a key per batch.
+  FakeStore store;
+  store.publish("h", 1, "a", "K", kNow - 2);
+  store.publish("h", 2, "b", "K", kNow - 1);
+  store.publish("h", 3, "x", std::nullopt, kNow - 3);
+  store.exceptions[{"h", 3, 1}] = {"x", "K", false, 1, 1, kNow - 3};
+  store.lane("h", 3).progress.acked_upto = 1;
+  EXPECT_EQ(EventIds(Claim(store, 10)), (Names{"x"}));
+  FakeStore window_only;
+  window_only.publish("h", 1, "a", "K", kNow - 2);
+  window_only.publish("h", 2, "b", "K", kNow - 1);
+  EXPECT_EQ(EventIds(Claim(window_only, 10)), (Names{"a"}));
+}
+
 TEST(PositionsClaimTest, AKeyWithAPendingExceptionRowParksItsWindowDeliveries) {
   FakeStore store;
   store.publish("h", 0, "k1", "K");
