@@ -9,6 +9,10 @@ RELAYBUS_VERSION := $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" relaybus
 CORE_SRCS = $(sort $(wildcard src/core/*.cpp))
 PG_SRCS = $(sort $(wildcard src/pg/*.cpp))
 OBJS = $(CORE_SRCS:.cpp=.o) $(PG_SRCS:.cpp=.o)
+# The objects of sources outside the extension: a test program's own files (build/test/)
+# and the runtime's (build/client/, mk/client-library.mk), which the test programs link.
+test_objs = $(patsubst %.cpp,build/test/%.o,$(1))
+runtime_objs = $(patsubst src/%.cpp,build/client/%.o,$(1))
 
 # Extension scripts, built from sql/parts/ by scripts/build-sql (and committed).
 SQL_SCRIPTS = sql/relaybus--0.1.0.sql sql/relaybus--0.2.0.sql sql/relaybus--0.1.0--0.2.0.sql sql/relaybus--0.2.1.sql sql/relaybus--0.2.0--0.2.1.sql sql/relaybus--0.3.0.sql sql/relaybus--0.2.1--0.3.0.sql
@@ -56,11 +60,12 @@ check-core:
 
 $(OBJS): | check-core
 
-# Core unit tests (GoogleTest), built without PostgreSQL.
+# Core unit tests (GoogleTest), built without PostgreSQL: the test files' objects
+# (build/test/, below) linked with the runtime's objects of core (build/client/core/), so
+# core is compiled once for the runtime and every test binary, one file per compile (make -j).
 UNIT_SRCS = $(sort $(wildcard test/unit/*.cpp))
-test/unit/core_tests: $(UNIT_SRCS) $(CORE_SRCS) $(wildcard src/core/*.hpp)
-	$(CXX) -std=c++17 -O1 -g -Wall -Wextra -Isrc -o $@ $(UNIT_SRCS) $(CORE_SRCS) \
-	  -lgtest -lgtest_main -pthread
+test/unit/core_tests: $(call test_objs,$(UNIT_SRCS)) $(call runtime_objs,$(CORE_SRCS))
+	$(CXX) -o $@ $^ -lgtest -lgtest_main -pthread
 
 .PHONY: unit test test-fast
 unit: test/unit/core_tests
@@ -103,18 +108,37 @@ endif
 # The runtime's objects (mk/client-library.mk, one compile per file, shared with the library)
 # are linked into both programs, so `make -j2` compiles the runtime once, in parallel.
 include mk/client-library.mk
-bin/relaybus: $(RUNTIME_OBJS) $(CLIENT_TOOL_SRCS) $(CLIENT_CLI_SRCS) $(CLIENT_HDRS) \
-              $(CLIENT_TOOL_HDRS) $(CLI_MONGO_DEPS) relaybus.control
+
+# The test programs' own files, one object each under build/test/ (their path kept), with
+# one set of flags for all of them: the contract suite's backends need libpq's and, when it
+# is built in, libmongoc's headers, and an include path more changes nothing for the others.
+TEST_CXXFLAGS = -std=c++17 -O1 -g -Wall -Wextra -Isrc -Itest \
+                -I$(shell $(PG_CONFIG) --includedir 2>/dev/null) $(MONGO_CFLAGS) -MMD -MP
+build/test/%.o: %.cpp | check-core
+	@mkdir -p $(dir $@)
+	$(CXX) $(TEST_CXXFLAGS) -c -o $@ $<
+-include $(wildcard build/test/test/*/*.d build/test/test/*/*/*.d)
+# Every test program, for `make -j2 test-programs` (scripts/run-tests builds them with the rest).
+.PHONY: test-programs
+test-programs: test/unit/core_tests test/client/client_tests test/contract/contract_tests
+# The programs' own files, one object each under build/tool/: one flag set for both (the
+# version from relaybus.control, the MongoDB store when built in), so the shared tool files
+# compile once.
+TOOL_OBJS = $(patsubst src/%.cpp,build/tool/%.o,$(CLIENT_TOOL_SRCS))
+CLI_OBJS = $(patsubst src/%.cpp,build/tool/%.o,$(CLIENT_CLI_SRCS))
+BENCH_OBJS = $(patsubst src/%.cpp,build/tool/%.o,$(CLIENT_BENCH_SRCS))
+build/tool/%.o: src/%.cpp relaybus.control $(CLI_MONGO_DEPS) | check-core
+	@mkdir -p $(dir $@)
+	$(CXX) $(CLIENT_CXXFLAGS) $(CLIENT_TOOL_FLAGS) $(CLI_MONGO_FLAGS) -MMD -MP -c -o $@ $<
+-include $(wildcard build/tool/client/*/*.d)
+bin/relaybus: $(RUNTIME_OBJS) $(TOOL_OBJS) $(CLI_OBJS) $(CLI_MONGO_DEPS)
 	@mkdir -p bin
-	$(CXX) $(CLIENT_CXXFLAGS) $(CLIENT_TOOL_FLAGS) $(CLI_MONGO_FLAGS) -o $@ $(RUNTIME_OBJS) \
-	  $(CLIENT_TOOL_SRCS) $(CLIENT_CLI_SRCS) $(CLI_MONGO_LIBS) $(CLIENT_TOOL_LIBS) -lpq -pthread \
-	  $(CLIENT_EXTRA_LDFLAGS)
-bin/relaybus-bench: $(RUNTIME_OBJS) $(CLIENT_TOOL_SRCS) $(CLIENT_BENCH_SRCS) $(CLIENT_HDRS) \
-                    $(CLIENT_TOOL_HDRS) $(CLI_MONGO_DEPS) relaybus.control
+	$(CXX) -o $@ $(RUNTIME_OBJS) $(TOOL_OBJS) $(CLI_OBJS) $(CLI_MONGO_LIBS) $(CLIENT_TOOL_LIBS) \
+	  -lpq -pthread $(CLIENT_EXTRA_LDFLAGS)
+bin/relaybus-bench: $(RUNTIME_OBJS) $(TOOL_OBJS) $(BENCH_OBJS) $(CLI_MONGO_DEPS)
 	@mkdir -p bin
-	$(CXX) $(CLIENT_CXXFLAGS) $(CLIENT_TOOL_FLAGS) $(CLI_MONGO_FLAGS) -o $@ $(RUNTIME_OBJS) \
-	  $(CLIENT_TOOL_SRCS) $(CLIENT_BENCH_SRCS) $(CLI_MONGO_LIBS) $(CLIENT_TOOL_LIBS) -lpq -pthread \
-	  $(CLIENT_EXTRA_LDFLAGS)
+	$(CXX) -o $@ $(RUNTIME_OBJS) $(TOOL_OBJS) $(BENCH_OBJS) $(CLI_MONGO_LIBS) $(CLIENT_TOOL_LIBS) \
+	  -lpq -pthread $(CLIENT_EXTRA_LDFLAGS)
 
 .PHONY: client client-tests cli-install cli-uninstall
 client: bin/relaybus bin/relaybus-bench
@@ -136,10 +160,9 @@ endif
 
 # Dispatcher unit tests against an in-memory store (no libpq, no server).
 CLIENT_TEST_SRCS = $(sort $(wildcard test/client/*.cpp))
-test/client/client_tests: $(CLIENT_TEST_SRCS) $(filter-out $(PG_STORE_SRCS),$(CLIENT_SRCS)) \
-                          $(CLIENT_HDRS) $(wildcard test/client/*.hpp)
-	$(CXX) -std=c++17 -O1 -g -Wall -Wextra -Isrc -Itest -o $@ $(CLIENT_TEST_SRCS) \
-	  $(filter-out $(PG_STORE_SRCS),$(CLIENT_SRCS)) -lgtest -lgtest_main -pthread
+test/client/client_tests: $(call test_objs,$(CLIENT_TEST_SRCS)) \
+                          $(call runtime_objs,$(filter-out $(PG_STORE_SRCS),$(CLIENT_SRCS)))
+	$(CXX) -o $@ $^ -lgtest -lgtest_main -pthread
 client-tests: test/client/client_tests
 	./test/client/client_tests
 
@@ -159,11 +182,10 @@ CONTRACT_MONGO_LIBS = $(MONGO_LIB) $(MONGO_LIBS)
 else
 CONTRACT_SRCS := $(filter-out test/contract/mongo_backend.cpp,$(CONTRACT_SRCS))
 endif
-test/contract/contract_tests: $(CONTRACT_SRCS) $(wildcard test/contract/*.hpp src/core/*.hpp) \
-                              $(CLIENT_HDRS) $(if $(CONTRACT_MONGO_LIBS),lib/librelaybus_mongo.a)
-	$(CXX) -std=c++17 -O1 -g -Wall -Wextra -Isrc -Itest $(CONTRACT_MONGO_FLAGS) \
-	  -I$(shell $(PG_CONFIG) --includedir 2>/dev/null) -o $@ $(CONTRACT_SRCS) \
-	  $(CONTRACT_MONGO_LIBS) -lpq -lgtest -lgtest_main -pthread
+test/contract/contract_tests: $(call test_objs,$(filter test/%,$(CONTRACT_SRCS))) \
+                              $(call runtime_objs,$(filter src/%,$(CONTRACT_SRCS))) \
+                              $(if $(CONTRACT_MONGO_LIBS),lib/librelaybus_mongo.a)
+	$(CXX) -o $@ $(filter %.o,$^) $(CONTRACT_MONGO_LIBS) -lpq -lgtest -lgtest_main -pthread
 .PHONY: contract-tests
 contract-tests: test/contract/contract_tests
 	./test/contract/contract_tests
@@ -203,9 +225,8 @@ mongo: $(MONGO_LIB)
 
 # Unit tests: golden command documents, no server.
 MONGO_UNIT_SRCS = $(sort $(wildcard test/mongo/unit/*.cpp))
-test/mongo/unit/mongo_unit_tests: $(MONGO_UNIT_SRCS) $(MONGO_LIB) $(wildcard src/mongo/*.hpp)
-	$(CXX) -std=c++17 -O1 -g -Wall -Wextra -Isrc -Itest $(MONGO_CFLAGS) -o $@ $(MONGO_UNIT_SRCS) \
-	  $(MONGO_LIB) $(MONGO_LIBS) -lgtest -lgtest_main -pthread
+test/mongo/unit/mongo_unit_tests: $(call test_objs,$(MONGO_UNIT_SRCS)) $(MONGO_LIB)
+	$(CXX) -o $@ $^ $(MONGO_LIBS) -lgtest -lgtest_main -pthread
 # Wire tests: the real libmongoc code path against a scripted server (python3-mockupdb).
 test/mongo/wire/driver: test/mongo/wire/driver.cpp $(MONGO_LIB) $(wildcard src/mongo/*.hpp)
 	$(CXX) -std=c++17 -O1 -g -Wall -Wextra -Isrc $(MONGO_CFLAGS) -o $@ $< $(MONGO_LIB) $(MONGO_LIBS)
