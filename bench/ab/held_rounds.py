@@ -20,7 +20,7 @@ import uuid
 import psycopg
 
 HANDLER = "held-rounds"
-TABLES = ("deliveries", "events", "lanes", "exceptions", "key_counters")
+TABLES = ("deliveries", "events", "lanes", "lane_progress", "exceptions", "key_counters")
 
 
 def tables(c):

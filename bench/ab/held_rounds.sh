@@ -6,6 +6,8 @@
 #   bench/ab/held_rounds.sh A.so B.so [REPEATS] [ROUNDS] [VERSION] [PORT]
 # VERSION: the extension version to create (default: relaybus.control's default_version).
 # relaybus.so in the installation is replaced; reinstall the build you want afterwards.
+# A build whose extension scripts differ from the installed ones: set SQL_A or SQL_B to a
+# directory holding its relaybus--*.sql files, copied into the installation before its runs.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 a=$1 b=$2 repeats=${3:-2} rounds=${4:-8} version=${5:-} port=${6:-54496}
@@ -16,7 +18,8 @@ scripts/cluster start "$dir" "$port" >/dev/null
 for ((r = 1; r <= repeats; r++)); do
   order="A B"; [ $((r % 2)) = 0 ] && order="B A"
   for build in $order; do
-    so=$a; [ "$build" = B ] && so=$b
+    so=$a sql=${SQL_A:-}; [ "$build" = B ] && so=$b sql=${SQL_B:-}
+    [ -n "$sql" ] && cp "$sql"/relaybus--*.sql "$(pg_config --sharedir)/extension/"
     # A new file, then a rename: the running server keeps the library it has mapped.
     cp "$so" "$lib/relaybus.so.new" && mv "$lib/relaybus.so.new" "$lib/relaybus.so"
     scripts/cluster restart "$dir" >/dev/null
