@@ -123,17 +123,18 @@ DROP FUNCTION relaybus_internal.create_lanes(text),
 
 --------------------------------------------------------------------------------
 -- Tables (0.3.0): positions and cursors. A delivery is written once, at its publishing
--- transaction's commit, at the next position of its (handler, lane); its lane's row says how
--- far the lane got (a cursor and the positions finished above it); a delivery that does not
+-- transaction's commit, at the next position of its (handler, lane); its lane's newest progress row says
+-- how far the lane got (a cursor and the positions finished above it); a delivery that does not
 -- finish on the happy path (a failure, a delivery not yet due, a key held back by an earlier
 -- failure, a release, a takeover's charge) moves to an exception row. The happy path
--- updates one lane row per lane per batch and deletes nothing (src/core/positions.hpp).
+-- inserts a progress row per lane per batch, and updates and deletes nothing
+-- (src/core/positions.hpp).
 --------------------------------------------------------------------------------
 
 -- One row per (event, handler), written once when the publishing transaction commits (the
 -- library stages it until then: src/pg/commit_order.hpp) at the next position of its
 -- (handler, lane), so that a lane's positions follow commit order and have no holes.
--- Never updated: what happens to it is its lane row's cursor, done set and in-flight list,
+-- Never updated: what happens to it is its lane's cursor, done set and in-flight list,
 -- and, off the happy path, its exception row. created_at is the publish's now(); a
 -- delivery is due at available_at.
 CREATE TABLE relaybus.deliveries (
@@ -149,19 +150,18 @@ CREATE TABLE relaybus.deliveries (
 -- cancel, requeue, list_deliveries and the idempotent publish: a delivery by its event.
 CREATE INDEX deliveries_event_idx ON relaybus.deliveries (event_id, handler);
 
--- Lane leases and progress: 256 per handler, made by subscribe. A worker holds a
--- lane to claim its deliveries; epoch moves whenever the lane changes hands. Progress
--- (core::LaneProgress): every position <= acked_upto is finished, done lists the finished
--- ones above it (at most 64), in_flight the window positions its holder runs,
--- retrying the positions of exception rows its holder runs.
+-- Lane leases: 256 per handler, made by subscribe. A worker holds a lane to claim its
+-- deliveries; epoch moves whenever the lane changes hands. A lane's progress is not here but
+-- in relaybus.lane_progress, so this row is rewritten only when the lease changes: acquired,
+-- handed back, taken over, or renewed (core::lease_renewal).
 --
 -- lease_owner and lease_expires_at are the worker and its lease; the incarnation holding it
 -- is holder (a claim's explicit holder) or, without one, holder_pid/holder_started (the
 -- backend that acquired it). The first paragraph above is the table's COMMENT, which
 -- test/pgtap-0.3.0/126_catalog_comments.sql keeps within 500 characters.
 --
--- No secondary index, so an update can always be heap-only (HOT) when the new version fits
--- on its page; relaybus_internal.create_lanes spreads lanes at most three to a page.
+-- Claims and completions lock the row (FOR NO KEY UPDATE) without writing it: a row lock
+-- makes no new version. No secondary index, so a lease write can be heap-only (HOT).
 CREATE TABLE relaybus.lanes (
   handler          text NOT NULL,
   lane             smallint NOT NULL CHECK (lane >= 0 AND lane < 256),
@@ -171,12 +171,46 @@ CREATE TABLE relaybus.lanes (
   holder_pid       integer,
   holder_started   timestamptz,
   holder           text,
-  acked_upto       bigint NOT NULL DEFAULT 0,
-  done             bigint[] NOT NULL DEFAULT '{}',
-  in_flight        bigint[] NOT NULL DEFAULT '{}',
-  retrying         bigint[] NOT NULL DEFAULT '{}',
   CONSTRAINT lanes_pkey PRIMARY KEY (handler, lane)
-) WITH (fillfactor = 10);
+) WITH (fillfactor = 50);
+
+-- Lane progress (core::LaneProgress), one row per change, never updated: every position <=
+-- acked_upto is finished, done lists the finished ones above it (at most 64),
+-- in_flight the window positions the lane's holder runs, retrying the positions of
+-- exception rows it runs. A lane's progress is its row of highest seq; no row: nothing yet.
+--
+-- Why rows and not columns of relaybus.lanes: every claim and completion changes a lane's
+-- progress, and an update leaves a version that a held snapshot (a long transaction, an
+-- idle-in-transaction session) keeps from vacuum, so every later read of the lane walked a
+-- longer chain of versions. A reader here descends the primary key to the lane's newest row
+-- and stops at the first visible one, however many older rows exist. Written under the
+-- lane's row lock (seq = the newest read after the lock + 1); superseded rows are deleted by
+-- purge_expired.
+CREATE TABLE relaybus.lane_progress (
+  handler    text NOT NULL,
+  lane       smallint NOT NULL CHECK (lane >= 0 AND lane < 256),
+  seq        bigint NOT NULL CHECK (seq > 0),
+  acked_upto bigint NOT NULL,
+  done       bigint[] NOT NULL,
+  in_flight  bigint[] NOT NULL,
+  retrying   bigint[] NOT NULL,
+  written_at timestamptz NOT NULL DEFAULT now(),
+  CONSTRAINT lane_progress_pkey PRIMARY KEY (handler, lane, seq)
+);
+
+-- lane_state: each lane with its lease and its progress (the newest relaybus.lane_progress
+-- row, or none yet: cursor 0, nothing done or in flight), as one row. What admin functions
+-- and people read; the delivery path reads the two tables itself.
+CREATE VIEW relaybus.lane_state AS
+  SELECT l.handler, l.lane, l.epoch, l.lease_owner, l.lease_expires_at, l.holder_pid,
+         l.holder_started, l.holder, coalesce(p.acked_upto, 0) AS acked_upto,
+         coalesce(p.done, '{}') AS done, coalesce(p.in_flight, '{}') AS in_flight,
+         coalesce(p.retrying, '{}') AS retrying, coalesce(p.seq, 0) AS progress_seq
+    FROM relaybus.lanes l
+    LEFT JOIN LATERAL (SELECT p.seq, p.acked_upto, p.done, p.in_flight, p.retrying
+                         FROM relaybus.lane_progress p
+                        WHERE p.handler = l.handler AND p.lane = l.lane
+                        ORDER BY p.seq DESC LIMIT 1) p ON true;
 
 -- A delivery off the happy path, one row per (handler, lane, position) that has one: a
 -- failed attempt waiting for its retry, a delivery not yet due or whose key waits behind an
@@ -213,6 +247,7 @@ CREATE INDEX exceptions_dead_idx ON relaybus.exceptions (updated_at, handler)
 -- Extension tables hold user data: pg_dump must dump their rows, not only CREATE EXTENSION.
 SELECT pg_catalog.pg_extension_config_dump('relaybus.deliveries', '');
 SELECT pg_catalog.pg_extension_config_dump('relaybus.lanes', '');
+SELECT pg_catalog.pg_extension_config_dump('relaybus.lane_progress', '');
 SELECT pg_catalog.pg_extension_config_dump('relaybus.exceptions', '');
 
 --------------------------------------------------------------------------------
@@ -221,27 +256,17 @@ SELECT pg_catalog.pg_extension_config_dump('relaybus.exceptions', '');
 -- fresh install and the update from 0.2.1 both create them here.
 --------------------------------------------------------------------------------
 
--- create_lanes: creates the 256 lanes of handler that do not exist yet, each on a heap
--- page with at most two other lanes (see relaybus.lanes). Internal: run by subscribe.
--- Returns nothing.
+-- create_lanes: creates the 256 lanes of handler that do not exist yet (their
+-- leases; a lane without a relaybus.lane_progress row has no progress yet). Internal: run by
+-- subscribe. Returns nothing.
 --
 -- Writes lanes. Not SECURITY DEFINER: its callers already run with the owner's rights.
 CREATE FUNCTION relaybus_internal.create_lanes(handler text) RETURNS void
   LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $fn$
-  -- An insert longer than the 10% of a page that fillfactor leaves for inserts goes only to
-  -- a page that is nearly empty (PostgreSQL then asks for the tuple's length, at least 8016
-  -- bytes, free): each lane is inserted that long (a placeholder in done, about 900 bytes),
-  -- then emptied in place, and pruning reclaims the placeholder once this transaction is
-  -- over. So the lanes of one call get a page each; a later call can add one lane to a
-  -- page that holds one or two idle lanes, never to one that holds three.
-  -- The placeholder starts with a NULL, which no real done set holds.
-  INSERT INTO relaybus.lanes (handler, lane, done)
-  SELECT create_lanes.handler, n, ARRAY[NULL::bigint] || array_fill(0::bigint, ARRAY[115])
-    FROM generate_series(0, 255) n
+  INSERT INTO relaybus.lanes (handler, lane)
+  SELECT create_lanes.handler, n FROM generate_series(0, 255) n
   ON CONFLICT DO NOTHING;
-  UPDATE relaybus.lanes l SET done = '{}'
-   WHERE l.handler = create_lanes.handler AND l.done[1] IS NULL AND cardinality(l.done) = 116;
 $fn$;
 
 -- unfinished: every delivery of handler (NULL: of every handler) its lane has not finished,
@@ -252,7 +277,7 @@ $fn$;
 --
 -- A scan of every position above each lane's cursor (deliveries_pkey) and of the exception
 -- rows: its cost grows with the backlog, as 0.2's scan of the deliveries did. Reads lanes,
--- deliveries, exceptions.
+-- lane_progress, deliveries, exceptions.
 CREATE FUNCTION relaybus_internal.unfinished(want_handler text)
   RETURNS TABLE(handler text, lane smallint, lane_position bigint, event_id text, key text,
                 status text, attempts integer, available_at timestamptz, last_error text,
@@ -264,7 +289,7 @@ AS $fn$
          0, d.available_at, NULL::text,
          CASE WHEN d.position = ANY (l.in_flight) THEN l.lease_owner END,
          d.created_at, d.created_at
-    FROM relaybus.lanes l
+    FROM relaybus.lane_state l
     JOIN relaybus.deliveries d
       ON d.handler = l.handler AND d.lane = l.lane AND d.position > l.acked_upto
    WHERE (want_handler IS NULL OR l.handler = want_handler)
@@ -277,7 +302,7 @@ AS $fn$
          CASE WHEN x.status = 'pending' AND x.position = ANY (l.retrying) THEN l.lease_owner END,
          x.created_at, x.updated_at
     FROM relaybus.exceptions x
-    LEFT JOIN relaybus.lanes l ON l.handler = x.handler AND l.lane = x.lane
+    LEFT JOIN relaybus.lane_state l ON l.handler = x.handler AND l.lane = x.lane
    WHERE want_handler IS NULL OR x.handler = want_handler
 $fn$;
 
@@ -416,20 +441,20 @@ SELECT u.handler, u.lane, u.position, u.event_id, u.key,
        u.created_at, CASE WHEN u.lost THEN now() ELSE u.updated_at END
   FROM relaybus.upgrade_030 u WHERE u.exception ORDER BY u.handler, u.lane, u.position;
 
--- Lanes spread over pages as relaybus_internal.create_lanes spreads them (see there).
-INSERT INTO relaybus.lanes (handler, lane, epoch, acked_upto, done)
-SELECT l.handler, l.lane, l.epoch + 1,
-       (SELECT count(*) FROM relaybus.upgrade_030 u
-         WHERE u.handler = l.handler AND u.lane = l.lane AND u.exception),
-       ARRAY[NULL::bigint] || array_fill(0::bigint, ARRAY[115])
-  FROM relaybus.lanes_020 l ORDER BY l.handler, l.lane;
-UPDATE relaybus.lanes l SET done = '{}' WHERE l.done[1] IS NULL AND cardinality(l.done) = 116;
+-- Lanes at a new epoch; a lane whose deliveries begin with exception rows has its cursor
+-- past them, in its first progress row.
+INSERT INTO relaybus.lanes (handler, lane, epoch)
+SELECT l.handler, l.lane, l.epoch + 1 FROM relaybus.lanes_020 l ORDER BY l.handler, l.lane;
+INSERT INTO relaybus.lane_progress (handler, lane, seq, acked_upto, done, in_flight, retrying)
+SELECT u.handler, u.lane, 1, count(*), '{}', '{}', '{}'
+  FROM relaybus.upgrade_030 u WHERE u.exception GROUP BY u.handler, u.lane;
 
 DROP TABLE relaybus.upgrade_030, relaybus.deliveries_020, relaybus.lanes_020,
            relaybus.key_counters;
 
 -- As a fresh install leaves them (rights-0.2.1.sql): nothing for PUBLIC, spelled out.
-REVOKE ALL ON relaybus.deliveries, relaybus.lanes, relaybus.exceptions FROM PUBLIC;
+REVOKE ALL ON relaybus.deliveries, relaybus.lanes, relaybus.lane_progress, relaybus.lane_state,
+              relaybus.exceptions FROM PUBLIC;
 
 -- The admin right reads every relaybus table (relaybus_internal.right_privileges: SELECT ON
 -- ALL TABLES IN SCHEMA relaybus), and the tables made above are new: each role holding it
@@ -540,11 +565,14 @@ CREATE OR REPLACE FUNCTION relaybus.publish_batch(events jsonb) RETURNS SETOF te
 -- claim: leases lanes to worker and returns up to batch_size due deliveries of handlers
 -- (default: every handler without sql_function), respecting per-key order. holder binds
 -- the lanes to (worker, holder), so any connection passing the pair holds them; NULL binds
--- them to this backend. lease: more than 0, at most 1 day (22023 otherwise).
+-- them to this backend. lease: more than 0, at most 1 day (22023 otherwise). Every lane
+-- the worker keeps is leased for at least lease from now and at most 1.5 x lease (a lease row
+-- is renewed only once less than lease is left: core::lease_renewal).
 --
 -- Takes over lanes whose lease expired, and the worker's lanes of an incarnation that is
--- gone. Writes lanes only (plus, on a takeover, the charged deliveries). Locks: FOR NO KEY
--- UPDATE on held lanes, FOR UPDATE SKIP LOCKED on free ones.
+-- gone. Writes lane_progress (a row per lane whose progress changed), lanes (leases acquired,
+-- handed back or renewed), exceptions (takeover charges, deferred and parked deliveries).
+-- Locks: FOR NO KEY UPDATE on held lanes, FOR UPDATE SKIP LOCKED on free ones.
 CREATE OR REPLACE FUNCTION relaybus.claim(
   worker text, batch_size integer DEFAULT 10, lease interval DEFAULT '30 seconds',
   handlers text[] DEFAULT NULL, holder text DEFAULT NULL)
@@ -573,8 +601,9 @@ CREATE OR REPLACE FUNCTION relaybus.extend_lease(worker text, lease interval DEF
 -- transaction this is effectively-once.
 --
 -- Locks the lane (FOR NO KEY UPDATE, until commit: complete last, then commit) and moves its
--- cursor or done set (core::complete_positions), a HOT update; a retry's exception row is
--- deleted. Writes lanes, exceptions (retries), completions (when history is on).
+-- cursor or done set (core::complete_positions) in a new lane_progress row; a retry's
+-- exception row is deleted. Writes lane_progress, exceptions (retries), completions (when
+-- history is on).
 CREATE OR REPLACE FUNCTION relaybus.complete(lease_token text) RETURNS boolean
   AS 'MODULE_PATHNAME', 'relaybus_complete_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -595,7 +624,8 @@ CREATE OR REPLACE FUNCTION relaybus.complete_many(lease_tokens text[]) RETURNS i
 -- which must be finite), 'dead' (attempts exhausted) or 'lost' (lease lost, nothing changed).
 --
 -- A window pick becomes an exception row; a retry's row is rewritten. Writes exceptions,
--- lanes (the position leaves the in-flight list), under FOR NO KEY UPDATE of the lane.
+-- lane_progress (the position leaves the in-flight list), under FOR NO KEY UPDATE of the
+-- lane.
 CREATE OR REPLACE FUNCTION relaybus.fail(lease_token text, error text DEFAULT NULL,
                               retry_at timestamptz DEFAULT NULL) RETURNS text
   AS 'MODULE_PATHNAME', 'relaybus_fail_positions' LANGUAGE C VOLATILE
@@ -606,7 +636,7 @@ CREATE OR REPLACE FUNCTION relaybus.fail(lease_token text, error text DEFAULT NU
 -- bury: dead-letters the delivery now, charging the attempt. Returns false (nothing
 -- changed) when the lease was lost.
 --
--- Writes exceptions, lanes, as fail.
+-- Writes exceptions, lane_progress, as fail.
 CREATE OR REPLACE FUNCTION relaybus.bury(lease_token text, error text DEFAULT NULL) RETURNS boolean
   AS 'MODULE_PATHNAME', 'relaybus_bury_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -616,7 +646,7 @@ CREATE OR REPLACE FUNCTION relaybus.bury(lease_token text, error text DEFAULT NU
 -- release: gives the delivery back without charging an attempt; it can be claimed again at
 -- once. Returns false (nothing changed) when the lease was lost.
 --
--- Writes exceptions (the attempt's row, its claims counter moved), lanes, as fail.
+-- Writes exceptions (the attempt's row, its claims counter moved), lane_progress, as fail.
 CREATE OR REPLACE FUNCTION relaybus.release(lease_token text) RETURNS boolean
   AS 'MODULE_PATHNAME', 'relaybus_release_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -639,7 +669,7 @@ CREATE OR REPLACE FUNCTION relaybus.relinquish(worker text, holder text DEFAULT 
 --
 -- Skips lanes locked by a completion in progress. A lane whose takeover raises is skipped
 -- with a WARNING (each lane then in a subtransaction of its own), so one cannot stop the
--- others. Writes lanes, deliveries.
+-- others. Writes lanes, lane_progress, exceptions.
 CREATE OR REPLACE FUNCTION relaybus.take_over_expired() RETURNS integer
   AS 'MODULE_PATHNAME', 'relaybus_take_over_expired_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -649,7 +679,7 @@ CREATE OR REPLACE FUNCTION relaybus.take_over_expired() RETURNS integer
 -- purge_expired: deletes events older than relaybus.retention_completed whose every
 -- delivery is finished (below its lane's cursor or in its done set, with no exception row),
 -- with those deliveries; dead letters older than relaybus.retention_dead; completion history
--- older than relaybus.retention_completed. Returns the rows deleted, at most 10,000 events
+-- older than relaybus.retention_completed; lane progress rows superseded for a minute. Returns the rows deleted, at most 10,000 events
 -- and 10,000 of each other kind: call it until it returns 0.
 --
 -- Never a lane's last delivery: the next commit numbers the lane's deliveries from it
@@ -657,8 +687,8 @@ CREATE OR REPLACE FUNCTION relaybus.take_over_expired() RETURNS integer
 -- a later call once the lane has a later delivery (the lowest delivery of each lane is
 -- looked at: one probe per lane). Events are locked SKIP LOCKED first (a republish adding
 -- a handler holds its event), so the call waits for nothing. Writes events, deliveries,
--- exceptions, completions. Interim: 0.3.0's retention is to rotate instead of deleting
--- (docs/design.md).
+-- exceptions, completions, lane_progress. Interim: 0.3.0's retention is to rotate instead
+-- of deleting (docs/design.md).
 CREATE OR REPLACE FUNCTION relaybus.purge_expired() RETURNS bigint
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -678,7 +708,7 @@ BEGIN
        AND NOT EXISTS (SELECT 1 FROM relaybus.exceptions x WHERE x.event_id = e.id)
        AND NOT EXISTS (
          SELECT 1 FROM relaybus.deliveries d
-           JOIN relaybus.lanes l ON l.handler = d.handler AND l.lane = d.lane
+           JOIN relaybus.lane_state l ON l.handler = d.handler AND l.lane = d.lane
           WHERE d.event_id = e.id AND d.position > l.acked_upto AND d.position <> ALL (l.done))
      LIMIT 10000 FOR UPDATE OF e SKIP LOCKED) e;
   DELETE FROM relaybus.deliveries d
@@ -691,7 +721,7 @@ BEGIN
   -- A lane's last delivery kept above once its event went: its lowest delivery, finished,
   -- of an event that is gone, with a later delivery behind it.
   DELETE FROM relaybus.deliveries d WHERE (d.handler, d.lane, d.position) IN (
-    SELECT f.handler, f.lane, f.position FROM relaybus.lanes l
+    SELECT f.handler, f.lane, f.position FROM relaybus.lane_state l
      CROSS JOIN LATERAL (SELECT d.handler, d.lane, d.position, d.event_id FROM relaybus.deliveries d
                           WHERE d.handler = l.handler AND d.lane = l.lane
                           ORDER BY d.position LIMIT 1) f
@@ -708,6 +738,19 @@ BEGIN
   DELETE FROM relaybus.completions c WHERE c.ctid IN (
     SELECT y.ctid FROM relaybus.completions y WHERE y.completed_at < now() - keep_completed
      LIMIT 10000 FOR UPDATE SKIP LOCKED);
+  GET DIAGNOSTICS n = ROW_COUNT;
+  deleted := deleted + n;
+  -- Superseded lane progress: a lane's rows below its newest, written over a minute ago.
+  -- Nothing on the delivery path reads them (it reads a lane's newest row); the minute
+  -- leaves them to a statement or snapshot that started before the newer row.
+  DELETE FROM relaybus.lane_progress p WHERE p.ctid IN (
+    SELECT o.ctid FROM relaybus.lanes l
+     CROSS JOIN LATERAL (SELECT max(n.seq) AS seq FROM relaybus.lane_progress n
+                          WHERE n.handler = l.handler AND n.lane = l.lane) newest
+     CROSS JOIN LATERAL (SELECT o.ctid FROM relaybus.lane_progress o
+                          WHERE o.handler = l.handler AND o.lane = l.lane AND o.seq < newest.seq
+                            AND o.written_at < now() - interval '1 minute') o
+     LIMIT 10000);
   GET DIAGNOSTICS n = ROW_COUNT;
   RETURN deleted + n;
 END
@@ -793,13 +836,15 @@ $fn$;
 -- false when (event_id, handler) has no delivery left; 55006 (object_in_use) while it is in
 -- flight.
 --
--- Writes the delivery's lane first (an update that changes nothing, HOT, or the finish of a
--- window position): lanes before exception rows, the order of every other writer. The
+-- Writes the delivery's lane first (an update of its lease row that changes nothing, HOT,
+-- then reads its progress, and finishes a window position): lanes before exception rows, the
+-- order of every other writer. The
 -- update waits for a claim holding the lane and keeps later ones from picking the delivery
 -- meanwhile; and because it is a new version of the lane, a claim under REPEATABLE READ
 -- whose snapshot predates the cancel fails with 40001 instead of handing it out. A window
 -- position is finished through core::finish_positions (relaybus_internal.finish_position);
--- an exception row is deleted. Writes lanes, exceptions, completions (history on).
+-- an exception row is deleted. Writes lanes, lane_progress, exceptions, completions (history
+-- on).
 CREATE OR REPLACE FUNCTION relaybus.cancel(event_id text, handler text) RETURNS boolean
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -824,8 +869,10 @@ BEGIN
     RETURN false;
   END IF;
   UPDATE relaybus.lanes l SET epoch = l.epoch
-   WHERE l.handler = cancel.handler AND l.lane = d_lane
-  RETURNING d_position = ANY (l.in_flight) OR d_position = ANY (l.retrying) INTO running;
+   WHERE l.handler = cancel.handler AND l.lane = d_lane;
+  -- After the lock, by a statement of its own: the progress its last holder committed.
+  SELECT d_position = ANY (l.in_flight) OR d_position = ANY (l.retrying) INTO running
+    FROM relaybus.lane_state l WHERE l.handler = cancel.handler AND l.lane = d_lane;
   -- core::cancel_verdict (src/core/attempt_end.hpp): an attempt running is refused.
   IF coalesce(running, false) THEN
     RAISE EXCEPTION 'delivery of event "%" to handler "%" is in flight', event_id, handler
@@ -927,17 +974,25 @@ COMMENT ON TABLE relaybus.deliveries IS
   'One row per (event, handler), written once when the publishing transaction commits (the '
   'library stages it until then: src/pg/commit_order.hpp) at the next position of its '
   '(handler, lane), so that a lane''s positions follow commit order and have no holes. '
-  'Never updated: what happens to it is its lane row''s cursor, done set and in-flight list, '
+  'Never updated: what happens to it is its lane''s cursor, done set and in-flight list, '
   'and, off the happy path, its exception row. created_at is the publish''s now(); a '
   'delivery is due at available_at.';
 COMMENT ON INDEX relaybus.deliveries_event_idx IS
   'cancel, requeue, list_deliveries and the idempotent publish: a delivery by its event.';
 COMMENT ON TABLE relaybus.lanes IS
-  'Lane leases and progress: 256 per handler, made by subscribe. A worker holds a '
-  'lane to claim its deliveries; epoch moves whenever the lane changes hands. Progress '
-  '(core::LaneProgress): every position <= acked_upto is finished, done lists the finished '
-  'ones above it (at most 64), in_flight the window positions its holder runs, '
-  'retrying the positions of exception rows its holder runs.';
+  'Lane leases: 256 per handler, made by subscribe. A worker holds a lane to claim its '
+  'deliveries; epoch moves whenever the lane changes hands. A lane''s progress is not here but '
+  'in relaybus.lane_progress, so this row is rewritten only when the lease changes: acquired, '
+  'handed back, taken over, or renewed (core::lease_renewal).';
+COMMENT ON TABLE relaybus.lane_progress IS
+  'Lane progress (core::LaneProgress), one row per change, never updated: every position <= '
+  'acked_upto is finished, done lists the finished ones above it (at most 64), '
+  'in_flight the window positions the lane''s holder runs, retrying the positions of '
+  'exception rows it runs. A lane''s progress is its row of highest seq; no row: nothing yet.';
+COMMENT ON VIEW relaybus.lane_state IS
+  'each lane with its lease and its progress (the newest relaybus.lane_progress '
+  'row, or none yet: cursor 0, nothing done or in flight), as one row. What admin functions '
+  'and people read; the delivery path reads the two tables itself.';
 COMMENT ON TABLE relaybus.exceptions IS
   'A delivery off the happy path, one row per (handler, lane, position) that has one: a '
   'failed attempt waiting for its retry, a delivery not yet due or whose key waits behind an '
@@ -969,9 +1024,9 @@ COMMENT ON TRIGGER subscriptions_truncated ON relaybus.subscriptions IS
   'marks the copies publish keeps stale, as subscriptions_changed does for rows. ENABLE '
   'ALWAYS: it fires under session_replication_role = replica too.';
 COMMENT ON FUNCTION relaybus_internal.create_lanes(handler text) IS
-  'creates the 256 lanes of handler that do not exist yet, each on a heap '
-  'page with at most two other lanes (see relaybus.lanes). Internal: run by subscribe. '
-  'Returns nothing.';
+  'creates the 256 lanes of handler that do not exist yet (their '
+  'leases; a lane without a relaybus.lane_progress row has no progress yet). Internal: run by '
+  'subscribe. Returns nothing.';
 COMMENT ON FUNCTION relaybus_internal.unfinished(want_handler text) IS
   'every delivery of handler (NULL: of every handler) its lane has not finished, '
   'as one row each: the window''s (position above the cursor, not in done; in flight when '
@@ -1015,7 +1070,9 @@ COMMENT ON FUNCTION relaybus.claim(worker text, batch_size integer, lease interv
   'leases lanes to worker and returns up to batch_size due deliveries of handlers '
   '(default: every handler without sql_function), respecting per-key order. holder binds '
   'the lanes to (worker, holder), so any connection passing the pair holds them; NULL binds '
-  'them to this backend. lease: more than 0, at most 1 day (22023 otherwise).';
+  'them to this backend. lease: more than 0, at most 1 day (22023 otherwise). Every lane '
+  'the worker keeps is leased for at least lease from now and at most 1.5 x lease (a lease row '
+  'is renewed only once less than lease is left: core::lease_renewal).';
 COMMENT ON FUNCTION relaybus.extend_lease(worker text, lease interval, holder text) IS
   'renews every lane worker holds under the caller''s incarnation ((worker, '
   'holder), or with holder NULL this live backend''s lanes), for lease (more than 0, at most '
@@ -1047,7 +1104,7 @@ COMMENT ON FUNCTION relaybus.purge_expired() IS
   'deletes events older than relaybus.retention_completed whose every '
   'delivery is finished (below its lane''s cursor or in its done set, with no exception row), '
   'with those deliveries; dead letters older than relaybus.retention_dead; completion history '
-  'older than relaybus.retention_completed. Returns the rows deleted, at most 10,000 events '
+  'older than relaybus.retention_completed; lane progress rows superseded for a minute. Returns the rows deleted, at most 10,000 events '
   'and 10,000 of each other kind: call it until it returns 0.';
 COMMENT ON FUNCTION relaybus.requeue(event_id text, handler text) IS
   'moves one dead delivery back to pending with a fresh attempt budget, due now. '

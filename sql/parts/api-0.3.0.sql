@@ -96,11 +96,14 @@ CREATE OR REPLACE FUNCTION relaybus.publish_batch(events jsonb) RETURNS SETOF te
 -- claim: leases lanes to worker and returns up to batch_size due deliveries of handlers
 -- (default: every handler without sql_function), respecting per-key order. holder binds
 -- the lanes to (worker, holder), so any connection passing the pair holds them; NULL binds
--- them to this backend. lease: more than 0, at most @LEASE_MAX@ (22023 otherwise).
+-- them to this backend. lease: more than 0, at most @LEASE_MAX@ (22023 otherwise). Every lane
+-- the worker keeps is leased for at least lease from now and at most 1.5 x lease (a lease row
+-- is renewed only once less than lease is left: core::lease_renewal).
 --
 -- Takes over lanes whose lease expired, and the worker's lanes of an incarnation that is
--- gone. Writes lanes only (plus, on a takeover, the charged deliveries). Locks: FOR NO KEY
--- UPDATE on held lanes, FOR UPDATE SKIP LOCKED on free ones.
+-- gone. Writes lane_progress (a row per lane whose progress changed), lanes (leases acquired,
+-- handed back or renewed), exceptions (takeover charges, deferred and parked deliveries).
+-- Locks: FOR NO KEY UPDATE on held lanes, FOR UPDATE SKIP LOCKED on free ones.
 CREATE OR REPLACE FUNCTION relaybus.claim(
   worker text, batch_size integer DEFAULT 10, lease interval DEFAULT '30 seconds',
   handlers text[] DEFAULT NULL, holder text DEFAULT NULL)
@@ -129,8 +132,9 @@ CREATE OR REPLACE FUNCTION relaybus.extend_lease(worker text, lease interval DEF
 -- transaction this is effectively-once.
 --
 -- Locks the lane (FOR NO KEY UPDATE, until commit: complete last, then commit) and moves its
--- cursor or done set (core::complete_positions), a HOT update; a retry's exception row is
--- deleted. Writes lanes, exceptions (retries), completions (when history is on).
+-- cursor or done set (core::complete_positions) in a new lane_progress row; a retry's
+-- exception row is deleted. Writes lane_progress, exceptions (retries), completions (when
+-- history is on).
 CREATE OR REPLACE FUNCTION relaybus.complete(lease_token text) RETURNS boolean
   AS 'MODULE_PATHNAME', 'relaybus_complete_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -151,7 +155,8 @@ CREATE OR REPLACE FUNCTION relaybus.complete_many(lease_tokens text[]) RETURNS i
 -- which must be finite), 'dead' (attempts exhausted) or 'lost' (lease lost, nothing changed).
 --
 -- A window pick becomes an exception row; a retry's row is rewritten. Writes exceptions,
--- lanes (the position leaves the in-flight list), under FOR NO KEY UPDATE of the lane.
+-- lane_progress (the position leaves the in-flight list), under FOR NO KEY UPDATE of the
+-- lane.
 CREATE OR REPLACE FUNCTION relaybus.fail(lease_token text, error text DEFAULT NULL,
                               retry_at timestamptz DEFAULT NULL) RETURNS text
   AS 'MODULE_PATHNAME', 'relaybus_fail_positions' LANGUAGE C VOLATILE
@@ -162,7 +167,7 @@ CREATE OR REPLACE FUNCTION relaybus.fail(lease_token text, error text DEFAULT NU
 -- bury: dead-letters the delivery now, charging the attempt. Returns false (nothing
 -- changed) when the lease was lost.
 --
--- Writes exceptions, lanes, as fail.
+-- Writes exceptions, lane_progress, as fail.
 CREATE OR REPLACE FUNCTION relaybus.bury(lease_token text, error text DEFAULT NULL) RETURNS boolean
   AS 'MODULE_PATHNAME', 'relaybus_bury_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -172,7 +177,7 @@ CREATE OR REPLACE FUNCTION relaybus.bury(lease_token text, error text DEFAULT NU
 -- release: gives the delivery back without charging an attempt; it can be claimed again at
 -- once. Returns false (nothing changed) when the lease was lost.
 --
--- Writes exceptions (the attempt's row, its claims counter moved), lanes, as fail.
+-- Writes exceptions (the attempt's row, its claims counter moved), lane_progress, as fail.
 CREATE OR REPLACE FUNCTION relaybus.release(lease_token text) RETURNS boolean
   AS 'MODULE_PATHNAME', 'relaybus_release_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -195,7 +200,7 @@ CREATE OR REPLACE FUNCTION relaybus.relinquish(worker text, holder text DEFAULT 
 --
 -- Skips lanes locked by a completion in progress. A lane whose takeover raises is skipped
 -- with a WARNING (each lane then in a subtransaction of its own), so one cannot stop the
--- others. Writes lanes, deliveries.
+-- others. Writes lanes, lane_progress, exceptions.
 CREATE OR REPLACE FUNCTION relaybus.take_over_expired() RETURNS integer
   AS 'MODULE_PATHNAME', 'relaybus_take_over_expired_positions' LANGUAGE C VOLATILE
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -205,7 +210,7 @@ CREATE OR REPLACE FUNCTION relaybus.take_over_expired() RETURNS integer
 -- purge_expired: deletes events older than relaybus.retention_completed whose every
 -- delivery is finished (below its lane's cursor or in its done set, with no exception row),
 -- with those deliveries; dead letters older than relaybus.retention_dead; completion history
--- older than relaybus.retention_completed. Returns the rows deleted, at most 10,000 events
+-- older than relaybus.retention_completed; lane progress rows superseded for a minute. Returns the rows deleted, at most 10,000 events
 -- and 10,000 of each other kind: call it until it returns 0.
 --
 -- Never a lane's last delivery: the next commit numbers the lane's deliveries from it
@@ -213,8 +218,8 @@ CREATE OR REPLACE FUNCTION relaybus.take_over_expired() RETURNS integer
 -- a later call once the lane has a later delivery (the lowest delivery of each lane is
 -- looked at: one probe per lane). Events are locked SKIP LOCKED first (a republish adding
 -- a handler holds its event), so the call waits for nothing. Writes events, deliveries,
--- exceptions, completions. Interim: 0.3.0's retention is to rotate instead of deleting
--- (docs/design.md).
+-- exceptions, completions, lane_progress. Interim: 0.3.0's retention is to rotate instead
+-- of deleting (docs/design.md).
 CREATE OR REPLACE FUNCTION relaybus.purge_expired() RETURNS bigint
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -234,7 +239,7 @@ BEGIN
        AND NOT EXISTS (SELECT 1 FROM relaybus.exceptions x WHERE x.event_id = e.id)
        AND NOT EXISTS (
          SELECT 1 FROM relaybus.deliveries d
-           JOIN relaybus.lanes l ON l.handler = d.handler AND l.lane = d.lane
+           JOIN relaybus.lane_state l ON l.handler = d.handler AND l.lane = d.lane
           WHERE d.event_id = e.id AND d.position > l.acked_upto AND d.position <> ALL (l.done))
      LIMIT 10000 FOR UPDATE OF e SKIP LOCKED) e;
   DELETE FROM relaybus.deliveries d
@@ -247,7 +252,7 @@ BEGIN
   -- A lane's last delivery kept above once its event went: its lowest delivery, finished,
   -- of an event that is gone, with a later delivery behind it.
   DELETE FROM relaybus.deliveries d WHERE (d.handler, d.lane, d.position) IN (
-    SELECT f.handler, f.lane, f.position FROM relaybus.lanes l
+    SELECT f.handler, f.lane, f.position FROM relaybus.lane_state l
      CROSS JOIN LATERAL (SELECT d.handler, d.lane, d.position, d.event_id FROM relaybus.deliveries d
                           WHERE d.handler = l.handler AND d.lane = l.lane
                           ORDER BY d.position LIMIT 1) f
@@ -264,6 +269,19 @@ BEGIN
   DELETE FROM relaybus.completions c WHERE c.ctid IN (
     SELECT y.ctid FROM relaybus.completions y WHERE y.completed_at < now() - keep_completed
      LIMIT 10000 FOR UPDATE SKIP LOCKED);
+  GET DIAGNOSTICS n = ROW_COUNT;
+  deleted := deleted + n;
+  -- Superseded lane progress: a lane's rows below its newest, written over a minute ago.
+  -- Nothing on the delivery path reads them (it reads a lane's newest row); the minute
+  -- leaves them to a statement or snapshot that started before the newer row.
+  DELETE FROM relaybus.lane_progress p WHERE p.ctid IN (
+    SELECT o.ctid FROM relaybus.lanes l
+     CROSS JOIN LATERAL (SELECT max(n.seq) AS seq FROM relaybus.lane_progress n
+                          WHERE n.handler = l.handler AND n.lane = l.lane) newest
+     CROSS JOIN LATERAL (SELECT o.ctid FROM relaybus.lane_progress o
+                          WHERE o.handler = l.handler AND o.lane = l.lane AND o.seq < newest.seq
+                            AND o.written_at < now() - interval '1 minute') o
+     LIMIT 10000);
   GET DIAGNOSTICS n = ROW_COUNT;
   RETURN deleted + n;
 END
@@ -349,13 +367,15 @@ $fn$;
 -- false when (event_id, handler) has no delivery left; 55006 (object_in_use) while it is in
 -- flight.
 --
--- Writes the delivery's lane first (an update that changes nothing, HOT, or the finish of a
--- window position): lanes before exception rows, the order of every other writer. The
+-- Writes the delivery's lane first (an update of its lease row that changes nothing, HOT,
+-- then reads its progress, and finishes a window position): lanes before exception rows, the
+-- order of every other writer. The
 -- update waits for a claim holding the lane and keeps later ones from picking the delivery
 -- meanwhile; and because it is a new version of the lane, a claim under REPEATABLE READ
 -- whose snapshot predates the cancel fails with 40001 instead of handing it out. A window
 -- position is finished through core::finish_positions (relaybus_internal.finish_position);
--- an exception row is deleted. Writes lanes, exceptions, completions (history on).
+-- an exception row is deleted. Writes lanes, lane_progress, exceptions, completions (history
+-- on).
 CREATE OR REPLACE FUNCTION relaybus.cancel(event_id text, handler text) RETURNS boolean
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -380,8 +400,10 @@ BEGIN
     RETURN false;
   END IF;
   UPDATE relaybus.lanes l SET epoch = l.epoch
-   WHERE l.handler = cancel.handler AND l.lane = d_lane
-  RETURNING d_position = ANY (l.in_flight) OR d_position = ANY (l.retrying) INTO running;
+   WHERE l.handler = cancel.handler AND l.lane = d_lane;
+  -- After the lock, by a statement of its own: the progress its last holder committed.
+  SELECT d_position = ANY (l.in_flight) OR d_position = ANY (l.retrying) INTO running
+    FROM relaybus.lane_state l WHERE l.handler = cancel.handler AND l.lane = d_lane;
   -- core::cancel_verdict (src/core/attempt_end.hpp): an attempt running is refused.
   IF coalesce(running, false) THEN
     RAISE EXCEPTION 'delivery of event "%" to handler "%" is in flight', event_id, handler

@@ -4,27 +4,17 @@
 -- fresh install and the update from 0.2.1 both create them here.
 --------------------------------------------------------------------------------
 
--- create_lanes: creates the @LANE_COUNT@ lanes of handler that do not exist yet, each on a heap
--- page with at most two other lanes (see relaybus.lanes). Internal: run by subscribe.
--- Returns nothing.
+-- create_lanes: creates the @LANE_COUNT@ lanes of handler that do not exist yet (their
+-- leases; a lane without a relaybus.lane_progress row has no progress yet). Internal: run by
+-- subscribe. Returns nothing.
 --
 -- Writes lanes. Not SECURITY DEFINER: its callers already run with the owner's rights.
 CREATE FUNCTION relaybus_internal.create_lanes(handler text) RETURNS void
   LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $fn$
-  -- An insert longer than the 10% of a page that fillfactor leaves for inserts goes only to
-  -- a page that is nearly empty (PostgreSQL then asks for the tuple's length, at least 8016
-  -- bytes, free): each lane is inserted that long (a placeholder in done, about 900 bytes),
-  -- then emptied in place, and pruning reclaims the placeholder once this transaction is
-  -- over. So the lanes of one call get a page each; a later call can add one lane to a
-  -- page that holds one or two idle lanes, never to one that holds three.
-  -- The placeholder starts with a NULL, which no real done set holds.
-  INSERT INTO relaybus.lanes (handler, lane, done)
-  SELECT create_lanes.handler, n, ARRAY[NULL::bigint] || array_fill(0::bigint, ARRAY[115])
-    FROM generate_series(0, @LANE_MAX@) n
+  INSERT INTO relaybus.lanes (handler, lane)
+  SELECT create_lanes.handler, n FROM generate_series(0, @LANE_MAX@) n
   ON CONFLICT DO NOTHING;
-  UPDATE relaybus.lanes l SET done = '{}'
-   WHERE l.handler = create_lanes.handler AND l.done[1] IS NULL AND cardinality(l.done) = 116;
 $fn$;
 
 -- unfinished: every delivery of handler (NULL: of every handler) its lane has not finished,
@@ -35,7 +25,7 @@ $fn$;
 --
 -- A scan of every position above each lane's cursor (deliveries_pkey) and of the exception
 -- rows: its cost grows with the backlog, as 0.2's scan of the deliveries did. Reads lanes,
--- deliveries, exceptions.
+-- lane_progress, deliveries, exceptions.
 CREATE FUNCTION relaybus_internal.unfinished(want_handler text)
   RETURNS TABLE(handler text, lane smallint, lane_position bigint, event_id text, key text,
                 status text, attempts integer, available_at timestamptz, last_error text,
@@ -47,7 +37,7 @@ AS $fn$
          0, d.available_at, NULL::text,
          CASE WHEN d.position = ANY (l.in_flight) THEN l.lease_owner END,
          d.created_at, d.created_at
-    FROM relaybus.lanes l
+    FROM relaybus.lane_state l
     JOIN relaybus.deliveries d
       ON d.handler = l.handler AND d.lane = l.lane AND d.position > l.acked_upto
    WHERE (want_handler IS NULL OR l.handler = want_handler)
@@ -60,7 +50,7 @@ AS $fn$
          CASE WHEN x.status = 'pending' AND x.position = ANY (l.retrying) THEN l.lease_owner END,
          x.created_at, x.updated_at
     FROM relaybus.exceptions x
-    LEFT JOIN relaybus.lanes l ON l.handler = x.handler AND l.lane = x.lane
+    LEFT JOIN relaybus.lane_state l ON l.handler = x.handler AND l.lane = x.lane
    WHERE want_handler IS NULL OR x.handler = want_handler
 $fn$;
 

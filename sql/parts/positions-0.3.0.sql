@@ -1,16 +1,17 @@
 --------------------------------------------------------------------------------
 -- Tables (0.3.0): positions and cursors. A delivery is written once, at its publishing
--- transaction's commit, at the next position of its (handler, lane); its lane's row says how
--- far the lane got (a cursor and the positions finished above it); a delivery that does not
+-- transaction's commit, at the next position of its (handler, lane); its lane's newest progress row says
+-- how far the lane got (a cursor and the positions finished above it); a delivery that does not
 -- finish on the happy path (a failure, a delivery not yet due, a key held back by an earlier
 -- failure, a release, a takeover's charge) moves to an exception row. The happy path
--- updates one lane row per lane per batch and deletes nothing (src/core/positions.hpp).
+-- inserts a progress row per lane per batch, and updates and deletes nothing
+-- (src/core/positions.hpp).
 --------------------------------------------------------------------------------
 
 -- One row per (event, handler), written once when the publishing transaction commits (the
 -- library stages it until then: src/pg/commit_order.hpp) at the next position of its
 -- (handler, lane), so that a lane's positions follow commit order and have no holes.
--- Never updated: what happens to it is its lane row's cursor, done set and in-flight list,
+-- Never updated: what happens to it is its lane's cursor, done set and in-flight list,
 -- and, off the happy path, its exception row. created_at is the publish's now(); a
 -- delivery is due at available_at.
 CREATE TABLE relaybus.deliveries (
@@ -26,19 +27,18 @@ CREATE TABLE relaybus.deliveries (
 -- cancel, requeue, list_deliveries and the idempotent publish: a delivery by its event.
 CREATE INDEX deliveries_event_idx ON relaybus.deliveries (event_id, handler);
 
--- Lane leases and progress: @LANE_COUNT@ per handler, made by subscribe. A worker holds a
--- lane to claim its deliveries; epoch moves whenever the lane changes hands. Progress
--- (core::LaneProgress): every position <= acked_upto is finished, done lists the finished
--- ones above it (at most @POSITION_WINDOW@), in_flight the window positions its holder runs,
--- retrying the positions of exception rows its holder runs.
+-- Lane leases: @LANE_COUNT@ per handler, made by subscribe. A worker holds a lane to claim its
+-- deliveries; epoch moves whenever the lane changes hands. A lane's progress is not here but
+-- in relaybus.lane_progress, so this row is rewritten only when the lease changes: acquired,
+-- handed back, taken over, or renewed (core::lease_renewal).
 --
 -- lease_owner and lease_expires_at are the worker and its lease; the incarnation holding it
 -- is holder (a claim's explicit holder) or, without one, holder_pid/holder_started (the
 -- backend that acquired it). The first paragraph above is the table's COMMENT, which
 -- test/pgtap-0.3.0/126_catalog_comments.sql keeps within 500 characters.
 --
--- No secondary index, so an update can always be heap-only (HOT) when the new version fits
--- on its page; relaybus_internal.create_lanes spreads lanes at most three to a page.
+-- Claims and completions lock the row (FOR NO KEY UPDATE) without writing it: a row lock
+-- makes no new version. No secondary index, so a lease write can be heap-only (HOT).
 CREATE TABLE relaybus.lanes (
   handler          text NOT NULL,
   lane             smallint NOT NULL CHECK (lane >= 0 AND lane < @LANE_COUNT@),
@@ -48,12 +48,46 @@ CREATE TABLE relaybus.lanes (
   holder_pid       integer,
   holder_started   timestamptz,
   holder           text,
-  acked_upto       bigint NOT NULL DEFAULT 0,
-  done             bigint[] NOT NULL DEFAULT '{}',
-  in_flight        bigint[] NOT NULL DEFAULT '{}',
-  retrying         bigint[] NOT NULL DEFAULT '{}',
   CONSTRAINT lanes_pkey PRIMARY KEY (handler, lane)
-) WITH (fillfactor = 10);
+) WITH (fillfactor = 50);
+
+-- Lane progress (core::LaneProgress), one row per change, never updated: every position <=
+-- acked_upto is finished, done lists the finished ones above it (at most @POSITION_WINDOW@),
+-- in_flight the window positions the lane's holder runs, retrying the positions of
+-- exception rows it runs. A lane's progress is its row of highest seq; no row: nothing yet.
+--
+-- Why rows and not columns of relaybus.lanes: every claim and completion changes a lane's
+-- progress, and an update leaves a version that a held snapshot (a long transaction, an
+-- idle-in-transaction session) keeps from vacuum, so every later read of the lane walked a
+-- longer chain of versions. A reader here descends the primary key to the lane's newest row
+-- and stops at the first visible one, however many older rows exist. Written under the
+-- lane's row lock (seq = the newest read after the lock + 1); superseded rows are deleted by
+-- purge_expired.
+CREATE TABLE relaybus.lane_progress (
+  handler    text NOT NULL,
+  lane       smallint NOT NULL CHECK (lane >= 0 AND lane < @LANE_COUNT@),
+  seq        bigint NOT NULL CHECK (seq > 0),
+  acked_upto bigint NOT NULL,
+  done       bigint[] NOT NULL,
+  in_flight  bigint[] NOT NULL,
+  retrying   bigint[] NOT NULL,
+  written_at timestamptz NOT NULL DEFAULT now(),
+  CONSTRAINT lane_progress_pkey PRIMARY KEY (handler, lane, seq)
+);
+
+-- lane_state: each lane with its lease and its progress (the newest relaybus.lane_progress
+-- row, or none yet: cursor 0, nothing done or in flight), as one row. What admin functions
+-- and people read; the delivery path reads the two tables itself.
+CREATE VIEW relaybus.lane_state AS
+  SELECT l.handler, l.lane, l.epoch, l.lease_owner, l.lease_expires_at, l.holder_pid,
+         l.holder_started, l.holder, coalesce(p.acked_upto, 0) AS acked_upto,
+         coalesce(p.done, '{}') AS done, coalesce(p.in_flight, '{}') AS in_flight,
+         coalesce(p.retrying, '{}') AS retrying, coalesce(p.seq, 0) AS progress_seq
+    FROM relaybus.lanes l
+    LEFT JOIN LATERAL (SELECT p.seq, p.acked_upto, p.done, p.in_flight, p.retrying
+                         FROM relaybus.lane_progress p
+                        WHERE p.handler = l.handler AND p.lane = l.lane
+                        ORDER BY p.seq DESC LIMIT 1) p ON true;
 
 -- A delivery off the happy path, one row per (handler, lane, position) that has one: a
 -- failed attempt waiting for its retry, a delivery not yet due or whose key waits behind an
@@ -90,4 +124,5 @@ CREATE INDEX exceptions_dead_idx ON relaybus.exceptions (updated_at, handler)
 -- Extension tables hold user data: pg_dump must dump their rows, not only CREATE EXTENSION.
 SELECT pg_catalog.pg_extension_config_dump('relaybus.deliveries', '');
 SELECT pg_catalog.pg_extension_config_dump('relaybus.lanes', '');
+SELECT pg_catalog.pg_extension_config_dump('relaybus.lane_progress', '');
 SELECT pg_catalog.pg_extension_config_dump('relaybus.exceptions', '');

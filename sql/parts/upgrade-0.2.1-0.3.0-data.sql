@@ -54,20 +54,20 @@ SELECT u.handler, u.lane, u.position, u.event_id, u.key,
        u.created_at, CASE WHEN u.lost THEN now() ELSE u.updated_at END
   FROM relaybus.upgrade_030 u WHERE u.exception ORDER BY u.handler, u.lane, u.position;
 
--- Lanes spread over pages as relaybus_internal.create_lanes spreads them (see there).
-INSERT INTO relaybus.lanes (handler, lane, epoch, acked_upto, done)
-SELECT l.handler, l.lane, l.epoch + 1,
-       (SELECT count(*) FROM relaybus.upgrade_030 u
-         WHERE u.handler = l.handler AND u.lane = l.lane AND u.exception),
-       ARRAY[NULL::bigint] || array_fill(0::bigint, ARRAY[115])
-  FROM relaybus.lanes_020 l ORDER BY l.handler, l.lane;
-UPDATE relaybus.lanes l SET done = '{}' WHERE l.done[1] IS NULL AND cardinality(l.done) = 116;
+-- Lanes at a new epoch; a lane whose deliveries begin with exception rows has its cursor
+-- past them, in its first progress row.
+INSERT INTO relaybus.lanes (handler, lane, epoch)
+SELECT l.handler, l.lane, l.epoch + 1 FROM relaybus.lanes_020 l ORDER BY l.handler, l.lane;
+INSERT INTO relaybus.lane_progress (handler, lane, seq, acked_upto, done, in_flight, retrying)
+SELECT u.handler, u.lane, 1, count(*), '{}', '{}', '{}'
+  FROM relaybus.upgrade_030 u WHERE u.exception GROUP BY u.handler, u.lane;
 
 DROP TABLE relaybus.upgrade_030, relaybus.deliveries_020, relaybus.lanes_020,
            relaybus.key_counters;
 
 -- As a fresh install leaves them (rights-0.2.1.sql): nothing for PUBLIC, spelled out.
-REVOKE ALL ON relaybus.deliveries, relaybus.lanes, relaybus.exceptions FROM PUBLIC;
+REVOKE ALL ON relaybus.deliveries, relaybus.lanes, relaybus.lane_progress, relaybus.lane_state,
+              relaybus.exceptions FROM PUBLIC;
 
 -- The admin right reads every relaybus table (relaybus_internal.right_privileges: SELECT ON
 -- ALL TABLES IN SCHEMA relaybus), and the tables made above are new: each role holding it

@@ -1,6 +1,7 @@
 #include "lane_lease.hpp"
 
 #include <algorithm>
+#include <limits>
 
 namespace relaybus::core {
 
@@ -83,6 +84,16 @@ int lanes_to_acquire(int round, int remaining) noexcept {
   if (remaining <= 0) return 0;
   const int step = 4 << std::clamp(round, 0, 4);  // 4, 8, 16, 32, 64
   return std::min(step, remaining);
+}
+
+LeaseRenewal lease_renewal(std::int64_t now_us, std::int64_t lease_us) noexcept {
+  // Saturating: a lease is at most a day (validate_lease), but nothing here may overflow
+  // whatever a caller passes.
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  const std::int64_t lease = std::max<std::int64_t>(lease_us, 0);
+  const std::int64_t slack = lease / 2;
+  auto plus = [&](std::int64_t a, std::int64_t b) { return a > kMax - b ? kMax : a + b; };
+  return {plus(now_us, lease), plus(plus(now_us, lease), slack)};
 }
 
 }  // namespace relaybus::core

@@ -102,4 +102,22 @@ int lane_room(std::size_t in_flight) noexcept;
 // its batch needs, never more than `remaining` and never more than 64 in one step.
 int lanes_to_acquire(int round, int remaining) noexcept;
 
+// When a 0.3.0 claim rewrites the lease of a lane it keeps. A claim promises each lane it
+// holds for at least `lease` from now; renewing on every claim would rewrite every held
+// lane's lease row once per batch, and under a held snapshot each of those versions stays.
+// So a lease is renewed only when less than `lease` is left, and then to now + 1.5 x lease:
+// a held lane's row is rewritten at most once per half lease by claims. A lease longer than
+// that (taken by an earlier claim with a longer lease) is cut back to it, so a lane is never
+// held for more than 1.5 x the lease of the last claim that kept it. The price: a worker
+// that dies leaves its lanes for up to 1.5 x lease before they are taken over.
+struct LeaseRenewal {
+  std::int64_t renew_before_us = 0;  // a lease expiring before this is renewed
+  std::int64_t expires_at_us = 0;    // to this; one expiring after this is cut back to it
+  // Whether a lease expiring at `expires_at` is rewritten.
+  bool due(std::int64_t lease_expires_at_us) const noexcept {
+    return lease_expires_at_us < renew_before_us || lease_expires_at_us > expires_at_us;
+  }
+};
+LeaseRenewal lease_renewal(std::int64_t now_us, std::int64_t lease_us) noexcept;
+
 }  // namespace relaybus::core

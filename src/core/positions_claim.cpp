@@ -108,9 +108,12 @@ LaneWrite positions_lane_write(LaneOrigin origin, std::int64_t epoch,
                                const LaneOutcome& outcome) noexcept {
   if (origin == LaneOrigin::kOthers) return plan_lane_write(origin, epoch, false, false);
   if (origin == LaneOrigin::kHeld) {
-    // Kept while it runs something or has something left; handed back (a write) once it
-    // has neither, so that idle lanes do not stay hidden from other workers.
-    const bool keeps = outcome.runs_something || outcome.has_remaining;
+    // Kept while it runs something or has something left; once it has neither, kept until
+    // its lease is due for renewal and then handed back (a write), so that idle lanes do not
+    // stay hidden from other workers for longer than half a lease, nor cost a write per
+    // claim while they are briefly idle.
+    const bool keeps =
+        outcome.runs_something || outcome.has_remaining || !outcome.lease_renewal_due;
     LaneWrite w = plan_lane_write(origin, epoch, /*has_live_in_flight=*/keeps,
                                   /*got_picks=*/false);
     w.write = w.write || outcome.changed;
@@ -418,6 +421,7 @@ class PositionsClaim {
       // A lane not read (a held one without room) runs something anyway.
       outcome.has_remaining =
           !l.read || !lane_idle(l.lane.progress, l.contents.tail) || !l.contents.pending.empty();
+      outcome.lease_renewal_due = l.lane.lease_renewal_due;
       l.write = positions_lane_write(l.origin, l.lane.epoch, outcome);
       if (!l.write.write) continue;
       writes.push_back({l.lane.handler, l.lane.lane, l.write, l.lane.progress, l.lane.retrying});

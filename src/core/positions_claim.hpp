@@ -60,6 +60,9 @@ struct PositionsLane {
   std::int64_t epoch = 0;
   LaneProgress progress;
   PositionSet retrying;  // positions of exception rows its holder runs
+  // A lane the caller holds: less than the claim's lease is left (lease_renewal), so its
+  // lease row is written anyway. Until then an idle held lane is kept as it is.
+  bool lease_renewal_due = true;
 };
 
 // A lane held under the caller's worker name, with the incarnation it is bound to.
@@ -255,13 +258,17 @@ struct LaneOutcome {
   // Something is left for a holder: a position up to the tail unfinished (!lane_idle), or
   // a pending exception row.
   bool has_remaining = false;
+  // A held lane's lease row is due for renewal (PositionsLane::lease_renewal_due).
+  bool lease_renewal_due = true;
 };
 
 // The write of one lane at the end of a claim, through plan_lane_write's epoch rule: a lane
 // that runs something is held; a held lane with something left stays held (written only if
-// it changed); a lane with nothing left goes back (a held one is written for that); a lane
-// acquired in this claim that runs nothing is not kept (written only for what changed; a
-// takeover always is, at a new epoch).
+// it changed); a held lane with nothing left stays held, unwritten, until its lease is due
+// for renewal, and then goes back instead (a write either way, and a lease row rewritten at
+// every claim would leave a version per claim under a held snapshot); a lane acquired in
+// this claim that runs nothing is not kept (written only for what changed; a takeover
+// always is, at a new epoch).
 LaneWrite positions_lane_write(LaneOrigin origin, std::int64_t epoch,
                                const LaneOutcome& outcome) noexcept;
 

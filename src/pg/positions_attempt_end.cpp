@@ -1,14 +1,15 @@
 // fail, bury and release of 0.3.0 (design.md, "0.3.0: the store"): end an attempt without
 // completing it. core::end_position_attempt (src/core/positions_attempt_end.hpp) decides
-// from the lane row, the delivery and exception rows and the handler's policy; this reads and
-// writes. A window pick becomes an exception row and its position is finished; a retry's
-// exception row is updated and leaves the lane's retrying list. A rare path: four statements.
+// from the lane's lease and progress, the delivery and exception rows and the handler's policy;
+// this reads and writes. A window pick becomes an exception row and its position is finished; a
+// retry's exception row is updated and leaves the lane's retrying list. A rare path: four
+// statements.
 #include "../core/positions_attempt_end.hpp"
 
 #include "attempt_args.hpp"
 #include "counters.hpp"
 #include "due_time.hpp"
-#include "position_lanes.hpp"
+#include "lane_progress.hpp"
 #include "position_token_args.hpp"
 #include "spi.hpp"
 #include "subscription_policy.hpp"
@@ -78,12 +79,16 @@ AttemptResult end_attempt(const core::PositionToken& token, Ending ending,
                           const std::optional<TimestampTz>& retry_at) {
   // Locks the lane only while it still has the token's epoch and lists its position (a stale
   // token's call never waits for, or holds up, the lane's new owner); core judges the rest.
-  static Statement lock_lane("SELECT " RELAYBUS_POSITION_LANE_COLUMNS_SQL
-                             " FROM relaybus.lanes l"
-                             " WHERE l.handler = $1 AND l.lane = $2 AND l.epoch = $3"
-                             " AND ($4 = ANY (l.in_flight) OR $4 = ANY (l.retrying))"
-                             " FOR NO KEY UPDATE",
-                             {TEXTOID, INT2OID, INT8OID, INT8OID});
+  // The filter reads the lane's newest progress row as of this statement; read_progress
+  // reads it again once the lane is locked.
+  static Statement lock_lane(
+      "SELECT l.epoch FROM relaybus.lanes l"
+      " CROSS JOIN LATERAL (SELECT p.in_flight, p.retrying FROM relaybus.lane_progress p"
+      "  WHERE p.handler = l.handler AND p.lane = l.lane ORDER BY p.seq DESC LIMIT 1) p"
+      " WHERE l.handler = $1 AND l.lane = $2 AND l.epoch = $3"
+      " AND ($4 = ANY (p.in_flight) OR $4 = ANY (p.retrying))"
+      " FOR NO KEY UPDATE OF l",
+      {TEXTOID, INT2OID, INT8OID, INT8OID});
   // Read after the lock, by a statement of its own: it sees what committed while the lock
   // waited. Every writer of a lane's exception rows locks the lane first.
   static Statement read_attempt(
@@ -101,7 +106,16 @@ AttemptResult end_attempt(const core::PositionToken& token, Ending ending,
   lane_params.int8(token.epoch);
   lane_params.int8(token.position);
   std::optional<core::PositionLane> lane;
-  if (lock_lane.run(lane_params) == 1) lane = position_lane_of_row(0, 1);
+  StoredProgress stored;
+  if (lock_lane.run(lane_params) == 1) {
+    lane = core::PositionLane{};
+    lane->epoch = row::int8(0, 1);
+    LaneList list;
+    list.add(token.handler, token.lane);
+    stored = read_progress(list).at(0);
+    lane->progress = stored.progress;
+    lane->retrying = stored.retrying;
+  }
   // A lane that fences the token out settles it: nothing else is read.
   if (!core::lane_holds(token, core::position_fence(token, lane, false, std::nullopt)))
     return AttemptResult::kLost;
@@ -122,8 +136,8 @@ AttemptResult end_attempt(const core::PositionToken& token, Ending ending,
   if (end.end.result == AttemptResult::kLost) return AttemptResult::kLost;
 
   write_exception(token, end, error, retry_at);
-  LaneProgressWrites lane_write;
-  lane_write.add(token.handler, token.lane, end.lane);
+  ProgressInserts lane_write;
+  lane_write.add(token.handler, token.lane, stored, end.lane.progress, end.lane.retrying);
   lane_write.run();
   if (ending == Ending::kFail) counters::add(counters::kFailed);
   if (end.charged > 0)

@@ -2,15 +2,17 @@
 // core::run_positions_claim (src/core/positions_claim.hpp) makes every decision; this file
 // is the PostgreSQL store's reads and writes for it, each one set-based statement along an
 // index (the function runs with sequential, bitmap, hash and merge plans disabled):
-// the held lanes locked and read, the acquirable lanes probed, locked in rounds, the
-// windows, tails and pending exception rows of the lanes in one statement per step, then
-// the exception rows (takeover charges, DEFER, PARK) and every lane in one statement each,
-// and the events of the picks only. No delivery row is ever written.
+// the held lanes locked and their progress read, the acquirable lanes probed, locked in
+// rounds and read, the windows, tails and pending exception rows of the lanes in one
+// statement per step, then the exception rows (takeover charges, DEFER, PARK), the lanes'
+// progress rows and the leases that change in one statement each, and the events of the
+// picks only. No delivery row is ever written, and a lane kept as it was not at all.
 #include "counters.hpp"
 #include "holder.hpp"
 #include "lane_lease_sql.hpp"
 #include "lane_list.hpp"
 #include "lane_order.hpp"
+#include "position_lanes.hpp"
 #include "positions_claim_writes.hpp"
 #include "spi.hpp"
 #include "subscription_policy.hpp"
@@ -18,6 +20,7 @@
 
 #include "../core/claim_request.hpp"
 #include "../core/error.hpp"
+#include "../core/lane_lease.hpp"
 #include "../core/positions_claim.hpp"
 
 #include <algorithm>
@@ -103,10 +106,13 @@ std::vector<core::HeldPositionsLane> PgPositionsClaimStore::held_lanes(
   static Statement lock_held(
       "SELECT " RELAYBUS_POSITIONS_LANE_COLUMNS_SQL ", l.holder IS NOT NULL,"
       " coalesce(l.holder = $5, false), " RELAYBUS_HOLDER_ALIVE_SQL("$3", "$4") ","
-      " l.lease_expires_at <= now()"
+      // core::LeaseRenewal::due, set-based.
+      " l.lease_expires_at <= now(),"
+      " coalesce(l.lease_expires_at < $6 OR l.lease_expires_at > $7, true)"
       " FROM relaybus.lanes l WHERE l.lease_owner = $1 AND l.handler = ANY ($2)"
       " ORDER BY " RELAYBUS_LANE_LOCK_ORDER_SQL " FOR NO KEY UPDATE OF l",
-      {TEXTOID, TEXTARRAYOID, INT4OID, TIMESTAMPTZOID, TEXTOID});
+      {TEXTOID, TEXTARRAYOID, INT4OID, TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID,
+       TIMESTAMPTZOID});
   // Whether a lane's backend is alive is read from backend activity, which PostgreSQL
   // reads once per transaction: a claim in a transaction that had already read it would
   // take a connection opened since then for dead, and its lanes over.
@@ -117,6 +123,10 @@ std::vector<core::HeldPositionsLane> PgPositionsClaimStore::held_lanes(
   params.int4(current_holder_pid());
   params.timestamptz(current_holder_started());
   params.text(holder_.holder);
+  const core::LeaseRenewal renewal =
+      core::lease_renewal(GetCurrentTransactionStartTimestamp(), holder_.lease_us);
+  params.timestamptz(renewal.renew_before_us);
+  params.timestamptz(renewal.expires_at_us);
   const std::uint64_t n = lock_held.run(params);
   std::vector<core::HeldPositionsLane> out;
   out.reserve(n);
@@ -127,8 +137,12 @@ std::vector<core::HeldPositionsLane> PgPositionsClaimStore::held_lanes(
     lane.binding.same_holder = row::boolean(r, kPositionsLaneColumns + 2);
     lane.binding.backend_alive = row::boolean(r, kPositionsLaneColumns + 3);
     lane.binding.lease_expired = row::boolean(r, kPositionsLaneColumns + 4);
+    lane.lane.lease_renewal_due = row::boolean(r, kPositionsLaneColumns + 5);
     out.push_back(std::move(lane));
   }
+  std::vector<core::PositionsLane*> lanes;
+  for (auto& l : out) lanes.push_back(&l.lane);
+  writes_.load_progress(lanes);
   return out;
 }
 
@@ -149,21 +163,28 @@ std::vector<core::PositionsLane> PgPositionsClaimStore::lock_for_takeover(
   std::vector<core::PositionsLane> out;
   out.reserve(n);
   for (std::uint64_t r = 0; r < n; ++r) out.push_back(positions_lane_of_row(r));
+  std::vector<core::PositionsLane*> locked;
+  for (auto& l : out) locked.push_back(&l);
+  writes_.load_progress(locked);
   counters::add(counters::kTakenOver, n);  // each one is taken over
   return out;
 }
 
 std::vector<core::LaneWorkProbe> PgPositionsClaimStore::lanes_with_work(
     const std::vector<std::string>& handlers) {
-  // The acquirable lanes of the handlers, each with its first delivery above the cursor
-  // (one forward probe of deliveries_pkey: core::LaneWorkProbe says why that is all it
-  // needs). Unlocked; lock_acquirable locks from core's list.
+  // The acquirable lanes of the handlers, each with its progress (one backward probe of
+  // lane_progress_pkey) and its first delivery above the cursor (one forward probe of
+  // deliveries_pkey: core::LaneWorkProbe says why that is all it needs). Unlocked, as of
+  // this statement; lock_acquirable locks from core's list, and the progress is read again.
   static Statement probe(
-      "SELECT l.handler, l.lane, l.lease_owner IS NOT NULL, l.acked_upto, l.done, l.in_flight,"
-      " l.retrying, f.position, f.available_at FROM relaybus.lanes l"
+      "SELECT l.handler, l.lane, l.lease_owner IS NOT NULL, coalesce(p.acked_upto, 0), p.done,"
+      " p.in_flight, p.retrying, f.position, f.available_at FROM relaybus.lanes l"
+      " LEFT JOIN LATERAL (SELECT p.acked_upto, p.done, p.in_flight, p.retrying"
+      "  FROM relaybus.lane_progress p WHERE p.handler = l.handler AND p.lane = l.lane"
+      "  ORDER BY p.seq DESC LIMIT 1) p ON true"
       " LEFT JOIN LATERAL (SELECT d.position, d.available_at FROM relaybus.deliveries d"
-      "  WHERE d.handler = l.handler AND d.lane = l.lane AND d.position > l.acked_upto"
-      "  ORDER BY d.position LIMIT 1) f ON true"
+      "  WHERE d.handler = l.handler AND d.lane = l.lane"
+      "  AND d.position > coalesce(p.acked_upto, 0) ORDER BY d.position LIMIT 1) f ON true"
       " WHERE l.handler = ANY ($1) AND " RELAYBUS_ACQUIRABLE_SQL("$2"),
       {TEXTARRAYOID, TEXTOID});
   // The lanes of the handlers with due pending exception rows, from the due index: one
@@ -193,9 +214,9 @@ std::vector<core::LaneWorkProbe> PgPositionsClaimStore::lanes_with_work(
     p.lane = {row::text(r, 1), row::int2(r, 2)};
     p.has_owner = row::boolean(r, 3);
     p.progress.acked_upto = row::int8(r, 4);
-    p.progress.done = position_set_of_row(r, 5);
-    p.progress.in_flight = position_set_of_row(r, 6);
-    p.retrying = position_set_of_row(r, 7);
+    p.progress.done = position_set(r, 5);
+    p.progress.in_flight = position_set(r, 6);
+    p.retrying = position_set(r, 7);
     if (!row::is_null(r, 8)) p.first_position = row::int8(r, 8);
     if (!row::is_null(r, 9)) p.first_available_us = timestamp_of_row(r, 9);
     const auto it = due.find({p.lane.handler, p.lane.lane});
@@ -232,6 +253,9 @@ std::vector<core::AcquiredPositionsLane> PgPositionsClaimStore::lock_acquirable(
     counters::add(counters::kTakenOver, a.had_owner ? 1 : 0);
     out.push_back(std::move(a));
   }
+  std::vector<core::PositionsLane*> locked;
+  for (auto& a : out) locked.push_back(&a.lane);
+  writes_.load_progress(locked);
   return out;
 }
 

@@ -2,8 +2,10 @@
 
 #include "counters.hpp"
 #include "holder.hpp"
+#include "lane_list.hpp"
 
 #include "../core/error.hpp"
+#include "../core/lane_lease.hpp"
 
 namespace relaybus::pg {
 
@@ -17,38 +19,7 @@ void timestamptz_array(const std::vector<std::int64_t>& values, Params& params) 
   params.datum_array(datums, std::vector<bool>(values.size(), false), TIMESTAMPTZOID);
 }
 
-// Appends `set` to `all` and records where it starts (1-based, as SQL arrays count) and
-// how many it has: each lane's list is a slice of one flattened array.
-void flatten(const core::PositionSet& set, std::vector<std::int64_t>& all,
-             std::vector<std::int32_t>& firsts, std::vector<std::int32_t>& counts) {
-  firsts.push_back(static_cast<std::int32_t>(all.size()) + 1);
-  counts.push_back(static_cast<std::int32_t>(set.size()));
-  all.insert(all.end(), set.begin(), set.end());
-}
-
 }  // namespace
-
-core::PositionSet position_set_of_row(std::uint64_t r, int c) {
-  bool null = false;
-  const Datum d = row::datum(r, c, &null);
-  if (null) return {};
-  Datum* elements = nullptr;
-  bool* nulls = nullptr;
-  int count = 0;
-  pg_call([&] {
-    ArrayType* array = DatumGetArrayTypeP(d);
-    int16 length;
-    bool by_value;
-    char align;
-    get_typlenbyvalalign(INT8OID, &length, &by_value, &align);
-    deconstruct_array(array, INT8OID, length, by_value, align, &elements, &nulls, &count);
-  });
-  std::vector<core::Position> positions;
-  positions.reserve(static_cast<std::size_t>(count));
-  for (int i = 0; i < count; ++i)
-    if (!nulls[i]) positions.push_back(DatumGetInt64(elements[i]));
-  return core::PositionSet(positions.begin(), positions.end());
-}
 
 std::int64_t timestamp_of_row(std::uint64_t r, int c) {
   bool null = false;
@@ -62,11 +33,18 @@ core::PositionsLane positions_lane_of_row(std::uint64_t r) {
   lane.handler = row::text(r, 1);
   lane.lane = row::int2(r, 2);
   lane.epoch = row::int8(r, 3);
-  lane.progress.acked_upto = row::int8(r, 4);
-  lane.progress.done = position_set_of_row(r, 5);
-  lane.progress.in_flight = position_set_of_row(r, 6);
-  lane.retrying = position_set_of_row(r, 7);
   return lane;
+}
+
+void PositionsWrites::load_progress(const std::vector<core::PositionsLane*>& lanes) {
+  LaneList list;
+  for (const core::PositionsLane* l : lanes) list.add(l->handler, l->lane);
+  const std::vector<StoredProgress> stored = read_progress(list);
+  for (std::size_t i = 0; i < lanes.size(); ++i) {
+    lanes[i]->progress = stored[i].progress;
+    lanes[i]->retrying = stored[i].retrying;
+    read_[{lanes[i]->handler, lanes[i]->lane}] = stored[i];
+  }
 }
 
 void PositionsWrites::insert_exceptions(const std::vector<core::NewException>& rows) {
@@ -165,54 +143,58 @@ void PositionsWrites::charge_exceptions(const std::vector<core::ExceptionCharge>
 }
 
 void PositionsWrites::write_lanes(const std::vector<core::PositionsLaneWrite>& writes) {
-  // One statement for every lane. The lists travel flattened, one array each, every lane's
-  // list a slice of it (as 0.2's claim writes its in-flight lists: cutting slices costs the
-  // lists' length, where matching every element to its lane cost lanes x elements).
+  // The leases, in one statement, of the lanes whose lease changes or is due for renewal
+  // (core::lease_renewal); the rest are left alone: a row lock made no version of them, and
+  // neither does this. The progress goes to lane_progress, never here.
   static Statement write(
       "UPDATE relaybus.lanes l SET epoch = u.epoch,"
       " lease_owner = CASE WHEN u.hold THEN $1 END,"
-      " lease_expires_at = CASE WHEN u.hold THEN now() + $2 END,"
+      " lease_expires_at = CASE WHEN u.hold THEN $2 END,"
       " holder_pid = CASE WHEN u.new_holder THEN $3 WHEN u.hold THEN l.holder_pid END,"
       " holder_started = CASE WHEN u.new_holder THEN $4 WHEN u.hold THEN l.holder_started END,"
-      " holder = CASE WHEN u.new_holder THEN $5 WHEN u.hold THEN l.holder END,"
-      " acked_upto = u.acked,"
-      " done = CASE WHEN u.done_n = 0 THEN '{}'::int8[]"
-      "  ELSE ($6::int8[])[u.done_at:u.done_at + u.done_n - 1] END,"
-      " in_flight = CASE WHEN u.flight_n = 0 THEN '{}'::int8[]"
-      "  ELSE ($7::int8[])[u.flight_at:u.flight_at + u.flight_n - 1] END,"
-      " retrying = CASE WHEN u.retry_n = 0 THEN '{}'::int8[]"
-      "  ELSE ($8::int8[])[u.retry_at:u.retry_at + u.retry_n - 1] END"
-      " FROM unnest($9::text[], $10::int2[], $11::int8[], $12::bool[], $13::bool[], $14::int8[],"
-      "  $15::int4[], $16::int4[], $17::int4[], $18::int4[], $19::int4[], $20::int4[])"
-      "  AS u(handler, lane, epoch, hold, new_holder, acked, done_at, done_n, flight_at,"
-      "  flight_n, retry_at, retry_n)"
-      " WHERE l.handler = u.handler AND l.lane = u.lane",
-      {TEXTOID,      INTERVALOID,  INT4OID,      TIMESTAMPTZOID, TEXTOID,
-       INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, TEXTARRAYOID,   INT2ARRAYOID,
-       INT8ARRAYOID, BOOLARRAYOID, BOOLARRAYOID, INT8ARRAYOID,   INT4ARRAYOID,
-       INT4ARRAYOID, INT4ARRAYOID, INT4ARRAYOID, INT4ARRAYOID,   INT4ARRAYOID});
+      " holder = CASE WHEN u.new_holder THEN $5 WHEN u.hold THEN l.holder END"
+      " FROM unnest($7::text[], $8::int2[], $9::int8[], $10::bool[], $11::bool[])"
+      "  AS u(handler, lane, epoch, hold, new_holder)"
+      " WHERE l.handler = u.handler AND l.lane = u.lane"
+      " AND (l.epoch <> u.epoch OR u.new_holder"
+      "  OR (NOT u.hold AND l.lease_owner IS NOT NULL)"
+      "  OR (u.hold AND (l.lease_owner IS DISTINCT FROM $1 OR l.lease_expires_at IS NULL"
+      // core::LeaseRenewal::due, set-based.
+      "   OR l.lease_expires_at < $6 OR l.lease_expires_at > $2)))",
+      {TEXTOID, TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID, TEXTARRAYOID,
+       INT2ARRAYOID, INT8ARRAYOID, BOOLARRAYOID, BOOLARRAYOID});
   std::vector<std::string> handlers;
   std::vector<std::int16_t> lanes;
-  std::vector<std::int64_t> epochs, acked, done, flight, retry;
+  std::vector<std::int64_t> epochs;
   std::vector<bool> holds, new_holders;
-  std::vector<std::int32_t> done_at, done_n, flight_at, flight_n, retry_at, retry_n;
+  ProgressInserts progress;
   for (const auto& w : writes) {
     if (w.write.hold && !holder_)
       throw core::Error(core::ErrorCode::kInternal, "relaybus: a lane held without a holder");
+    auto read = read_.find({w.handler, w.lane});
+    if (read == read_.end())
+      throw core::Error(core::ErrorCode::kInternal, "relaybus: a lane written without being read");
     handlers.push_back(w.handler);
     lanes.push_back(w.lane);
     epochs.push_back(w.write.epoch);
     holds.push_back(w.write.hold);
     new_holders.push_back(w.write.new_holder);
-    acked.push_back(w.progress.acked_upto);
-    flatten(w.progress.done, done, done_at, done_n);
-    flatten(w.progress.in_flight, flight, flight_at, flight_n);
-    flatten(w.retrying, retry, retry_at, retry_n);
+    progress.add(w.handler, w.lane, read->second, w.progress, w.retrying);
+    // What this lane now is, should the same call write it again.
+    if (w.progress != read->second.progress || w.retrying != read->second.retrying) {
+      read->second.progress = w.progress;
+      read->second.retrying = w.retrying;
+      ++read->second.seq;
+    }
   }
+  progress.run();
+  if (handlers.empty()) return;
+  const core::LeaseRenewal renewal =
+      core::lease_renewal(GetCurrentTransactionStartTimestamp(), holder_ ? holder_->lease_us : 0);
   Params params;
   if (holder_) {
     params.text(holder_->worker);
-    params.interval_us(holder_->lease_us);
+    params.timestamptz(renewal.expires_at_us);
   } else {
     params.datum(0, true);
     params.datum(0, true);
@@ -226,21 +208,12 @@ void PositionsWrites::write_lanes(const std::vector<core::PositionsLaneWrite>& w
     params.timestamptz(std::nullopt);
   }
   params.text(holder_ ? holder_->holder : std::nullopt);
-  params.int8_array(done);
-  params.int8_array(flight);
-  params.int8_array(retry);
+  params.timestamptz(renewal.renew_before_us);
   params.text_array(handlers);
   params.int2_array(lanes);
   params.int8_array(epochs);
   params.bool_array(holds);
   params.bool_array(new_holders);
-  params.int8_array(acked);
-  params.int4_array(done_at);
-  params.int4_array(done_n);
-  params.int4_array(flight_at);
-  params.int4_array(flight_n);
-  params.int4_array(retry_at);
-  params.int4_array(retry_n);
   write.run(params);
 }
 

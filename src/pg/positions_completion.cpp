@@ -1,13 +1,14 @@
-// complete and complete_many of 0.3.0 (design.md, "0.3.0: the store"): a completion writes
-// its lane row (a HOT update), not the delivery. core::complete_lane
+// complete and complete_many of 0.3.0 (design.md, "0.3.0: the store"): a completion inserts
+// its lane's next progress row (lane_progress.hpp), and writes neither the delivery nor the
+// lane's lease row. core::complete_lane
 // (src/core/positions_completion.hpp) decides; this locks, reads and writes, in a fixed
 // number of statements whatever the number of tokens or lanes:
 //   1. lock the tokens' lanes that still have the tokens' epoch and list one of their
 //      positions (a stale batch locks nothing, so it never waits for or holds up the lane's
-//      new owner);
+//      new owner), then read their progress (after the locks);
 //   2. only with retries among them: read their exception rows;
 //   3. only with retries completed: delete their exception rows;
-//   4. write the lanes where something took effect (none: no write, no new row version);
+//   4. a progress row for each lane where something took effect (none: no write);
 //   5. only with relaybus.completion_history on: one history row per completion.
 //
 // FOR NO KEY UPDATE on the lane: a completion inside the handler's transaction keeps it until
@@ -19,7 +20,7 @@
 #include "../core/positions_completion.hpp"
 
 #include "counters.hpp"
-#include "position_lanes.hpp"
+#include "lane_progress.hpp"
 #include "position_token_args.hpp"
 #include "settings.hpp"
 #include "spi.hpp"
@@ -43,19 +44,24 @@ struct LockedLane {
   const GroupKey* key = nullptr;
   const std::vector<core::PositionToken>* tokens = nullptr;
   core::PositionLane lane;
+  StoredProgress stored;  // as read, for the row that follows it
   core::ExceptionRows exceptions;
 };
 
 // Step 1. Each group's positions are the slice [first, first + count - 1] of one array; the
 // lane is locked only if it lists one of them, in either list.
 std::vector<LockedLane> lock_lanes(const Groups& groups) {
+  // The filter reads the lane's newest progress row as of this statement; the lanes' progress
+  // is read again once they are locked (read_progress), which is what the completion uses.
   static Statement lock(
-      "SELECT u.n, " RELAYBUS_POSITION_LANE_COLUMNS_SQL
+      "SELECT u.n, l.epoch"
       " FROM unnest($1::text[], $2::int2[], $3::int8[], $4::int4[], $5::int4[])"
       "  WITH ORDINALITY AS u(handler, lane, epoch, first, count, n)"
       " JOIN relaybus.lanes l ON l.handler = u.handler AND l.lane = u.lane AND l.epoch = u.epoch"
-      " WHERE l.in_flight && ($6::int8[])[u.first:u.first + u.count - 1]"
-      "    OR l.retrying && ($6::int8[])[u.first:u.first + u.count - 1]"
+      " CROSS JOIN LATERAL (SELECT p.in_flight, p.retrying FROM relaybus.lane_progress p"
+      "  WHERE p.handler = l.handler AND p.lane = l.lane ORDER BY p.seq DESC LIMIT 1) p"
+      " WHERE p.in_flight && ($6::int8[])[u.first:u.first + u.count - 1]"
+      "    OR p.retrying && ($6::int8[])[u.first:u.first + u.count - 1]"
       " ORDER BY u.n FOR NO KEY UPDATE OF l",
       {TEXTARRAYOID, INT2ARRAYOID, INT8ARRAYOID, INT4ARRAYOID, INT4ARRAYOID, INT8ARRAYOID});
   std::vector<const Groups::value_type*> order;
@@ -81,11 +87,19 @@ std::vector<LockedLane> lock_lanes(const Groups& groups) {
   params.int8_array(positions);
   const std::uint64_t n = lock.run(params);
   std::vector<LockedLane> locked(n);
+  LaneList list;
   for (std::uint64_t r = 0; r < n; ++r) {
     const auto* group = order.at(static_cast<std::size_t>(row::int8(r, 1) - 1));
     locked[r].key = &group->first;
     locked[r].tokens = &group->second;
-    locked[r].lane = position_lane_of_row(r, 2);
+    locked[r].lane.epoch = row::int8(r, 2);
+    list.add(std::get<0>(group->first), std::get<1>(group->first));
+  }
+  const std::vector<StoredProgress> stored = read_progress(list);
+  for (std::size_t i = 0; i < locked.size(); ++i) {
+    locked[i].stored = stored[i];
+    locked[i].lane.progress = stored[i].progress;
+    locked[i].lane.retrying = stored[i].retrying;
   }
   return locked;
 }
@@ -156,7 +170,7 @@ std::uint64_t complete_position_tokens(std::vector<core::PositionToken> tokens) 
   if (locked.empty()) return 0;
   read_retries(locked);
 
-  LaneProgressWrites writes;
+  ProgressInserts writes;
   std::vector<std::string> handlers, done_handlers;
   std::vector<std::int16_t> lanes, done_lanes;
   std::vector<std::int64_t> retries, done_positions;
@@ -167,7 +181,7 @@ std::uint64_t complete_position_tokens(std::vector<core::PositionToken> tokens) 
     if (!c.write) continue;
     const std::string& handler = std::get<0>(*l.key);
     const std::int16_t lane = std::get<1>(*l.key);
-    writes.add(handler, lane, c.lane);
+    writes.add(handler, lane, l.stored, c.lane.progress, c.lane.retrying);
     completed += c.count();
     for (core::Position p : c.retries) {
       handlers.push_back(handler);

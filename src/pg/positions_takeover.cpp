@@ -72,14 +72,20 @@ class PgPositionsTakeoverStore final : public core::PositionsTakeoverStore {
   void write_lanes(const std::vector<core::PositionsLaneWrite>& writes) override {
     writes_.write_lanes(writes);
   }
+  void load_progress(const std::vector<core::PositionsLane*>& lanes) {
+    writes_.load_progress(lanes);
+  }
 
  private:
   PositionsWrites writes_;
 };
 
-// Takes over these lanes, locked by the caller.
-void take_over(const std::vector<core::ExpiredPositionsLane>& lanes) {
+// Takes over these lanes, locked by the caller: their progress is read here, after the locks.
+void take_over(std::vector<core::ExpiredPositionsLane> lanes) {
   PgPositionsTakeoverStore store;
+  std::vector<core::PositionsLane*> locked;
+  for (auto& l : lanes) locked.push_back(&l.lane);
+  store.load_progress(locked);
   core::take_over_expired_positions(store, lanes, GetCurrentTransactionStartTimestamp());
   counters::add(counters::kTakenOver, lanes.size());
 }

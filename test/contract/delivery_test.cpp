@@ -20,7 +20,7 @@ TEST_P(Contract, AtLeastOnceAfterLeaseExpiry) {
   EXPECT_EQ(first[0].attempts, 0);
   EXPECT_TRUE(claim(*b, wb, {h}).empty()) << "another worker got it while the lease lived";
 
-  sleep_past(kShortLease);
+  sleep_past_lease(kShortLease);
   const auto second = claim(*b, wb, {h});
   ASSERT_EQ(ids(second), std::vector<std::string>{id}) << "the lost delivery was not redelivered";
   EXPECT_EQ(second[0].attempts, 1) << "the lost attempt is charged exactly once";
@@ -28,7 +28,7 @@ TEST_P(Contract, AtLeastOnceAfterLeaseExpiry) {
 
   EXPECT_EQ(b->complete_many({second[0].token}), 1);
   EXPECT_EQ(b->lookup(id, h), std::nullopt);
-  sleep_past(kShortLease);
+  sleep_past_lease(kShortLease);
   EXPECT_TRUE(claim(*a, wa, {h}).empty());
   EXPECT_TRUE(claim(*b, wb, {h}).empty());
   EXPECT_TRUE(claim(*b, worker("c"), {h}).empty()) << "a completed delivery came back";
@@ -45,7 +45,7 @@ TEST_P(Contract, Fencing) {
 
   const auto old = claim(*a, wa, {h}, 10, kShortLease);
   ASSERT_EQ(old.size(), 1u);
-  sleep_past(kShortLease);
+  sleep_past_lease(kShortLease);
   const auto now = claim(*b, wb, {h});
   ASSERT_EQ(now.size(), 1u);
   ASSERT_EQ(now[0].event_id, id);
@@ -101,7 +101,7 @@ TEST_P(Contract, PoisonDeliveryEndsDead) {
     const auto got = claim(*s, worker("w" + std::to_string(crash)), {h}, 10, kShortLease);
     ASSERT_EQ(ids(got), std::vector<std::string>{id}) << "takeover " << crash;
     EXPECT_EQ(got[0].attempts, crash) << "takeover " << crash;
-    sleep_past(kShortLease);  // and the worker "crashes": never completes
+    sleep_past_lease(kShortLease);  // and the worker "crashes": never completes
   }
   EXPECT_TRUE(claim(*s, worker("last"), {h}).empty()) << "claimed past max_attempts";
   EXPECT_EQ(s->lookup(id, h), (store::DeliveryState{"dead", retry.max_attempts}));

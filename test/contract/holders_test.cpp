@@ -50,7 +50,7 @@ TEST_P(Contract, AnotherHolderWaitsForExpiry) {
   EXPECT_EQ(s2->extend_lease(new_holder, kLongLease), 0) << "another holder renewed the lanes";
   EXPECT_EQ(s2->relinquish(new_holder), 0) << "another holder relinquished the lanes";
 
-  sleep_past(kShortLease);
+  sleep_past_lease(kShortLease);
   const auto taken = claim(*s2, new_holder, {h});
   ASSERT_EQ(ids(taken), sorted(lane_ids)) << "the expired lane was not taken over";
   for (const auto& d : taken)

@@ -152,7 +152,7 @@ TEST_P(Contract, TakeOverExpiredChargesWhatACrashedWorkerHadInFlight) {
   const auto live = claim(*s, alive, {live_handler}, 10, kLongLease);
   ASSERT_EQ(live.size(), 1u);
 
-  sleep_past(kShortLease);
+  sleep_past_lease(kShortLease);
   EXPECT_GE(s->take_over_expired(), 1);
   EXPECT_EQ(s->lookup(id, h), (store::DeliveryState{"pending", 1})) << "charged once";
   EXPECT_EQ(s->lookup(id, fragile), (store::DeliveryState{"dead", 1})) << "out of budget";

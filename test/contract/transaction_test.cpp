@@ -22,7 +22,7 @@ TEST_P(Contract, TransactionalCompleteCommit) {
   if (!tx) GTEST_SKIP() << "contract backend " << GetParam() << " has no transactions (begin())";
   EXPECT_TRUE(tx->complete(got[0].token));
 
-  sleep_past(kShortLease);
+  sleep_past_lease(kShortLease);
   EXPECT_TRUE(claim(*b, worker("b"), {h}).empty())
       << "another worker took the delivery over while its completion was in progress";
   tx->commit();
@@ -46,7 +46,7 @@ TEST_P(Contract, TransactionalCompleteRollback) {
   tx->rollback();
   tx.reset();
 
-  sleep_past(kShortLease);
+  sleep_past_lease(kShortLease);
   const auto again = claim(*b, worker("b"), {h});
   ASSERT_EQ(ids(again), std::vector<std::string>{id}) << "a rolled-back completion was kept";
   EXPECT_EQ(again[0].attempts, 1);

@@ -53,9 +53,9 @@ q $db "SELECT relaybus.grant_rights('relaybus_sec030_adm', 'admin'), relaybus.gr
 q $db "CREATE TABLE rights_before AS SELECT * FROM relaybus.rights()" >/dev/null
 q $db "ALTER EXTENSION relaybus UPDATE TO '0.3.0'" >/dev/null
 check $db "the update ran" "SELECT extversion = '0.3.0' FROM pg_extension WHERE extname = 'relaybus'"
-check $db "after the update the admin reads every relaybus table, the new deliveries, lanes and exceptions included" \
-  "SELECT bool_and(has_table_privilege('relaybus_sec030_adm', c.oid, 'SELECT')) AND count(*) = 6
-     FROM pg_class c WHERE c.relnamespace = 'relaybus'::regnamespace AND c.relkind = 'r'"
+check $db "after the update the admin reads every relaybus table and view, the new deliveries, lanes, lane_progress, lane_state and exceptions included" \
+  "SELECT bool_and(has_table_privilege('relaybus_sec030_adm', c.oid, 'SELECT')) AND count(*) = 8
+     FROM pg_class c WHERE c.relnamespace = 'relaybus'::regnamespace AND c.relkind IN ('r', 'v')"
 if psql -qXAt -v ON_ERROR_STOP=1 -U relaybus_sec030_adm -d $db \
      -c "SELECT count(*) FROM relaybus.exceptions" -c "SELECT count(*) FROM relaybus.lanes" >/dev/null 2>&1; then
   ok "the admin, logged in, reads exceptions and lanes"

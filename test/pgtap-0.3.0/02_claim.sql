@@ -13,7 +13,7 @@
 -- that a test sets their lanes, positions and due times (publish takes a due time in the
 -- past for now).
 SELECT rb_reset();
-SELECT plan(81);
+SELECT plan(83);
 
 -- A delivery of event `id` (made if new) to handler `h`, at the next position of its lane
 -- (lane_of its key, or of its id), due at `due`. Returns the position.
@@ -48,7 +48,7 @@ CREATE FUNCTION pg_temp.holds(token text) RETURNS boolean LANGUAGE sql AS $$
                SELECT 1 FROM relaybus.exceptions x
                 WHERE x.handler = l.handler AND x.lane = l.lane AND x.position = t.lane_position
                   AND x.status = 'pending' AND x.claims = t.claims)))
-      FROM pg_temp.tok($1) t JOIN relaybus.lanes l ON l.handler = t.handler AND l.lane = t.lane), false)
+      FROM pg_temp.tok($1) t JOIN relaybus.lane_state l ON l.handler = t.handler AND l.lane = t.lane), false)
 $$;
 
 -- A completion that must take effect (relaybus.complete).
@@ -88,7 +88,7 @@ SELECT throws_ok($$SELECT * FROM relaybus.claim('w', 10, '30 seconds', ARRAY['no
                  'handler "nobody" is not subscribed', 'unknown handler -> 42704');
 SELECT throws_ok($$SELECT * FROM relaybus.claim('w', 10, '30 seconds', NULL, '')$$, '22023', NULL,
                  'empty holder -> 22023');
-SELECT is((SELECT count(*)::int FROM relaybus.lanes WHERE lease_owner IS NOT NULL OR epoch <> 0), 0,
+SELECT is((SELECT count(*)::int FROM relaybus.lane_state WHERE lease_owner IS NOT NULL OR epoch <> 0 OR progress_seq <> 0), 0,
           'a refused claim wrote no lane');
 
 --------------------------------------------------------------------------------
@@ -113,7 +113,7 @@ SELECT is((SELECT count(*)::int FROM c1 CROSS JOIN LATERAL pg_temp.tok(c1.lease_
               AND t.epoch = l.epoch AND l.epoch = 1),
           3, 'each token decodes to its delivery''s lane and position, claims 0, the lane''s new epoch');
 SELECT ok((SELECT bool_and(pg_temp.holds(lease_token)) FROM c1), 'every token holds');
-SELECT is((SELECT count(*)::int FROM relaybus.lanes l JOIN relaybus.deliveries d
+SELECT is((SELECT count(*)::int FROM relaybus.lane_state l JOIN relaybus.deliveries d
              ON d.handler = l.handler AND d.lane = l.lane AND d.position = ANY (l.in_flight)
             WHERE l.lease_owner = 'w' AND l.lease_expires_at > now() AND l.acked_upto = 0), 3,
           'their lanes are leased to w and list their positions in flight');
@@ -135,7 +135,7 @@ SELECT is((SELECT count(*)::int FROM c2 WHERE relaybus.lane_of(event_id) = :full
           'a claim of 100 takes 32 of the full lane');
 SELECT is((SELECT count(*)::int FROM c2 WHERE relaybus.lane_of(event_id) = :other_lane), 10,
           'and the other lane''s 10');
-SELECT results_eq(format($$SELECT cardinality(in_flight), acked_upto FROM relaybus.lanes
+SELECT results_eq(format($$SELECT cardinality(in_flight), acked_upto FROM relaybus.lane_state
                             WHERE handler = 'cap' AND lane = %s$$, :full_lane),
                   $$VALUES (32, 0::bigint)$$, 'the full lane lists 32 in flight');
 SELECT is((SELECT count(*)::int FROM relaybus.claim('cw', 100, '30 seconds', ARRAY['cap'])), 0,
@@ -184,7 +184,7 @@ SELECT results_eq($$SELECT x.position, x.event_id, x.key, x.status, x.attempts, 
                   $$VALUES (1::bigint, 'q1', 'Q', 'pending', 0, 0, true, true),
                            (2::bigint, 'q2', 'Q', 'pending', 0, 0, true, true)$$,
                   'q1 deferred and q2 parked: pending exception rows from their delivery rows, 0 attempts');
-SELECT results_eq(format($$SELECT acked_upto, lease_owner FROM relaybus.lanes
+SELECT results_eq(format($$SELECT acked_upto, lease_owner FROM relaybus.lane_state
                             WHERE handler = 'due' AND lane = %s$$, :q_lane),
                   $$VALUES (2::bigint, NULL::text)$$,
                   'the cursor passed both; the lane runs nothing and stays free');
@@ -196,7 +196,7 @@ SELECT results_eq($$SELECT c5.event_id, c5.attempts, t.lane_position, t.claims
                       FROM c5 CROSS JOIN LATERAL pg_temp.tok(c5.lease_token) t$$,
                   $$VALUES ('q1', 0, 1::bigint, 0)$$,
                   'once due, q1 is picked from its exception row, alone');
-SELECT results_eq(format($$SELECT retrying, in_flight FROM relaybus.lanes
+SELECT results_eq(format($$SELECT retrying, in_flight FROM relaybus.lane_state
                             WHERE handler = 'due' AND lane = %s$$, :q_lane),
                   $$VALUES ('{1}'::bigint[], '{}'::bigint[])$$, 'the lane retries its position');
 SELECT ok(pg_temp.holds((SELECT lease_token FROM c5)), 'and its token holds');
@@ -272,7 +272,7 @@ SELECT results_eq($$SELECT event_id, status, attempts, claims FROM relaybus.exce
                      WHERE handler = 'tk' ORDER BY event_id$$,
                   $$VALUES ('t1', 'dead', 2, 2), ('t2', 'dead', 2, 2)$$,
                   'their retries lost their second attempt: dead at max_attempts 2, claims moved');
-SELECT is((SELECT count(*)::int FROM relaybus.lanes WHERE handler = 'tk'
+SELECT is((SELECT count(*)::int FROM relaybus.lane_state WHERE handler = 'tk'
             AND (lease_owner IS NOT NULL OR in_flight <> '{}' OR retrying <> '{}')), 0,
           'the lanes went back with nothing in flight or retried');
 SELECT ok(NOT (SELECT bool_or(pg_temp.holds(lease_token)) FROM rescued), 'the rescuer''s tokens no longer hold');
@@ -292,7 +292,7 @@ SELECT pg_sleep(0.02);
 SELECT ok(relaybus.take_over_expired() >= 1, 'take_over_expired takes its lane');
 SELECT results_eq($$SELECT status, attempts, claims FROM relaybus.exceptions WHERE event_id = 'once'$$,
                   $$VALUES ('dead', 1, 1)$$, 'one lost attempt of one allowed: a dead exception row');
-SELECT results_eq(format($$SELECT epoch, acked_upto, in_flight, lease_owner FROM relaybus.lanes
+SELECT results_eq(format($$SELECT epoch, acked_upto, in_flight, lease_owner FROM relaybus.lane_state
                             WHERE handler = 'tk1' AND lane = %s$$, :once_lane),
                   format($$VALUES (%s::bigint, 1::bigint, '{}'::bigint[], NULL::text)$$, :once_epoch + 2),
                   'the lane: a new epoch, the cursor past the position, nobody holding it');
@@ -325,7 +325,7 @@ SELECT is((SELECT count(*)::int FROM relaybus.claim('hw', 10, '30 seconds', ARRA
 SELECT rb_connect('pool');
 SELECT is((SELECT n FROM dblink('pool', $$SELECT count(*)::int FROM relaybus.claim('hw', 1, '30 seconds', ARRAY['hold'], 'A')$$) AS t(n int)),
           1, 'holder A on another connection keeps using the lane');
-SELECT results_eq(format($$SELECT holder, epoch, cardinality(in_flight) FROM relaybus.lanes WHERE handler = 'hold' AND lane = %s$$, :hold_lane),
+SELECT results_eq(format($$SELECT holder, epoch, cardinality(in_flight) FROM relaybus.lane_state WHERE handler = 'hold' AND lane = %s$$, :hold_lane),
                   $$VALUES ('A'::text, 1::bigint, 2)$$, 'same epoch, two in flight');
 UPDATE relaybus.lanes SET lease_expires_at = now() - interval '1 second' WHERE handler = 'hold';
 CREATE TEMP TABLE b1 AS SELECT * FROM relaybus.claim('hw', 10, '30 seconds', ARRAY['hold'], 'B');
@@ -355,7 +355,7 @@ SELECT pg_temp.put('pz', 'p1');
 SELECT relaybus.pause('pz');
 SELECT is((SELECT count(*)::int FROM relaybus.claim('pw', 10, '30 seconds', ARRAY['pz'])), 0,
           'a paused handler''s delivery is not handed out');
-SELECT is((SELECT count(*)::int FROM relaybus.lanes WHERE handler = 'pz' AND epoch <> 0), 0,
+SELECT is((SELECT count(*)::int FROM relaybus.lane_state WHERE handler = 'pz' AND (epoch <> 0 OR progress_seq <> 0)), 0,
           'and none of its lanes was touched');
 SELECT relaybus.resume('pz');
 SELECT results_eq($$SELECT event_id FROM relaybus.claim('pw', 10, '30 seconds', ARRAY['pz'])$$,
@@ -388,11 +388,19 @@ SELECT pg_temp.put('idle', (SELECT id FROM kept_ids WHERE n = 2), NULL, now() + 
 CREATE TEMP TABLE c7 AS SELECT * FROM relaybus.claim('iw', 10, '30 seconds', ARRAY['idle']);
 SELECT is((SELECT count(*)::int FROM c7), 2, 'the two due deliveries are claimed');
 SELECT pg_temp.complete(lease_token) FROM c7;
+SELECT xmin::text || ctid::text AS idle_version FROM relaybus.lanes WHERE handler = 'idle' AND lane = :idle_lane \gset
 SELECT is((SELECT count(*)::int FROM relaybus.claim('iw', 10, '30 seconds', ARRAY['idle'])), 0,
           'nothing more is due');
-SELECT results_eq(format($$SELECT lease_owner, epoch, in_flight FROM relaybus.lanes WHERE handler = 'idle' AND lane = %s$$, :idle_lane),
+SELECT results_eq(format($$SELECT lease_owner, xmin::text || ctid::text FROM relaybus.lanes WHERE handler = 'idle' AND lane = %s$$, :idle_lane),
+                  format($$VALUES ('iw'::text, %L)$$, :'idle_version'),
+                  'an idle lane with more than the lease left stays with its holder, unwritten');
+-- Less than the claim's lease left: the next claim hands the idle lane back instead of renewing it.
+UPDATE relaybus.lanes SET lease_expires_at = now() + interval '20 seconds' WHERE handler = 'idle' AND lane = :idle_lane;
+SELECT is((SELECT count(*)::int FROM relaybus.claim('iw', 10, '30 seconds', ARRAY['idle'])), 0,
+          'still nothing due');
+SELECT results_eq(format($$SELECT lease_owner, epoch, in_flight FROM relaybus.lane_state WHERE handler = 'idle' AND lane = %s$$, :idle_lane),
                   $$VALUES (NULL::text, 1::bigint, '{}'::bigint[])$$,
-                  'a lane whose work is all done is handed back (its epoch stays)');
+                  'a lane whose work is all done is handed back once its lease is due for renewal (its epoch stays)');
 SELECT results_eq(format($$SELECT lease_owner FROM relaybus.lanes WHERE handler = 'idle' AND lane = %s$$, :kept_lane),
                   $$VALUES ('iw'::text)$$, 'a lane with a pending exception row stays with its holder');
 

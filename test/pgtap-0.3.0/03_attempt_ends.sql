@@ -8,10 +8,12 @@
 -- leaves the position in flight, and a concurrent end of the same attempt waits for it;
 -- relinquish hands back only the caller's lanes that run nothing; a malformed token is 22023.
 --
--- The lanes are put directly in the state a claim leaves them in (owner, holder, epoch,
--- in_flight, retrying, exception rows), and the tokens are built in the r3 format, so this
--- suite depends on no claim. Exact lane states, exception rows, intervals, return values and
--- row versions (xmin, ctid) are compared, so a broken rule shows as a differing value.
+-- The lanes are put directly in the state a claim leaves them in (owner, holder, epoch in the
+-- lane's lease row; in_flight, retrying in a new lane_progress row; exception rows), and the
+-- tokens are built in the r3 format, so this suite depends on no claim. Exact lane states,
+-- exception rows, intervals, return values and row versions (the lease row's xmin and ctid,
+-- and the lane's newest progress seq) are compared, so a broken rule shows as a differing
+-- value.
 SET relaybus.max_delay = '2147483647s';  -- a retry_at in 2090 is part of what is checked
 SELECT rb_reset();
 SELECT plan(150);
@@ -26,20 +28,25 @@ CREATE FUNCTION pg_temp.put(h text, l int, n int, k text DEFAULT NULL) RETURNS v
          now() - interval '1 minute'
     FROM generate_series(1, n) p;
 $$;
--- The lane as a claim leaves it: held by (worker, holder) under epoch ep.
+-- The lane as a claim leaves it: held by (worker, holder) under epoch ep (its lease row), and
+-- its progress the lane's next lane_progress row (seq = the newest + 1).
 CREATE FUNCTION pg_temp.hold(h text, l int, ep bigint, flight bigint[],
                              retry bigint[] DEFAULT '{}', acked bigint DEFAULT 0,
                              w text DEFAULT 'w', hd text DEFAULT 'hx') RETURNS void
   LANGUAGE sql AS $$
   UPDATE relaybus.lanes
      SET lease_owner = w, lease_expires_at = now() + interval '1 hour', holder = hd,
-         holder_pid = NULL, holder_started = NULL, epoch = ep, acked_upto = acked, done = '{}',
-         in_flight = flight, retrying = retry
+         holder_pid = NULL, holder_started = NULL, epoch = ep
    WHERE handler = h AND lane = l;
+  INSERT INTO relaybus.lane_progress (handler, lane, seq, acked_upto, done, in_flight, retrying)
+  SELECT s.handler, s.lane, s.progress_seq + 1, acked, '{}', flight, retry
+    FROM relaybus.lane_state s WHERE s.handler = h AND s.lane = l;
 $$;
--- A claim of position p's exception row as a retry.
+-- A claim of position p's exception row as a retry: the lane's next progress row.
 CREATE FUNCTION pg_temp.retry(h text, l int, p bigint) RETURNS void LANGUAGE sql AS $$
-  UPDATE relaybus.lanes SET retrying = retrying || p WHERE handler = h AND lane = l;
+  INSERT INTO relaybus.lane_progress (handler, lane, seq, acked_upto, done, in_flight, retrying)
+  SELECT s.handler, s.lane, s.progress_seq + 1, s.acked_upto, s.done, s.in_flight, s.retrying || p
+    FROM relaybus.lane_state s WHERE s.handler = h AND s.lane = l;
 $$;
 CREATE FUNCTION pg_temp.tok(h text, l int, ep bigint, p bigint, c int DEFAULT 0) RETURNS text
   LANGUAGE sql AS $$
@@ -48,11 +55,14 @@ $$;
 -- "acked_upto done in_flight retrying"
 CREATE FUNCTION pg_temp.state(h text, l int) RETURNS text LANGUAGE sql AS $$
   SELECT format('%s %s %s %s', acked_upto, done, in_flight, retrying)
-    FROM relaybus.lanes WHERE handler = h AND lane = l
+    FROM relaybus.lane_state WHERE handler = h AND lane = l
 $$;
--- The lane row's version: a write of any kind makes a new one.
+-- The lane's version: its lease row's (xmin, ctid) and its newest progress seq. A write of
+-- any kind makes a new one: a lease write a new row version, a progress write a new row.
 CREATE FUNCTION pg_temp.version(h text, l int) RETURNS text LANGUAGE sql AS $$
-  SELECT xmin::text || ctid::text FROM relaybus.lanes WHERE handler = h AND lane = l
+  SELECT l.xmin::text || l.ctid::text || ' seq ' || s.progress_seq
+    FROM relaybus.lanes l JOIN relaybus.lane_state s USING (handler, lane)
+   WHERE l.handler = h AND l.lane = version.l
 $$;
 -- "status attempts claims last_error" of position p's exception row
 CREATE FUNCTION pg_temp.row_of(h text, l int, p bigint) RETURNS text LANGUAGE sql AS $$
@@ -118,13 +128,15 @@ SELECT is(relaybus.complete_many(ARRAY[pg_temp.tok('oo', 5, 1, 1), pg_temp.tok('
                                        pg_temp.tok('oo', 5, 1, 4), pg_temp.tok('oo', 5, 1, 6)]), 0,
           'complete_many of completed positions completes nothing');
 SELECT is(pg_temp.version('oo', 5), :'v_oo',
-          'none of them wrote the lane: same row version (xmin, ctid)');
+          'none of them wrote the lane: same lease row version (xmin, ctid), same progress seq');
 SELECT is(pg_temp.state('oo', 5), '4 {6} {5} {}', 'and the lane''s progress is as it was');
 SELECT is(pg_temp.counter('completed') - :completed_before, 5::bigint,
           'the completed counter did not move');
 SELECT ok(relaybus.complete(pg_temp.tok('oo', 5, 1, 5)), 'the last one in flight completes');
 SELECT is(pg_temp.state('oo', 5), '6 {} {} {}', 'the cursor passes 5 and 6');
-SELECT isnt(pg_temp.version('oo', 5), :'v_oo', 'a completion that took effect wrote a new row version');
+SELECT is(pg_temp.version('oo', 5),
+          split_part(:'v_oo', ' seq ', 1) || ' seq ' || (split_part(:'v_oo', ' seq ', 2)::bigint + 1),
+          'a completion that took effect wrote one new progress row (seq + 1), not the lease row');
 
 ------------------------------------------------------------------ the epoch fence
 -- Lane 9 was taken over: epoch 2 now, 1 and 2 in flight again for the new holder.
@@ -140,7 +152,7 @@ SELECT is(relaybus.fail(pg_temp.tok('oo', 9, 1, 1), 'stale', now() + interval '1
 SELECT ok(NOT relaybus.bury(pg_temp.tok('oo', 9, 1, 2), 'stale'), 'the old epoch''s bury returns false');
 SELECT ok(NOT relaybus.release(pg_temp.tok('oo', 9, 1, 2)), 'the old epoch''s release returns false');
 SELECT ok(NOT relaybus.complete(pg_temp.tok('oo', 9, 3, 1)), 'a later epoch than the lane''s is no better');
-SELECT is(pg_temp.version('oo', 9), :'v_fence', 'the stale calls wrote no lane row version');
+SELECT is(pg_temp.version('oo', 9), :'v_fence', 'the stale calls wrote no lease row version and no progress row');
 SELECT is(pg_temp.state('oo', 9), '0 {} {1,2} {}', 'and left the lane''s progress alone');
 SELECT is((SELECT count(*)::int FROM relaybus.exceptions WHERE handler = 'oo'), 0,
           'and wrote no exception row');
@@ -294,7 +306,7 @@ CREATE TEMP TABLE many_tokens AS
   UNION ALL SELECT pg_temp.tok('many', 120, 1, 1);
 SELECT is(relaybus.complete_many(ARRAY(SELECT t FROM many_tokens ORDER BY md5(t))), 36,
           'the current tokens complete once each; stale, duplicate and forged ones add nothing');
-SELECT is((SELECT count(*)::int FROM relaybus.lanes WHERE handler = 'many' AND lane BETWEEN 100 AND 111
+SELECT is((SELECT count(*)::int FROM relaybus.lane_state WHERE handler = 'many' AND lane BETWEEN 100 AND 111
             AND acked_upto = 3 AND done = '{}' AND in_flight = '{}'), 12,
           'each of the 12 lanes moved its cursor to 3');
 SELECT is(pg_temp.version('many', 120), :'v_many', 'the lane with only a stale token was not written');
@@ -377,7 +389,7 @@ SELECT is(relaybus.relinquish('rw', 'hx'), 2, 'relinquish(rw, hx) hands back the
 SELECT results_eq($$SELECT lane::int, lease_owner FROM relaybus.lanes WHERE handler = 'rq' AND lane BETWEEN 1 AND 7 ORDER BY lane$$,
                   $$VALUES (1, NULL::text), (2, 'rw'), (3, 'rw'), (4, NULL), (5, 'rw'), (6, 'rw'), (7, 'rw2')$$,
                   'the idle lane and the one whose list held only finished positions; not a running one, nor another holder''s or worker''s');
-SELECT results_eq($$SELECT lease_expires_at, holder, holder_pid, in_flight, retrying FROM relaybus.lanes WHERE handler = 'rq' AND lane = 4$$,
+SELECT results_eq($$SELECT lease_expires_at, holder, holder_pid, in_flight, retrying FROM relaybus.lane_state WHERE handler = 'rq' AND lane = 4$$,
                   $$VALUES (NULL::timestamptz, NULL::text, NULL::int, '{}'::bigint[], '{}'::bigint[])$$,
                   'a relinquished lane keeps no lease, holder or list');
 SELECT is(pg_temp.state('rq', 2), '2 {} {3} {}', 'a running lane is left exactly as it was');

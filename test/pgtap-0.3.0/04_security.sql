@@ -138,8 +138,9 @@ SELECT is((SELECT array_agg(r || ' ' || f.signature ORDER BY r, f.signature) FRO
 SELECT is((SELECT array_agg(r || ' ' || t.relname ORDER BY r, t.relname) FROM rb_roles, rb_tables t
             WHERE has_table_privilege(r, t.oid, 'SELECT')),
           ARRAY['relaybus_sec030_adm completions', 'relaybus_sec030_adm deliveries', 'relaybus_sec030_adm events',
-                'relaybus_sec030_adm exceptions', 'relaybus_sec030_adm lanes', 'relaybus_sec030_adm subscriptions'],
-          'only the admin reads the tables, every one of them (exceptions included)');
+                'relaybus_sec030_adm exceptions', 'relaybus_sec030_adm lane_progress', 'relaybus_sec030_adm lane_state',
+                'relaybus_sec030_adm lanes', 'relaybus_sec030_adm subscriptions'],
+          'only the admin reads the tables, every one of them (exceptions, lane_progress and the view lane_state included)');
 SELECT is((SELECT array_agg(r || ' ' || p || ' ' || t.relname ORDER BY r, p, t.relname)
              FROM rb_roles, rb_tables t,
                   unnest(ARRAY['INSERT', 'UPDATE', 'DELETE', 'TRUNCATE', 'REFERENCES', 'TRIGGER']) p
@@ -167,11 +168,16 @@ INSERT INTO attempts (statement) VALUES
       VALUES ('sec', 0, 1, 'x', now(), now())$$),
   ($$INSERT INTO relaybus.deliveries VALUES ('sec', 0, 1, 'x', NULL, now(), now())$$),
   ('UPDATE relaybus.lanes SET epoch = epoch + 1'),
+  ($$INSERT INTO relaybus.lane_progress (handler, lane, seq, acked_upto, done, in_flight, retrying)
+      VALUES ('sec', 0, 1000, 0, '{}', '{}', '{}')$$),
+  ('DELETE FROM relaybus.lane_progress'),
   ('DELETE FROM relaybus.exceptions'),
   ('TRUNCATE relaybus.deliveries'),
   ('SELECT 1 FROM relaybus.lanes FOR KEY SHARE'),
+  ('SELECT 1 FROM relaybus.lane_progress FOR KEY SHARE'),
   ('SELECT 1 FROM relaybus.events FOR UPDATE'),
   ('LOCK TABLE relaybus.lanes IN SHARE MODE'),
+  ('LOCK TABLE relaybus.lane_progress IN SHARE MODE'),
   -- A SHARE lock on deliveries would hold up every publishing commit's write.
   ('LOCK TABLE relaybus.deliveries IN SHARE MODE'),
   ('CREATE TRIGGER t BEFORE INSERT ON relaybus.deliveries FOR EACH ROW EXECUTE FUNCTION suppress_redundant_updates_trigger()'),
@@ -462,20 +468,27 @@ CREATE FUNCTION pg_temp.put(h text, l int, n int) RETURNS void LANGUAGE sql AS $
   SELECT h, l, p, format('%s/%s/%s', h, l, p), NULL, now() - interval '1 minute', now() - interval '1 minute'
     FROM generate_series(1, n) p;
 $$;
+-- The lane's lease row, and its progress as the lane's next lane_progress row.
 CREATE FUNCTION pg_temp.hold(h text, l int, ep bigint, flight bigint[]) RETURNS void LANGUAGE sql AS $$
   UPDATE relaybus.lanes
      SET lease_owner = 'w-sec', lease_expires_at = now() + interval '1 hour', holder = 'hx',
-         epoch = ep, acked_upto = 0, done = '{}', in_flight = flight, retrying = '{}'
+         epoch = ep
    WHERE handler = h AND lane = l;
+  INSERT INTO relaybus.lane_progress (handler, lane, seq, acked_upto, done, in_flight, retrying)
+  SELECT s.handler, s.lane, s.progress_seq + 1, 0, '{}', flight, '{}'
+    FROM relaybus.lane_state s WHERE s.handler = h AND s.lane = l;
 $$;
 CREATE FUNCTION pg_temp.tok(h text, l int, ep bigint, p bigint, c int DEFAULT 0) RETURNS text LANGUAGE sql AS $$
   SELECT format('r3.%s.%s.%s.%s.%s.%s', l, ep, p, c, octet_length(h), h)
 $$;
--- Every lane row and exception row of the two handlers, with its row version.
+-- Every lane and exception row of the two handlers, with its version: the lease row's
+-- (xmin, ctid) and the lane's newest progress seq.
 CREATE FUNCTION pg_temp.snapshot() RETURNS text LANGUAGE sql AS $$
   SELECT coalesce(string_agg(x, ';' ORDER BY x), '') FROM (
-    SELECT format('%s/%s %s %s %s %s %s %s', handler, lane, xmin, ctid, epoch, acked_upto, done, in_flight) x
-      FROM relaybus.lanes WHERE handler IN ('sec.other', current_setting('rb.odd'))
+    SELECT format('%s/%s %s %s %s %s %s %s seq %s', l.handler, l.lane, l.xmin, l.ctid, l.epoch, s.acked_upto,
+                  s.done, s.in_flight, s.progress_seq) x
+      FROM relaybus.lanes l JOIN relaybus.lane_state s USING (handler, lane)
+     WHERE l.handler IN ('sec.other', current_setting('rb.odd'))
     UNION ALL
     SELECT format('x %s/%s/%s %s', handler, lane, position, status) FROM relaybus.exceptions) y
 $$;
@@ -485,7 +498,9 @@ SELECT pg_temp.hold(:'odd', 7, 5, '{1,2}');
 SELECT pg_temp.put('sec.other', 7, 1);
 SELECT pg_temp.hold('sec.other', 7, 9, '{1}');
 SELECT pg_temp.snapshot() AS before_forgery \gset
-SELECT xmin::text || ctid::text AS other_version FROM relaybus.lanes WHERE handler = 'sec.other' AND lane = 7 \gset
+SELECT l.xmin::text || l.ctid::text || ' seq ' || s.progress_seq AS other_version
+  FROM relaybus.lanes l JOIN relaybus.lane_state s USING (handler, lane)
+ WHERE l.handler = 'sec.other' AND l.lane = 7 \gset
 
 SET ROLE relaybus_sec030_wrk;
 SELECT is(ARRAY[relaybus.complete(pg_temp.tok(:'odd', 7, 4, 1)), relaybus.complete(pg_temp.tok(:'odd', 7, 6, 1)),
@@ -511,7 +526,7 @@ SELECT is(ARRAY[relaybus.bury(pg_temp.tok(:'odd', 7, 6, 2)), relaybus.release(pg
           ARRAY[false, false, false], 'bury and release of forged tokens: false');
 RESET ROLE;
 SELECT is(pg_temp.snapshot(), :'before_forgery',
-          'no lane row of either handler has a new version, and no exception row was written');
+          'no lane of either handler has a new lease row version or progress row, and no exception row was written');
 
 -- The SQLSTATEs complete, complete_many, fail, bury and release raise for a token.
 CREATE FUNCTION pg_temp.token_states(token text) RETURNS text LANGUAGE plpgsql AS $$
@@ -560,10 +575,12 @@ SELECT is(relaybus.fail(pg_temp.tok(:'odd', 7, 5, 2), E'it\'s "odd" \\ \u202e'),
 RESET ROLE;
 SELECT is((SELECT format('%s %s %s', status, attempts, last_error) FROM relaybus.exceptions WHERE handler = :'odd'),
           E'pending 1 it\'s "odd" \\ \u202e', 'its exception row keeps the odd error text as given');
-SELECT is((SELECT format('%s %s', acked_upto, in_flight) FROM relaybus.lanes WHERE handler = :'odd' AND lane = 7), '2 {}',
+SELECT is((SELECT format('%s %s', acked_upto, in_flight) FROM relaybus.lane_state WHERE handler = :'odd' AND lane = 7), '2 {}',
           'and the odd handler''s lane moved past both');
-SELECT is((SELECT xmin::text || ctid::text FROM relaybus.lanes WHERE handler = 'sec.other' AND lane = 7), :'other_version',
-          'while the other handler''s lane of the same number is untouched');
+SELECT is((SELECT l.xmin::text || l.ctid::text || ' seq ' || s.progress_seq
+             FROM relaybus.lanes l JOIN relaybus.lane_state s USING (handler, lane)
+            WHERE l.handler = 'sec.other' AND l.lane = 7), :'other_version',
+          'while the other handler''s lane of the same number is untouched (lease row and progress)');
 
 --------------------------------------------------------------------------------
 -- Hostile names, keys and event ids: up to 1000 bytes work end to end; 1001 bytes are 22023,

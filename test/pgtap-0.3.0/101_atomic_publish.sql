@@ -28,7 +28,7 @@ SELECT relaybus.publish('order.created', '{"n": 1}', 'cust-1', 'ev-rolled') AS r
 SELECT relaybus.publish('order.created', '{"n": 2}', 'cust-1', 'ev-rolled-2');
 SELECT (SELECT count(*) FROM relaybus.events) AS in_tx_events,
        (SELECT count(*) FROM relaybus.deliveries) AS in_tx_deliveries,
-       (SELECT count(*) FROM relaybus.lanes WHERE acked_upto <> 0 OR done <> '{}' OR in_flight <> '{}')
+       (SELECT count(*) FROM relaybus.lane_state WHERE acked_upto <> 0 OR done <> '{}' OR in_flight <> '{}')
          AS in_tx_lanes_moved \gset
 ROLLBACK;
 

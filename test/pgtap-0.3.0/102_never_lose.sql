@@ -41,7 +41,7 @@ SELECT is((SELECT count(*)::int FROM pg_temp.unfinished() WHERE status IN ('pend
 SELECT is((SELECT count(*)::int FROM relaybus.claim('rescuer', 10, '30 seconds', ARRAY['billing'])),
           0, 'while the lease is live nobody else gets the doomed worker''s lanes');
 
-SELECT pg_sleep(0.35);
+SELECT pg_sleep(0.45);  -- past the lease: a claim leases for up to 1.5 x lease
 
 -- Another worker's claim takes the expired lanes over and gets every delivery back.
 CREATE TEMP TABLE rescued AS
@@ -94,11 +94,11 @@ CREATE TEMP TABLE doomed2 AS
 SELECT is((SELECT count(*)::int FROM doomed2), 1, 'a second doomed worker claims inv-7');
 SELECT relaybus.lane_of('inv-7') AS lane7 \gset
 SELECT epoch AS epoch_before FROM relaybus.lanes WHERE handler = 'billing' AND lane = :lane7 \gset
-SELECT pg_sleep(0.2);
+SELECT pg_sleep(0.3);  -- past the lease: a claim leases for up to 1.5 x lease
 SELECT relaybus.take_over_expired();
 -- 0.3.0: the lane also runs retries (retrying); both lists are emptied.
 SELECT row_eq(
-  format('SELECT lease_owner, in_flight, retrying, epoch FROM relaybus.lanes WHERE handler = %L AND lane = %s',
+  format('SELECT lease_owner, in_flight, retrying, epoch FROM relaybus.lane_state WHERE handler = %L AND lane = %s',
          'billing', :lane7),
   ROW(NULL::text, '{}'::bigint[], '{}'::bigint[], :epoch_before::bigint + 1),
   'take_over_expired freed the lane, cleared its in-flight lists and bumped its epoch');
@@ -120,7 +120,8 @@ SELECT is((SELECT count(*)::int FROM pg_temp.unfinished()), 0, 'nothing left');
 SELECT relaybus.subscribe('orphans', ARRAY['orphan.t']);
 SELECT relaybus.publish('orphan.t', '{}', NULL, 'orphan-1');
 DELETE FROM relaybus.events WHERE id = 'orphan-1';
-CREATE TEMP TABLE orphan_lanes AS SELECT * FROM relaybus.lanes WHERE handler = 'orphans';
+-- A lane is its lease row and its progress (lane_state, with the newest progress seq).
+CREATE TEMP TABLE orphan_lanes AS SELECT * FROM relaybus.lane_state WHERE handler = 'orphans';
 SELECT throws_ok($$SELECT * FROM relaybus.claim('w-orphan', 10, '30 seconds', ARRAY['orphans'])$$,
                  'XX000', 'relaybus: a claimed delivery has no event',
                  'claiming a delivery whose event is gone raises XX000');
@@ -128,7 +129,7 @@ SELECT results_eq($$SELECT status, attempts FROM pg_temp.unfinished() WHERE even
                   $$VALUES ('pending'::text, 0)$$, 'the delivery is still there, untouched');
 -- 0.3.0: "untouched" is also its lane (no lease, no position in flight) and no exception row.
 SELECT ok((SELECT count(*) = 0 FROM relaybus.exceptions WHERE event_id = 'orphan-1')
-          AND (SELECT count(*) = 0 FROM (SELECT * FROM relaybus.lanes WHERE handler = 'orphans'
+          AND (SELECT count(*) = 0 FROM (SELECT * FROM relaybus.lane_state WHERE handler = 'orphans'
                                          EXCEPT SELECT * FROM orphan_lanes) s),
           'its lane is as it was and no exception row was written');
 

@@ -77,7 +77,7 @@ SELECT is(relaybus.fail((SELECT lease_token FROM c4), 'boom 5'), 'dead',
 SELECT row_eq($$SELECT status, attempts, last_error FROM relaybus.exceptions WHERE handler = 'flaky'$$,
               ROW('dead'::text, 5, 'boom 5'::text), 'dead letter: status dead, 5 attempts, last error kept');
 -- 0.3.0: a lane runs window positions (in_flight) and exception rows (retrying).
-SELECT is((SELECT count(*)::int FROM relaybus.lanes l JOIN relaybus.deliveries d
+SELECT is((SELECT count(*)::int FROM relaybus.lane_state l JOIN relaybus.deliveries d
               ON d.handler = l.handler AND d.lane = l.lane
             WHERE l.handler = 'flaky' AND d.event_id = 'job-1'
               AND (d.position = ANY (l.in_flight) OR d.position = ANY (l.retrying))), 0,

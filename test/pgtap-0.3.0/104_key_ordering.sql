@@ -171,7 +171,7 @@ SELECT is((SELECT count(*)::int FROM c9), 0,
           'the holder of the key''s lane gets nothing more of acct-G while g3 is in flight');
 -- 0.2 counted event ids in in_flight; 0.3.0 counts the key's positions in in_flight
 -- (window picks) and retrying (exception rows run again).
-SELECT is((SELECT count(*)::int FROM relaybus.lanes l JOIN relaybus.deliveries d
+SELECT is((SELECT count(*)::int FROM relaybus.lane_state l JOIN relaybus.deliveries d
               ON d.handler = l.handler AND d.lane = l.lane
             WHERE l.handler = 'ledger' AND d.key = 'acct-G'
               AND (d.position = ANY (l.in_flight) OR d.position = ANY (l.retrying))),

@@ -69,7 +69,7 @@ SELECT set_eq(
 SELECT ok((SELECT bool_and(status IN ('pending', 'processing')) FROM pg_temp.unfinished()),
           'what is left is pending or in flight, not dead');
 
-SELECT pg_sleep(0.35);
+SELECT pg_sleep(0.45);  -- past the lease: a claim leases for up to 1.5 x lease
 
 -- After the lease expired the healthy worker takes the lanes over and finishes the rest.
 SELECT pg_temp.drain('good') AS drained_second \gset
@@ -98,7 +98,7 @@ SELECT is((SELECT count(*)::int FROM pg_temp.unfinished() WHERE event_id = 'solo
 SELECT relaybus.relinquish('w');
 CREATE TEMP TABLE lost AS SELECT * FROM relaybus.claim('w-lost', 1, '150 ms', ARRAY['h1']);
 SELECT results_eq('SELECT event_id FROM lost', $$VALUES ('solo')$$, 'a worker that will vanish claims it');
-SELECT pg_sleep(0.2);
+SELECT pg_sleep(0.3);  -- past the lease: a claim leases for up to 1.5 x lease
 SELECT relaybus.take_over_expired();
 SELECT results_eq($$SELECT status, attempts FROM pg_temp.unfinished() WHERE event_id = 'solo'$$,
                   $$VALUES ('pending', 2)$$, 'a takeover keeps the delivery (charged, still pending)');

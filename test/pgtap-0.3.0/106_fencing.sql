@@ -26,7 +26,7 @@ $$;
 -- The old holder claims everything with a short lease and stalls.
 CREATE TEMP TABLE old AS SELECT * FROM relaybus.claim('w-old', 10, '150 ms', ARRAY['fx']);
 SELECT is((SELECT count(*)::int FROM old), 4, 'the old holder has 4 deliveries in flight');
-SELECT pg_sleep(0.2);
+SELECT pg_sleep(0.3);  -- past the lease: a claim leases for up to 1.5 x lease
 -- The new holder takes the expired lanes over.
 CREATE TEMP TABLE new AS SELECT * FROM relaybus.claim('w-new', 10, '30 seconds', ARRAY['fx']);
 SELECT set_eq('SELECT event_id FROM new', 'SELECT event_id FROM old',
@@ -39,7 +39,7 @@ SELECT ok((SELECT bool_and(o.lease_token <> n.lease_token) FROM old o JOIN new n
 
 CREATE TEMP TABLE deliveries_snap AS SELECT * FROM relaybus.deliveries;
 CREATE TEMP TABLE exceptions_snap AS SELECT * FROM relaybus.exceptions;
-CREATE TEMP TABLE lanes_snap AS SELECT * FROM relaybus.lanes WHERE handler = 'fx';
+CREATE TEMP TABLE lanes_snap AS SELECT * FROM relaybus.lane_state WHERE handler = 'fx';
 
 SELECT ok(NOT relaybus.complete((SELECT lease_token FROM old WHERE event_id = 'e1')),
           'stale complete returns false');
@@ -58,8 +58,8 @@ SELECT set_eq('SELECT * FROM relaybus.deliveries', 'SELECT * FROM deliveries_sna
 -- 0.3.0: status, attempts, claims, due time and error live in the exception rows.
 SELECT set_eq('SELECT * FROM relaybus.exceptions', 'SELECT * FROM exceptions_snap',
               'the stale calls changed no exception row (status, attempts, claims, due time, error)');
-SELECT set_eq($$SELECT * FROM relaybus.lanes WHERE handler = 'fx'$$, 'SELECT * FROM lanes_snap',
-              'the stale calls changed no lane row (epoch, owner, cursor, in-flight lists)');
+SELECT set_eq($$SELECT * FROM relaybus.lane_state WHERE handler = 'fx'$$, 'SELECT * FROM lanes_snap',
+              'the stale calls changed no lane (epoch, owner, cursor, in-flight lists, progress seq)');
 
 -- The new holder's tokens work.
 SELECT ok(relaybus.complete((SELECT lease_token FROM new WHERE event_id = 'e1')), 'new complete works');
@@ -90,7 +90,7 @@ SELECT isnt((SELECT lease_token FROM second_claim), (SELECT lease_token FROM fir
 DROP TABLE deliveries_snap, exceptions_snap, lanes_snap;
 CREATE TEMP TABLE deliveries_snap AS SELECT * FROM relaybus.deliveries;
 CREATE TEMP TABLE exceptions_snap AS SELECT * FROM relaybus.exceptions;
-CREATE TEMP TABLE lanes_snap AS SELECT * FROM relaybus.lanes WHERE handler = 'fx';
+CREATE TEMP TABLE lanes_snap AS SELECT * FROM relaybus.lane_state WHERE handler = 'fx';
 SELECT ok(NOT relaybus.complete((SELECT lease_token FROM first_claim)),
           'the older claim''s complete returns false');
 SELECT is(relaybus.fail((SELECT lease_token FROM first_claim), 'stale'), 'lost',
@@ -102,8 +102,8 @@ SELECT set_eq('SELECT * FROM relaybus.exceptions', 'SELECT * FROM exceptions_sna
               'the older claim''s calls changed no exception row');
 SELECT set_eq('SELECT * FROM relaybus.deliveries', 'SELECT * FROM deliveries_snap',
               'the older claim''s calls changed no delivery row');
-SELECT set_eq($$SELECT * FROM relaybus.lanes WHERE handler = 'fx'$$, 'SELECT * FROM lanes_snap',
-              'the older claim''s calls changed no lane row');
+SELECT set_eq($$SELECT * FROM relaybus.lane_state WHERE handler = 'fx'$$, 'SELECT * FROM lanes_snap',
+              'the older claim''s calls changed no lane (lease or progress seq)');
 
 -- The same after a release and re-claim.
 SELECT ok(relaybus.release((SELECT lease_token FROM second_claim)), 'the second claim is released');
@@ -135,7 +135,7 @@ SELECT results_eq('SELECT event_id FROM relaybus.list_deliveries()', $$VALUES ('
 -- nobody took over still completes.
 CREATE TEMP TABLE slow AS SELECT * FROM relaybus.claim('w', 10, '100 ms', ARRAY['fx']);
 SELECT results_eq('SELECT event_id FROM slow', $$VALUES ('c2')$$, 'w claims c2 with a 100 ms lease');
-SELECT pg_sleep(0.15);
+SELECT pg_sleep(0.2);  -- past the lease: a claim leases for up to 1.5 x lease
 SELECT ok(relaybus.complete((SELECT lease_token FROM slow)),
           'a completion after the lease expired but before any takeover succeeds');
 
@@ -146,13 +146,13 @@ SELECT rb_reset();
 SELECT relaybus.subscribe('fx', ARRAY['t']);
 SELECT relaybus.publish('t', '{}', NULL, 'm' || n) FROM generate_series(1, 40) AS n;
 CREATE TEMP TABLE many_old AS SELECT * FROM relaybus.claim('w-old', 40, '150 ms', ARRAY['fx']);
-SELECT pg_sleep(0.2);
+SELECT pg_sleep(0.3);  -- past the lease: a claim leases for up to 1.5 x lease
 CREATE TEMP TABLE many_new AS SELECT * FROM relaybus.claim('w-new', 40, '30 seconds', ARRAY['fx']);
 SELECT ok((SELECT count(*) = 40 AND count(DISTINCT relaybus.lane_of(event_id)) >= 10 FROM many_new),
           'the 40 deliveries were taken over in at least 10 lanes');
 -- 0.3.0: the takeover made each in-flight position an exception row, so the new holder
 -- runs them as retries: a lane lists them in retrying (in_flight for window picks).
-SELECT set_eq($$SELECT l.lane, d.event_id FROM relaybus.lanes l
+SELECT set_eq($$SELECT l.lane, d.event_id FROM relaybus.lane_state l
                  CROSS JOIN LATERAL unnest(l.in_flight || l.retrying) AS f(p)
                  JOIN relaybus.deliveries d ON d.handler = l.handler AND d.lane = l.lane AND d.position = f.p
                 WHERE l.handler = 'fx'$$,
@@ -185,7 +185,7 @@ SELECT dblink_exec('pa', 'BEGIN');
 SELECT is((SELECT n FROM dblink('pa', format('SELECT relaybus.complete_many(ARRAY[%L])',
                                               (SELECT lease_token FROM pc1))) AS t(n int)), 0,
           'completing p1 again, in an open transaction, completes nothing');
-SELECT pg_sleep(0.3);
+SELECT pg_sleep(0.4);  -- past the lease: a claim leases for up to 1.5 x lease
 SELECT is(relaybus.take_over_expired(), 1, 'the expired lane is taken over meanwhile, not skipped');
 SELECT dblink_exec('pa', 'COMMIT');
 SELECT dblink_disconnect('pa');

@@ -59,7 +59,7 @@ SELECT relaybus.publish('t', '{}', NULL, id) FROM same_lane;
 CREATE TEMP TABLE due_before AS SELECT event_id, available_at FROM pg_temp.unfinished() WHERE status = 'pending';
 CREATE TEMP TABLE doomed AS SELECT * FROM relaybus.claim('doomed', 3, '150 ms', ARRAY['att']);
 SELECT is((SELECT count(*)::int FROM doomed), 3, 'the doomed worker has three deliveries of one lane in flight');
-SELECT pg_sleep(0.2);
+SELECT pg_sleep(0.3);  -- past the lease: a claim leases for up to 1.5 x lease
 SELECT relaybus.take_over_expired();
 SELECT set_eq($$SELECT d.event_id, d.attempts, d.status FROM pg_temp.unfinished() d JOIN doomed USING (event_id)$$,
               $$SELECT event_id, 1 AS attempts, 'pending' AS status FROM doomed$$,
@@ -96,26 +96,26 @@ SELECT relaybus.publish('p', '{}', NULL, 'bad');
 
 CREATE TEMP TABLE d1 AS SELECT * FROM relaybus.claim('dying-1', 10, '100 ms', ARRAY['poison']);
 SELECT results_eq('SELECT event_id, attempts FROM d1', $$VALUES ('bad', 0)$$, 'worker 1 claims it, then dies');
-SELECT pg_sleep(0.15);
+SELECT pg_sleep(0.2);  -- past the lease: a claim leases for up to 1.5 x lease
 -- takeover by the next claim
 CREATE TEMP TABLE d2 AS SELECT * FROM relaybus.claim('dying-2', 10, '100 ms', ARRAY['poison']);
 SELECT results_eq('SELECT event_id, attempts FROM d2', $$VALUES ('bad', 1)$$,
                   'worker 2 takes the lane over: the crash cost attempt 1');
 SELECT results_eq($$SELECT status, attempts FROM relaybus.exceptions$$, $$VALUES ('pending', 1)$$,
                   'after takeover 1: pending, 1 attempt');
-SELECT pg_sleep(0.15);
+SELECT pg_sleep(0.2);  -- past the lease: a claim leases for up to 1.5 x lease
 -- takeover by take_over_expired (the background worker's path)
 SELECT relaybus.take_over_expired();
 SELECT results_eq($$SELECT status, attempts FROM relaybus.exceptions$$, $$VALUES ('pending', 2)$$,
                   'after takeover 2: pending, 2 attempts');
 CREATE TEMP TABLE d3 AS SELECT * FROM relaybus.claim('dying-3', 10, '100 ms', ARRAY['poison']);
 SELECT results_eq('SELECT event_id, attempts FROM d3', $$VALUES ('bad', 2)$$, 'worker 3 claims it, then dies');
-SELECT pg_sleep(0.15);
+SELECT pg_sleep(0.2);  -- past the lease: a claim leases for up to 1.5 x lease
 CREATE TEMP TABLE d4 AS SELECT * FROM relaybus.claim('survivor', 10, '30 seconds', ARRAY['poison']);
 SELECT is((SELECT count(*)::int FROM d4), 0, 'the third takeover does not hand it out again');
 SELECT results_eq($$SELECT status, attempts FROM relaybus.exceptions$$, $$VALUES ('dead', 3)$$,
                   'after takeover 3 = max_attempts it is dead');
-SELECT is((SELECT count(*)::int FROM relaybus.lanes WHERE handler = 'poison'
+SELECT is((SELECT count(*)::int FROM relaybus.lane_state WHERE handler = 'poison'
              AND (cardinality(in_flight) > 0 OR cardinality(retrying) > 0)), 0,
           'no lane lists it in flight');
 SELECT is((SELECT count(*)::int FROM relaybus.claim('anyone', 10, '30 seconds', NULL)), 0,

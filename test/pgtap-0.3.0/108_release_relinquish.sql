@@ -12,7 +12,7 @@
 -- lane lists what it runs as positions, in_flight (window picks) and retrying (exception
 -- rows run again), where 0.2 listed event ids.
 SELECT rb_reset();
-SELECT plan(28);
+SELECT plan(30);
 
 SELECT relaybus.subscribe('rr', ARRAY['t']);
 -- Two unkeyed events in different lanes.
@@ -29,7 +29,7 @@ SELECT bag_eq('SELECT event_id, attempts FROM c1', $$VALUES ('a', 0), ('b', 0)$$
 SELECT ok(relaybus.release((SELECT lease_token FROM c1 WHERE event_id = 'a')), 'release returns true');
 SELECT results_eq($$SELECT status, attempts, available_at <= now() FROM relaybus.exceptions WHERE event_id = 'a'$$,
                   $$VALUES ('pending', 0, true)$$, 'released: pending, no attempt charged, due now');
-SELECT is((SELECT in_flight || retrying FROM relaybus.lanes WHERE handler = 'rr' AND lane = :lane_a), '{}'::bigint[],
+SELECT is((SELECT in_flight || retrying FROM relaybus.lane_state WHERE handler = 'rr' AND lane = :lane_a), '{}'::bigint[],
           'the released delivery left its lane''s in-flight lists');
 CREATE TEMP TABLE c2 AS SELECT * FROM relaybus.claim('w', 10, '30 seconds', ARRAY['rr']);
 SELECT results_eq('SELECT event_id, attempts FROM c2', $$VALUES ('a', 0)$$,
@@ -49,7 +49,7 @@ SELECT is((SELECT lease_owner FROM relaybus.lanes WHERE handler = 'rr' AND lane 
           'lane a is free');
 SELECT is((SELECT lease_owner FROM relaybus.lanes WHERE handler = 'rr' AND lane = :lane_b), 'w',
           'lane b (b in flight) is still w''s');
-SELECT is((SELECT in_flight FROM relaybus.lanes WHERE handler = 'rr' AND lane = :lane_b), ARRAY[:pos_b::bigint],
+SELECT is((SELECT in_flight FROM relaybus.lane_state WHERE handler = 'rr' AND lane = :lane_b), ARRAY[:pos_b::bigint],
           'lane b still lists b''s position in flight');
 CREATE TEMP TABLE c3 AS SELECT * FROM relaybus.claim('w2', 10, '30 seconds', ARRAY['rr']);
 SELECT results_eq('SELECT event_id, attempts FROM c3', $$VALUES ('a', 0)$$,
@@ -64,13 +64,18 @@ SELECT is(relaybus.relinquish('w'), 1, 'after completing b, relinquish hands lan
 SELECT is((SELECT count(*)::int FROM relaybus.lanes WHERE lease_owner = 'w'), 0, 'w holds nothing');
 SELECT is(relaybus.relinquish('w'), 0, 'relinquish of a worker that holds nothing returns 0');
 
--- A claim also hands back held lanes that run nothing.
+-- A claim also hands back held lanes that run nothing, once their lease is due for renewal
+-- (before that it keeps them as they are: no write per claim for a briefly idle lane).
 SELECT relaybus.publish('t', '{}', NULL, 'c');
 CREATE TEMP TABLE c4 AS SELECT * FROM relaybus.claim('w3', 10, '30 seconds', ARRAY['rr']);
 SELECT ok(relaybus.complete((SELECT lease_token FROM c4)), 'w3 completes c');
 SELECT is((SELECT count(*)::int FROM relaybus.claim('w3', 10, '30 seconds', ARRAY['rr'])), 0, 'w3 finds nothing more');
+SELECT is((SELECT count(*)::int FROM relaybus.lanes WHERE lease_owner = 'w3'), 1,
+          'w3 keeps its idle lane while more than the lease is left');
+UPDATE relaybus.lanes SET lease_expires_at = now() + interval '20 seconds' WHERE lease_owner = 'w3';
+SELECT is((SELECT count(*)::int FROM relaybus.claim('w3', 10, '30 seconds', ARRAY['rr'])), 0, 'w3 still finds nothing');
 SELECT is((SELECT count(*)::int FROM relaybus.lanes WHERE lease_owner = 'w3'), 0,
-          'that claim handed back w3''s idle lane');
+          'that claim handed back w3''s idle lane, its lease being due for renewal');
 
 -- Graceful shutdown: release everything, relinquish, and another worker takes it all at once.
 SELECT relaybus.publish('t', '{}', NULL, 'g' || n) FROM generate_series(1, 5) AS n;

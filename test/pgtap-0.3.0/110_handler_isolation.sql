@@ -41,11 +41,11 @@ SELECT is(relaybus.complete_many(ARRAY(SELECT lease_token FROM cb)), 2, 'and com
 SELECT bag_eq('SELECT event_id, handler, status FROM relaybus.list_deliveries()',
               $$VALUES ('e1', 'svc_a', 'processing'), ('e2', 'svc_a', 'processing')$$,
               'A''s deliveries are untouched, still in flight with A');
-SELECT is((SELECT in_flight FROM relaybus.lanes WHERE handler = 'svc_a' AND lane = :lane),
+SELECT is((SELECT in_flight FROM relaybus.lane_state WHERE handler = 'svc_a' AND lane = :lane),
           ARRAY(SELECT position FROM relaybus.deliveries WHERE handler = 'svc_a' AND event_id IN ('e1', 'e2')
                  ORDER BY position),
           'A''s lane still lists its in-flight deliveries (their positions)');
-SELECT is((SELECT acked_upto FROM relaybus.lanes WHERE handler = 'svc_a' AND lane = :lane), 0::bigint,
+SELECT is((SELECT acked_upto FROM relaybus.lane_state WHERE handler = 'svc_a' AND lane = :lane), 0::bigint,
           'and its cursor did not move with B''s completions');
 
 -- Per-key ordering is per handler: svc_a's e1 (key user-0) in flight does not block

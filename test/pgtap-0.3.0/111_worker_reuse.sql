@@ -39,7 +39,7 @@ SELECT results_eq('SELECT attempts FROM pc2', $$VALUES (0)$$,
 SELECT isnt((SELECT event_id FROM pc2), 'q1', 'and not the one connection 1 is running');
 SELECT is((SELECT epoch FROM relaybus.lanes WHERE handler = 'reuse' AND lane = :lane), :pool_epoch::bigint,
           'the lane did not change hands (same epoch)');
-SELECT is((SELECT cardinality(in_flight) FROM relaybus.lanes WHERE handler = 'reuse' AND lane = :lane), 2,
+SELECT is((SELECT cardinality(in_flight) FROM relaybus.lane_state WHERE handler = 'reuse' AND lane = :lane), 2,
           'both deliveries are in flight in the shared lane');
 SELECT is((SELECT sum(attempts)::int FROM relaybus.list_deliveries()) + (SELECT count(*)::int FROM relaybus.exceptions),
           0, 'nothing was charged (no exception row)');
@@ -91,7 +91,7 @@ SELECT results_eq($$SELECT status, attempts FROM relaybus.exceptions WHERE event
                   $$VALUES ('pending', 1)$$, 'the delivery''s exception row carries the charged attempt');
 -- 0.3.0: the charged r1 runs again as a retry of its exception row (retrying).
 SELECT results_eq(format($$SELECT epoch > %s, holder_pid = pg_backend_pid(), in_flight || retrying
-                            FROM relaybus.lanes WHERE handler = 'reuse' AND lane = %s$$, :old_epoch, :lane),
+                            FROM relaybus.lane_state WHERE handler = 'reuse' AND lane = %s$$, :old_epoch, :lane),
                   format($$VALUES (true, true, ARRAY[%s::bigint])$$,
                          (SELECT position FROM relaybus.deliveries WHERE event_id = 'r1')),
                   'the lane changed hands: newer epoch, held by this backend, r1 in flight');

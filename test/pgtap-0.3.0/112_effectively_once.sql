@@ -96,7 +96,7 @@ SELECT is((SELECT count(*)::int FROM tokens WHERE scenario = 'a'), 1, 'a: worker
 SELECT dblink_exec('conn_a', 'BEGIN');
 SELECT pg_temp.side_effect('conn_a', 'ev-a', 'worker-a');
 SELECT is(pg_temp.rcomplete('conn_a', 'a'), true, 'a: complete in the handler transaction returns true');
-SELECT pg_sleep(0.25);
+SELECT pg_sleep(0.4);  -- past the lease: a claim leases for up to 1.5 x lease
 SELECT is(relaybus.take_over_expired(), 0,
           'a: take_over_expired skips the expired lane whose completion is uncommitted');
 SELECT is((SELECT epoch || ':' || lease_owner FROM relaybus.lanes
@@ -125,7 +125,7 @@ SELECT is((SELECT count(*)::int FROM tokens WHERE scenario = 'b'), 1, 'b: worker
 SELECT dblink_exec('conn_a', 'BEGIN');
 SELECT pg_temp.side_effect('conn_a', 'ev-b', 'worker-a');
 SELECT is(pg_temp.rcomplete('conn_a', 'b'), true, 'b: complete in the handler transaction returns true');
-SELECT pg_sleep(0.25);
+SELECT pg_sleep(0.4);  -- past the lease: a claim leases for up to 1.5 x lease
 SELECT is(relaybus.take_over_expired(), 0, 'b: no takeover while the completion is uncommitted');
 SELECT dblink_exec('conn_a', 'ROLLBACK');
 SELECT is(pg_temp.effects('ev-b'), 0, 'b: the rolled-back handler left no side effect');
@@ -164,7 +164,7 @@ SELECT dblink_exec('conn_a', 'BEGIN');
 SELECT pg_temp.side_effect('conn_a', 'ev-c', 'worker-a');
 SELECT dblink_exec('conn_b', 'BEGIN ISOLATION LEVEL REPEATABLE READ');
 SELECT pg_temp.side_effect('conn_b', 'ev-f', 'worker-f');
-SELECT pg_sleep(0.25);
+SELECT pg_sleep(0.4);  -- past the lease: a claim leases for up to 1.5 x lease
 SELECT is(relaybus.take_over_expired(), 2, 'c/f: the takeover commits first (two expired lanes)');
 SELECT is(pg_temp.rcomplete('conn_a', 'c'), false, 'c: complete after the takeover returns false');
 SELECT dblink_exec('conn_a', 'ROLLBACK');
@@ -189,7 +189,7 @@ SELECT is(pg_temp.attempts('ev-f'), 1, 'f: the delivery is still there with one 
 SELECT relaybus.publish('eo.d', '{}', event_id => 'ev-d');
 INSERT INTO tokens SELECT 'd', token FROM pg_temp.rclaim('conn_a', 'worker-a', '200 ms', 'eo_d');
 SELECT is((SELECT count(*)::int FROM tokens WHERE scenario = 'd'), 1, 'd: worker A claims the delivery');
-SELECT pg_sleep(0.25);
+SELECT pg_sleep(0.4);  -- past the lease: a claim leases for up to 1.5 x lease
 SELECT dblink_exec('conn_b', 'BEGIN');
 SELECT is((SELECT n FROM dblink('conn_b', 'SELECT relaybus.take_over_expired()') AS t(n int)), 1,
           'd: B takes the expired lane over (uncommitted)');

@@ -1,19 +1,22 @@
 -- Guarantee: the happy path's write pattern (test/pgtap/13_write_pattern.sql on 0.3.0).
 -- A delivery is inserted once and never updated: claim and complete never UPDATE a delivery
 -- row, so no index entry and no dead version is left behind by them; claims and
--- completions write lane rows only, one row per lane per claim (and per completion), and
--- every lane update is heap-only (HOT: no indexed column changes and the lanes' fillfactor
--- leaves room on the page). The happy path writes no exception row.
+-- completions write lanes only: a lane's progress as one new relaybus.lane_progress row per
+-- lane per claim (and per completion), never an update or a delete, and a lane's lease row
+-- (relaybus.lanes) only when its lease changes, every such update heap-only (HOT: no indexed
+-- column changes and the lanes' fillfactor leaves room on the page). The happy path writes
+-- no exception row.
 --
 -- What 0.3.0 changes by design (docs/design.md, "0.3.0: the store"): a completion writes
--- its lane row (the cursor) and deletes nothing, where 0.2 deleted the delivery. So
--- "deliveries deleted = 1 (200)" of 0.2 becomes "deleted = 0", and the completion's lane
--- write is counted: one delivery costs one lane write for the claim and one for the
--- completion; complete_many writes each lane of its batch once.
+-- its lane's progress (the cursor) and deletes nothing, where 0.2 deleted the delivery. So
+-- "deliveries deleted = 1 (200)" of 0.2 becomes "deleted = 0", and the completion's
+-- progress row is counted: one delivery costs one lease write (the claim acquiring the
+-- lane) and two progress rows, the claim's and the completion's; complete_many adds one
+-- progress row per lane of its batch and writes no lease row.
 -- If a claim stamped the delivery (0.1.0's row lease), deliveries.n_tup_upd would be > 0;
 -- if a lane column got indexed or lanes lost their free space, n_tup_hot_upd would fall
--- behind n_tup_upd; if a claim or a completion wrote a lane per delivery, the per-lane
--- bounds would break.
+-- behind n_tup_upd; if a claim or a completion wrote a lane per delivery, or progress were
+-- updated in place, or a completion rewrote the lease, the per-lane counts would break.
 -- The batch is published in one transaction, so every delivery has the same available_at
 -- and each claim takes neighbouring lanes, i.e. writes many rows of the same heap page in
 -- one statement (released lanes plus acquired ones): the hard case for HOT.
@@ -24,7 +27,7 @@
 -- session reads them after pg_stat_clear_snapshot(). (pg_stat_xact_user_tables is no help
 -- on PostgreSQL 15: it also shows earlier transactions' counters not flushed yet.)
 SELECT rb_reset();
-SELECT plan(26);
+SELECT plan(28);
 
 SELECT relaybus.subscribe('wp_one', ARRAY['wp.one']);
 SELECT relaybus.subscribe('wp_batch', ARRAY['wp.batch']);
@@ -66,7 +69,8 @@ SELECT pg_temp.remote($$SELECT relaybus.publish('wp.one', '{}', event_id => 'wp-
 SELECT pg_temp.remote($$SELECT lease_token FROM relaybus.claim('wp-worker', 10, '30 seconds',
                         ARRAY['wp_one'])$$) AS one_token \gset
 SELECT pg_temp.flush_remote();
-SELECT split_part(pg_temp.delta('lanes'), '/', 2) AS one_claim_lane_upd \gset
+SELECT split_part(pg_temp.delta('lanes'), '/', 2) AS one_claim_lane_upd,
+       pg_temp.delta('lane_progress') AS one_claim_progress \gset
 SELECT is(pg_temp.remote(format('SELECT relaybus.complete(%L)::text', :'one_token')), 'true',
           'one delivery: claimed and completed');
 SELECT pg_temp.flush_remote();
@@ -79,14 +83,18 @@ SELECT is(pg_temp.delta('exceptions'), '0/0/0/0', 'one delivery: no exception ro
 SELECT ok(split_part(pg_temp.delta('lanes'), '/', 2)::int > 0, 'one delivery: the claim updated a lane row');
 SELECT is(split_part(pg_temp.delta('lanes'), '/', 4), split_part(pg_temp.delta('lanes'), '/', 2),
           'one delivery: every lane update is HOT');
-SELECT is(:'one_claim_lane_upd'::text, '1', 'one delivery: the claim wrote exactly one lane row');
--- 0.3.0 by design: the completion writes the lane row (its cursor); 0.2 wrote none.
-SELECT is(split_part(pg_temp.delta('lanes'), '/', 2), '2',
-          'one delivery: exactly two lane row writes, the claim''s and the completion''s');
+SELECT is(:'one_claim_lane_upd' || ' ' || :'one_claim_progress', '1 1/0/0/0',
+          'one delivery: the claim wrote exactly one lease row (acquiring the lane) and inserted one progress row');
+-- 0.3.0 by design: the completion writes the lane's progress (its cursor); 0.2 wrote none.
+SELECT is(split_part(pg_temp.delta('lanes'), '/', 2), '1',
+          'one delivery: the completion wrote no lease row: one lane row write in all, the claim''s');
+SELECT is(pg_temp.delta('lane_progress'), '2/0/0/0',
+          'one delivery: exactly two progress rows inserted, the claim''s and the completion''s; none updated or deleted');
 SELECT is(split_part(pg_temp.delta('lanes'), '/', 1) || '/' || split_part(pg_temp.delta('lanes'), '/', 3), '0/0',
           'one delivery: no lane row inserted or deleted');
 SELECT diag('one delivery (ins/upd/del/hot): deliveries ' || pg_temp.delta('deliveries')
-            || ', lanes ' || pg_temp.delta('lanes') || ', events ' || pg_temp.delta('events'));
+            || ', lanes ' || pg_temp.delta('lanes') || ', lane_progress ' || pg_temp.delta('lane_progress')
+            || ', events ' || pg_temp.delta('events'));
 
 --------------------------------------------------------------------------------
 -- A batch: 200 deliveries published in one transaction, claimed 50 at a time by one
@@ -99,13 +107,17 @@ SELECT pg_temp.flush_remote();
 
 CREATE TEMP TABLE batches (n int PRIMARY KEY, claimed int, picked_lanes int, held_before int,
                            lane_upd bigint, lane_hot bigint, delivery_writes bigint, completed int,
-                           done_lane_upd bigint, done_lane_hot bigint, done_other_writes bigint);
--- the cumulative counters of one table, as (upd, hot, ins + upd + del)
-CREATE FUNCTION pg_temp.counters(rel name, OUT upd bigint, OUT hot bigint, OUT writes bigint)
+                           done_lane_upd bigint, done_lane_hot bigint, done_other_writes bigint,
+                           progress_ins bigint, progress_other bigint,
+                           done_progress_ins bigint, done_progress_other bigint);
+-- the cumulative counters of one table, as (upd, hot, ins + upd + del, ins)
+CREATE FUNCTION pg_temp.counters(rel name, OUT upd bigint, OUT hot bigint, OUT writes bigint,
+                                 OUT ins bigint)
   LANGUAGE plpgsql AS $$
 BEGIN
   PERFORM pg_stat_clear_snapshot();
-  SELECT n_tup_upd, n_tup_hot_upd, n_tup_ins + n_tup_upd + n_tup_del INTO upd, hot, writes
+  SELECT n_tup_upd, n_tup_hot_upd, n_tup_ins + n_tup_upd + n_tup_del, n_tup_ins
+    INTO upd, hot, writes, ins
     FROM pg_stat_user_tables WHERE schemaname = 'relaybus' AND relname = rel;
 END
 $$;
@@ -117,6 +129,9 @@ DECLARE
   held int;
   lanes0 record;
   lanes1 record;
+  progress0 record;
+  progress1 record;
+  progress2 record;
   deliveries0 record;
   deliveries1 record;
   exceptions0 record;
@@ -127,23 +142,28 @@ DECLARE
 BEGIN
   SELECT count(*) INTO held FROM relaybus.lanes WHERE lease_owner = 'wp-batch-worker';
   lanes0 := pg_temp.counters('lanes');
+  progress0 := pg_temp.counters('lane_progress');
   deliveries0 := pg_temp.counters('deliveries');
   SELECT array_agg(t) INTO tokens FROM dblink('wp', $q$SELECT lease_token FROM relaybus.claim(
     'wp-batch-worker', 50, '30 seconds', ARRAY['wp_batch'])$q$) AS r(t text);
   PERFORM pg_temp.flush_remote();
   lanes1 := pg_temp.counters('lanes');
+  progress1 := pg_temp.counters('lane_progress');
   deliveries1 := pg_temp.counters('deliveries');
   exceptions0 := pg_temp.counters('exceptions');
   done := pg_temp.remote(format('SELECT relaybus.complete_many(%L::text[])::text', tokens))::int;
   PERFORM pg_temp.flush_remote();
   lanes2 := pg_temp.counters('lanes');
+  progress2 := pg_temp.counters('lane_progress');
   deliveries2 := pg_temp.counters('deliveries');
   exceptions2 := pg_temp.counters('exceptions');
   INSERT INTO batches VALUES (n, coalesce(cardinality(tokens), 0),
     (SELECT count(DISTINCT split_part(t, '.', 2)) FROM unnest(tokens) t), held,
     lanes1.upd - lanes0.upd, lanes1.hot - lanes0.hot, deliveries1.writes - deliveries0.writes, done,
     lanes2.upd - lanes1.upd, lanes2.hot - lanes1.hot,
-    (deliveries2.writes - deliveries1.writes) + (exceptions2.writes - exceptions0.writes));
+    (deliveries2.writes - deliveries1.writes) + (exceptions2.writes - exceptions0.writes),
+    progress1.ins - progress0.ins, (progress1.writes - progress1.ins) - (progress0.writes - progress0.ins),
+    progress2.ins - progress1.ins, (progress2.writes - progress2.ins) - (progress1.writes - progress1.ins));
 END
 $$;
 SELECT pg_temp.claim_and_complete(1);
@@ -171,25 +191,29 @@ SELECT is((SELECT sum(delivery_writes)::int FROM batches), 0,
           'batch: no claim wrote a delivery row');
 SELECT ok((SELECT bool_and(lane_upd = lane_hot AND lane_upd > 0) FROM batches),
           'batch: within each claim every lane update is HOT');
--- A claim writes each lane it picks from once, plus each lane it held before and hands
--- back: never more than one row write per lane per claim.
-SELECT ok((SELECT bool_and(lane_upd >= picked_lanes AND lane_upd <= picked_lanes + held_before)
-             FROM batches),
+-- A claim writes a lease row only for a lane whose lease changes (one it acquires, or one it
+-- held before and hands back or renews): never more than one row write per lane per claim.
+-- Its progress is one new lane_progress row per lane it picks from.
+SELECT ok((SELECT bool_and(lane_upd <= picked_lanes + held_before) FROM batches),
           'batch: lane row writes per claim are bounded by one per lane');
+SELECT ok((SELECT bool_and(progress_ins = picked_lanes AND progress_other = 0) FROM batches),
+          'batch: each claim inserts exactly one progress row per lane it picks from, and updates or deletes none');
 SELECT ok((SELECT bool_and(lane_upd <= claimed + held_before) FROM batches),
           'batch: lane row writes per claim do not exceed one per claimed delivery');
--- 0.3.0: a completion writes its lanes (0.2 deleted the deliveries and wrote no lane).
-SELECT ok((SELECT bool_and(done_lane_upd = picked_lanes) FROM batches),
-          'batch: complete_many writes each lane of its batch exactly once');
-SELECT ok((SELECT bool_and(done_lane_hot = done_lane_upd) FROM batches),
-          'batch: within each complete_many every lane update is HOT');
+-- 0.3.0: a completion writes its lanes' progress (0.2 deleted the deliveries and wrote no
+-- lane): one new progress row per lane, and no lease row (the lease does not change).
+SELECT ok((SELECT bool_and(done_progress_ins = picked_lanes) FROM batches),
+          'batch: complete_many inserts exactly one progress row per lane of its batch');
+SELECT ok((SELECT bool_and(done_lane_upd = 0 AND done_progress_other = 0) FROM batches),
+          'batch: complete_many writes no lease row, and updates or deletes no progress row');
 SELECT is((SELECT sum(done_other_writes)::int FROM batches), 0,
           'batch: no complete_many wrote a delivery or exception row');
 SELECT diag('batch totals (ins/upd/del/hot): deliveries ' || pg_temp.delta('deliveries')
-            || ', lanes ' || pg_temp.delta('lanes'));
+            || ', lanes ' || pg_temp.delta('lanes') || ', lane_progress ' || pg_temp.delta('lane_progress'));
 SELECT diag('batch ' || n || ': claimed ' || claimed || ' from ' || picked_lanes || ' lanes, held before '
-            || held_before || ', lane updates ' || lane_upd || ' (hot ' || lane_hot || '); completion lane updates '
-            || done_lane_upd || ' (hot ' || done_lane_hot || ')')
+            || held_before || ', lane updates ' || lane_upd || ' (hot ' || lane_hot || '), progress rows '
+            || progress_ins || '; completion lane updates ' || done_lane_upd || ' (hot ' || done_lane_hot
+            || '), progress rows ' || done_progress_ins || ')')
   FROM batches ORDER BY n;
 
 SELECT dblink_disconnect('wp');

@@ -3,14 +3,15 @@
 -- 42704 unknown handler, 42883 wrong sql_function signature), or the documented false /
 -- 'lost' / 0 for a well-formed token that does not hold the delivery (forged: other
 -- position, handler, lane, epoch or claims). After each group the complete state of the
--- bus (every row of events, deliveries, lanes, exceptions, subscriptions and completions,
--- with its ctid and xmin, so even a rewrite of identical values shows) must equal the
+-- bus (every row of events, deliveries, lanes, lane_progress, exceptions, subscriptions and
+-- completions, with its ctid and xmin, so even a rewrite of identical values shows) must equal the
 -- state before; at the end the genuine tokens still complete. A bad token that finished or
 -- charged a delivery, a forged token accepted, a half-applied batch, or a NULL slipping
 -- into a table would each fail here.
 --
 -- How 0.3.0 stores it: relaybus.exceptions (attempts, claims) replaces 0.2's delivery
--- columns and key_counters is gone; a lane runs positions (in_flight, retrying). Tokens
+-- columns and key_counters is gone; a lane runs positions (in_flight, retrying), its
+-- progress the newest of its relaybus.lane_progress rows (relaybus.lane_state). Tokens
 -- are r3.<lane>.<epoch>.<position>.<claims>.<handler length>.<handler>: the malformed and
 -- forged tokens below are 0.2's cases written in that format (a token names no event, so
 -- 0.2's "other event" forgeries name another position, and "handler/event split
@@ -33,14 +34,15 @@ SELECT is((SELECT array_agg(event_id ORDER BY event_id) FROM tok), ARRAY['ev-1',
 
 -- Everything the bus stores, readable counts first, then a digest of every row version.
 CREATE FUNCTION pg_temp.state() RETURNS text LANGUAGE sql AS $$
-  SELECT format('events=%s deliveries=%s lanes=%s exceptions=%s subscriptions=%s completions=%s'
-                ' epochs=%s acked=%s done=%s in_flight=%s attempts=%s claims=%s digest=%s',
+  SELECT format('events=%s deliveries=%s lanes=%s progress_rows=%s exceptions=%s subscriptions=%s'
+                ' completions=%s epochs=%s acked=%s done=%s in_flight=%s attempts=%s claims=%s digest=%s',
     (SELECT count(*) FROM relaybus.events), (SELECT count(*) FROM relaybus.deliveries),
-    (SELECT count(*) FROM relaybus.lanes), (SELECT count(*) FROM relaybus.exceptions),
+    (SELECT count(*) FROM relaybus.lanes), (SELECT count(*) FROM relaybus.lane_progress),
+    (SELECT count(*) FROM relaybus.exceptions),
     (SELECT count(*) FROM relaybus.subscriptions), (SELECT count(*) FROM relaybus.completions),
-    (SELECT sum(epoch) FROM relaybus.lanes), (SELECT sum(acked_upto) FROM relaybus.lanes),
-    (SELECT sum(cardinality(done)) FROM relaybus.lanes),
-    (SELECT sum(cardinality(in_flight) + cardinality(retrying)) FROM relaybus.lanes),
+    (SELECT sum(epoch) FROM relaybus.lanes), (SELECT sum(acked_upto) FROM relaybus.lane_state),
+    (SELECT sum(cardinality(done)) FROM relaybus.lane_state),
+    (SELECT sum(cardinality(in_flight) + cardinality(retrying)) FROM relaybus.lane_state),
     (SELECT sum(attempts) FROM relaybus.exceptions), (SELECT sum(claims) FROM relaybus.exceptions),
     md5(concat(
       (SELECT string_agg(format('%s %s %s', x.ctid, x.xmin, x.*), ';' ORDER BY x.id) FROM relaybus.events x),
@@ -48,6 +50,8 @@ CREATE FUNCTION pg_temp.state() RETURNS text LANGUAGE sql AS $$
          FROM relaybus.deliveries x),
       (SELECT string_agg(format('%s %s %s', x.ctid, x.xmin, x.*), ';' ORDER BY x.handler, x.lane)
          FROM relaybus.lanes x),
+      (SELECT string_agg(format('%s %s %s', x.ctid, x.xmin, x.*), ';' ORDER BY x.handler, x.lane, x.seq)
+         FROM relaybus.lane_progress x),
       (SELECT string_agg(format('%s %s %s', x.ctid, x.xmin, x.*), ';' ORDER BY x.handler, x.lane, x.position)
          FROM relaybus.exceptions x),
       (SELECT string_agg(format('%s %s %s', x.ctid, x.xmin, x.*), ';' ORDER BY x.handler)

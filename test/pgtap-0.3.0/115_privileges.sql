@@ -9,10 +9,11 @@
 -- GRANT to the wrong role or a missing SET search_path fails here.
 --
 -- How 0.3.0 stores it: failures, retries and dead letters are rows of relaybus.exceptions
--- (written by the same functions, so no right writes it directly either), and a completed
--- delivery is finished, not deleted: what is left is read with list_deliveries.
+-- and a lane's progress rows of relaybus.lane_progress (written by the same functions, so no
+-- right writes them directly either), and a completed delivery is finished, not deleted:
+-- what is left is read with list_deliveries.
 SELECT rb_reset();
-SELECT plan(72);
+SELECT plan(73);
 
 SET client_min_messages = warning;
 DO $$ DECLARE r text; BEGIN
@@ -225,6 +226,10 @@ SELECT is(relaybus.complete((SELECT lease_token FROM priv_claimed WHERE event_id
 SELECT throws_ok($$DELETE FROM relaybus.deliveries$$, '42501', NULL, 'worker role: DELETE FROM relaybus.deliveries -> 42501');
 SELECT throws_ok($$DELETE FROM relaybus.exceptions$$, '42501', NULL, 'worker role: DELETE FROM relaybus.exceptions -> 42501');
 SELECT throws_ok($$UPDATE relaybus.lanes SET epoch = epoch + 1$$, '42501', NULL, 'worker role: UPDATE relaybus.lanes -> 42501');
+-- 0.3.0: a lane's progress is its newest lane_progress row; a row of the worker's would move a cursor.
+SELECT throws_ok($$INSERT INTO relaybus.lane_progress (handler, lane, seq, acked_upto, done, in_flight, retrying)
+                   VALUES ('priv_h', 0, 1000, 1000000, '{}', '{}', '{}')$$, '42501', NULL,
+                 'worker role: INSERT INTO relaybus.lane_progress -> 42501');
 SELECT throws_ok($$SELECT count(*) FROM relaybus.events$$, '42501', NULL, 'worker role: SELECT FROM relaybus.events -> 42501');
 SELECT throws_ok($$SELECT relaybus.publish('priv.t', '{}')$$, '42501', NULL, 'worker role: publish -> 42501');
 SELECT throws_ok($$SELECT relaybus.subscribe('priv_evil', ARRAY['*'])$$, '42501', NULL, 'worker role: subscribe -> 42501');

@@ -2,7 +2,7 @@
 -- (test/pgtap/16_completion_history_purge.sql on 0.3.0). With relaybus.completion_history
 -- = on a completion appends exactly one history row (counted by statistics().completed,
 -- listed by list_deliveries('completed')); with it off, a completion writes nothing but
--- its lane. purge_expired() with zero retention removes events whose deliveries are all
+-- its lane's progress. purge_expired() with zero retention removes events whose deliveries are all
 -- finished, dead deliveries and history, keeps every event that still has a pending or
 -- in-flight delivery, and returns the number of rows it deleted. statistics() counts a
 -- claimed delivery as processing, never as pending.
@@ -15,9 +15,11 @@
 -- longer lists it"); a dead delivery is a dead exception row, which purge deletes and
 -- counts as 0.2 counted the dead delivery row. (purge_expired also deletes the finished
 -- delivery rows of the events it deletes, except each lane's last one; it counts events,
--- dead letters and history rows, as in 0.2.)
+-- dead letters and history rows, as in 0.2.) A lane's progress is its newest
+-- relaybus.lane_progress row; purge_expired deletes the rows below it once they are a minute
+-- old, and never the newest: a purge that did would move a lane's cursor back.
 SELECT rb_reset();
-SELECT plan(39);
+SELECT plan(42);
 
 SELECT relaybus.subscribe('hp_h', ARRAY['hp.t'], max_attempts => 3);
 SELECT relaybus.subscribe('hp_other', ARRAY['hp.other']);
@@ -122,7 +124,7 @@ SELECT bag_eq($$SELECT event_id, status FROM relaybus.list_deliveries()$$,
               'purge: the pending and the in-flight delivery are still there');
 SELECT is((SELECT count(*)::int FROM relaybus.deliveries d
             WHERE NOT EXISTS (SELECT 1 FROM relaybus.events e WHERE e.id = d.event_id)
-              AND d.position > (SELECT acked_upto FROM relaybus.lanes l WHERE l.handler = d.handler AND l.lane = d.lane)),
+              AND d.position > (SELECT acked_upto FROM relaybus.lane_state l WHERE l.handler = d.handler AND l.lane = d.lane)),
           0, 'purge: no delivery above its lane''s cursor lost its event');
 SELECT is((SELECT array_agg(id ORDER BY id) FROM relaybus.events),
           ARRAY(SELECT unnest(ARRAY[:'processing_id', :'pending_id']) ORDER BY 1),
@@ -148,5 +150,21 @@ SELECT is(relaybus.complete((SELECT lease_token FROM relaybus.claim('hp-worker-8
                              WHERE event_id = 'hp-8')), true, 'hp-8 completes');
 SELECT is(relaybus.purge_expired(), 0::bigint, 'default retention: recent events and history are kept');
 RESET relaybus.completion_history;
+
+--------------------------------------------------------------------------------
+-- Superseded progress rows: kept for a minute (above: young ones are not purged), then
+-- purged, a lane's newest row never.
+--------------------------------------------------------------------------------
+CREATE TEMP TABLE lanes_before AS SELECT * FROM relaybus.lane_state;
+SELECT count(*) AS superseded FROM relaybus.lane_progress p
+ WHERE p.seq < (SELECT max(n.seq) FROM relaybus.lane_progress n WHERE n.handler = p.handler AND n.lane = p.lane) \gset
+UPDATE relaybus.lane_progress SET written_at = now() - interval '2 minutes';
+SELECT is(relaybus.purge_expired(), :superseded::bigint,
+          'progress rows over a minute old: purge deletes every superseded one (and nothing else is due)');
+SELECT is((SELECT count(*) FROM relaybus.lane_progress),
+          (SELECT count(*) FROM (SELECT DISTINCT handler, lane FROM relaybus.lane_progress) l),
+          'each lane keeps one progress row');
+SELECT set_eq('SELECT * FROM relaybus.lane_state', 'SELECT * FROM lanes_before',
+              'and it is the newest: every lane''s progress (cursor, done, in flight, seq) is as it was');
 
 SELECT * FROM finish();

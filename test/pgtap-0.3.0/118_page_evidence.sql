@@ -9,38 +9,43 @@
 --    the only two indexes 0.3.0 has on it), both pointing at that tuple;
 --  - in exceptions, nothing at all: no heap tuple and no index entry (the happy path writes
 --    no exception row);
---  - in lanes, new versions of the claimed lane row only, each one heap-only, one written by
---    the claim and one by the completion, none by the publish, and no new entry in the
---    lanes' primary key.
+--  - in lanes (the leases), one new version of the claimed lane row, heap-only, written by
+--    the claim acquiring the lease; none by the completion, which only locks the row (FOR NO
+--    KEY UPDATE: an xmax marked lock-only, no new version), none by the publish, and no new
+--    entry in the lanes' primary key;
+--  - in lane_progress, exactly two tuples for the lane, inserted by the claim (seq 1) and by
+--    the completion (seq 2), never updated, deleted or locked, and one primary key entry
+--    each.
 -- What changes by design (docs/design.md, "0.3.0: the store"): 0.2 deleted the delivery
 -- when it completed (an xmax of the completion's transaction, one more index-visible dead
 -- tuple); 0.3.0 writes the delivery once and acknowledges it by moving its lane's cursor, so
--- the delivery row stays, below the cursor, and the completion's write is a lane version.
+-- the delivery row stays, below the cursor, and the completion's write is a new progress
+-- row of its lane (insert-only: no version of anything is left dead by it).
 -- 0.2's "at most 3 index entries (primary key and two pending indexes)" becomes "exactly
 -- 2": 0.3.0's deliveries have two indexes, and no index of a pending status.
 -- If a claim or a completion updated or deleted the delivery, it would have an xmax, more
 -- line pointers and more index entries; if a lane column got indexed or the lanes lost
--- their free space, a lane version would not be heap-only and lanes_pkey would grow; if the
--- publish's commit wrote its lane (a counter row per lane, the rejected prototype), a lane
--- version would carry the publish's transaction id.
+-- their free space, a lane version would not be heap-only and lanes_pkey would grow; if a
+-- completion rewrote the lease row, a lane version would carry its transaction id; if
+-- progress were updated in place, a progress tuple would carry an xmax; if the publish's
+-- commit wrote its lane (a counter row per lane, the rejected prototype), a lane version or
+-- a progress row would carry the publish's transaction id.
 --
 -- rb_reset() truncates the tables, so they start with empty pages. Autovacuum is switched
--- off on deliveries, lanes and exceptions for the test (and reset at the end) so that
--- nothing vacuums the evidence away. Page pruning may still happen on the lane page (its
--- fillfactor of 10 keeps it prunable: the completion's own lookup of the lane usually
--- prunes it), which turns the lane's root line pointer into a redirect to the surviving
--- version: the walk below follows t_ctid and redirects alike. Pruning may also remove the
--- claim's version from the chain once the completion's is the only live one; the claim's
--- write is then checked in the statistics counters (every lane update heap-only) and by the
--- chain having moved past it.
+-- off on deliveries, lanes, lane_progress and exceptions for the test (and reset at the end)
+-- so that nothing vacuums the evidence away. Page pruning may still happen on the lane page
+-- (the completion's own lookup of the lane may prune it), which turns the lane's root line
+-- pointer into a redirect to the surviving version: the walk below follows t_ctid and
+-- redirects alike. The claim's version is the live one, so pruning never removes it.
 SELECT rb_reset();
-SELECT plan(22);
+SELECT plan(26);
 
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS pageinspect;
 RESET client_min_messages;
 ALTER TABLE relaybus.deliveries SET (autovacuum_enabled = off);
 ALTER TABLE relaybus.lanes SET (autovacuum_enabled = off);
+ALTER TABLE relaybus.lane_progress SET (autovacuum_enabled = off);
 ALTER TABLE relaybus.exceptions SET (autovacuum_enabled = off);
 
 SELECT rb_connect('pe');
@@ -81,7 +86,8 @@ $$;
 
 CREATE TEMP TABLE baseline AS
   SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del
-    FROM pg_stat_user_tables WHERE schemaname = 'relaybus' AND relname IN ('deliveries', 'lanes', 'exceptions');
+    FROM pg_stat_user_tables WHERE schemaname = 'relaybus'
+     AND relname IN ('deliveries', 'lanes', 'lane_progress', 'exceptions');
 CREATE FUNCTION pg_temp.delta(rel name, OUT ins bigint, OUT upd bigint, OUT hot bigint,
                               OUT del bigint) LANGUAGE plpgsql AS $$
 BEGIN
@@ -123,7 +129,7 @@ SELECT is(split_part(:'completed', ' ', 1), 'true', 'the delivery was claimed an
 -- row and finishes it by the lane's cursor: the lane acknowledges position 1, nothing is left
 -- in flight, and the admin functions see nothing left to do.
 SELECT results_eq($$SELECT d.position, l.acked_upto, l.done, l.in_flight, l.retrying
-                      FROM relaybus.deliveries d JOIN relaybus.lanes l USING (handler, lane)$$,
+                      FROM relaybus.deliveries d JOIN relaybus.lane_state l USING (handler, lane)$$,
                   $$VALUES (1::bigint, 1::bigint, '{}'::bigint[], '{}'::bigint[], '{}'::bigint[])$$,
                   'the delivery row stays at position 1, below its lane''s cursor (acked_upto 1, nothing in flight)');
 SELECT is((SELECT count(*)::int FROM relaybus.list_deliveries()), 0,
@@ -138,7 +144,7 @@ SELECT is((SELECT count(*)::int FROM delivery_tuples), 1,
 SELECT is((SELECT t_xmin FROM delivery_tuples), (SELECT publish_xid FROM ids),
           'deliveries: the tuple was inserted by the publish');
 -- 0.2: its xmax was the completion's transaction, a deletion. 0.3.0's completion writes the
--- lane, not the delivery: no transaction ever set its xmax (not a deletion, not even a row
+-- lane's progress, not the delivery: no transaction ever set its xmax (not a deletion, not even a row
 -- lock: neither the claim nor the completion locks deliveries).
 SELECT is((SELECT t_xmax FROM delivery_tuples), 0::bigint,
           'deliveries: its xmax is 0: no claim or completion deleted, updated or locked it');
@@ -175,7 +181,7 @@ SELECT is((SELECT count(*)::int FROM pg_index i CROSS JOIN LATERAL pg_temp.index
           'exceptions: none of its indexes holds an entry');
 
 --------------------------------------------------------------------------------
--- lanes: the claimed lane row's versions after the first are heap-only.
+-- lanes: the claimed lane row's one later version is heap-only, and the claim's.
 --------------------------------------------------------------------------------
 CREATE TEMP TABLE lane_tuples AS
   SELECT h.*, get_byte(h.attrs[2], 0) + 256 * get_byte(h.attrs[2], 1) AS lane_no
@@ -204,22 +210,38 @@ SELECT is((SELECT count(*)::int FROM lane_chain WHERE step = 1), 1,
 SELECT ok((SELECT count(*) FROM lane_chain WHERE step > 1 AND lp_flags = 1) >= 1
           AND (SELECT bool_and(heap_only) FROM lane_chain WHERE step > 1),
           'lanes: every version of the lane row after the first is heap-only');
--- (subscribe's create_lanes writes the first heap-only version: it empties the placeholder
--- that gave the lane its own page)
--- The claim's version: in the chain, or, once pruning removed it, replaced by the
--- completion's (which updates the claim's version, so it exists only if the claim wrote one).
-SELECT ok(EXISTS (SELECT 1 FROM lane_chain WHERE step > 1 AND lp_flags = 1
-                     AND t_xmin IN ((SELECT claim_xid FROM ids), (SELECT complete_xid FROM ids))),
-          'lanes: the claim wrote one of those heap-only versions (or the completion, which updated it)');
--- 0.3.0: the completion's acknowledgement is a lane version, heap-only like the claim's.
-SELECT ok(EXISTS (SELECT 1 FROM lane_chain WHERE step > 1 AND lp_flags = 1 AND heap_only
-                     AND t_xmin = (SELECT complete_xid FROM ids)),
-          'lanes: the completion wrote a heap-only version of the lane row');
+-- 0.3.0: the claim acquiring the lane writes its lease: the chain's last version, the claim's.
+SELECT ok((SELECT t_xmin = (SELECT claim_xid FROM ids) AND heap_only AND NOT hot_updated
+             FROM lane_chain WHERE step = (SELECT max(step) FROM lane_chain)),
+          'lanes: the live version of the lane row is the claim''s (acquiring the lease), heap-only');
+-- 0.3.0: the completion's acknowledgement is a progress row, not a lane version: it locks
+-- the lane row (FOR NO KEY UPDATE) and leaves no version of it.
+SELECT ok(NOT EXISTS (SELECT 1 FROM lane_tuples WHERE lp_flags = 1 AND t_xmin = (SELECT complete_xid FROM ids))
+          AND (SELECT t_xmax = 0 OR (t_xmax = (SELECT complete_xid FROM ids) AND lock_only)
+                 FROM lane_chain WHERE step = (SELECT max(step) FROM lane_chain)),
+          'lanes: the completion wrote no lane row version (at most a row lock on the claim''s)');
 -- 0.3.0: the publish orders its deliveries under a lock at commit, and writes no lane.
-SELECT is((SELECT count(*)::int FROM lane_tuples WHERE lp_flags = 1 AND t_xmin = (SELECT publish_xid FROM ids)), 0,
-          'lanes: the publish wrote no lane row version');
+SELECT is((SELECT count(*)::int FROM lane_tuples WHERE lp_flags = 1 AND t_xmin = (SELECT publish_xid FROM ids))
+          + (SELECT count(*)::int FROM pg_temp.heap('relaybus.lane_progress')
+              WHERE lp_flags = 1 AND t_xmin = (SELECT publish_xid FROM ids)), 0,
+          'lanes: the publish wrote no lane row version and no progress row');
 SELECT is((SELECT count(*)::int FROM pg_temp.index_tids('relaybus.lanes_pkey')), 256,
           'lanes: lanes_pkey holds one entry per lane row, none added by the update');
+
+--------------------------------------------------------------------------------
+-- lane_progress: two rows inserted, the claim's and the completion's, never touched again.
+--------------------------------------------------------------------------------
+CREATE TEMP TABLE progress_tuples AS
+  SELECT h.*, get_byte(h.attrs[2], 0) + 256 * get_byte(h.attrs[2], 1) AS lane_no
+    FROM pg_temp.heap('relaybus.lane_progress') h;
+SELECT results_eq($$SELECT lane_no = relaybus.lane_of('pe-key'), lp_flags, t_xmin FROM progress_tuples ORDER BY blk, lp$$,
+                  $$VALUES (true, 1, (SELECT claim_xid FROM ids)), (true, 1, (SELECT complete_xid FROM ids))$$,
+                  'lane_progress: the heap holds exactly two tuples, of the lane: the claim''s, then the completion''s');
+SELECT ok((SELECT bool_and(t_xmax = 0 AND NOT hot_updated AND NOT heap_only
+                           AND t_ctid = format('(%s,%s)', blk, lp)::tid) FROM progress_tuples),
+          'lane_progress: neither was updated, deleted or locked (xmax 0, t_ctid points at itself)');
+SELECT is((SELECT count(*)::int FROM pg_temp.index_tids('relaybus.lane_progress_pkey')), 2,
+          'lane_progress: its primary key holds one entry per row');
 SELECT diag('lane ' || (SELECT relaybus.lane_of('pe-key')) || ': ' || (SELECT string_agg(
   CASE WHEN lp_flags = 2 THEN format('(%s,%s) redirect -> %s', blk, lp, lp_off)
        ELSE format('(%s,%s) xmin %s xmax %s ctid %s%s%s', blk, lp, t_xmin, t_xmax, t_ctid,
@@ -229,18 +251,23 @@ SELECT diag('lane ' || (SELECT relaybus.lane_of('pe-key')) || ': ' || (SELECT st
 
 --------------------------------------------------------------------------------
 -- The same in the counters: deliveries 1 insert, 0 updates, 0 deletes (0.2: 1 delete);
--- exceptions nothing; every lane update heap-only.
+-- exceptions nothing; lanes inserted by subscribe and updated once (the claim's lease),
+-- heap-only; lane_progress two inserts and nothing else.
 --------------------------------------------------------------------------------
 SELECT is((SELECT format('ins %s upd %s del %s', ins, upd, del) FROM pg_temp.delta('deliveries')),
           'ins 1 upd 0 del 0', 'counters: deliveries inserted once, never updated, never deleted');
 SELECT is((SELECT format('ins %s upd %s del %s', ins, upd, del) FROM pg_temp.delta('exceptions')),
           'ins 0 upd 0 del 0', 'counters: exceptions untouched');
-SELECT ok((SELECT upd > 0 AND upd = hot FROM pg_temp.delta('lanes')),
-          'counters: lanes were updated, and every update was heap-only');
+SELECT is((SELECT format('ins %s upd %s hot %s del %s', ins, upd, hot, del) FROM pg_temp.delta('lanes')),
+          'ins 256 upd 1 hot 1 del 0',
+          'counters: lanes inserted by subscribe, updated once (the claim''s lease), heap-only');
+SELECT is((SELECT format('ins %s upd %s del %s', ins, upd, del) FROM pg_temp.delta('lane_progress')),
+          'ins 2 upd 0 del 0', 'counters: lane_progress inserted twice (claim, completion), never updated or deleted');
 
 SELECT dblink_disconnect('pe');
 ALTER TABLE relaybus.deliveries RESET (autovacuum_enabled);
 ALTER TABLE relaybus.lanes RESET (autovacuum_enabled);
+ALTER TABLE relaybus.lane_progress RESET (autovacuum_enabled);
 ALTER TABLE relaybus.exceptions RESET (autovacuum_enabled);
 
 SELECT * FROM finish();

@@ -56,7 +56,7 @@ SELECT is((SELECT count(*)::int FROM dblink_get_result('sw_a') AS r(e text)), 0,
 -- 0.3.0: the lane lists E's position; D's (the position before it) went to an exception row
 -- and the cursor passed it. With the list from before the wait, D's position would be
 -- written back as in flight.
-SELECT results_eq(format($$SELECT l.in_flight, l.retrying, l.acked_upto FROM relaybus.lanes l
+SELECT results_eq(format($$SELECT l.in_flight, l.retrying, l.acked_upto FROM relaybus.lane_state l
                             WHERE l.handler = 'sw' AND l.lane = %s$$, :lane),
                   format($$SELECT ARRAY[e.position], '{}'::bigint[], d.position
                             FROM relaybus.deliveries e, relaybus.deliveries d
@@ -95,7 +95,7 @@ SELECT is((SELECT count(*)::int FROM dblink_get_result('sw_b') AS r(e text)), 0,
           'B''s claim gets nothing: G and F are in flight');
 SELECT is((SELECT count(*)::int FROM dblink_get_result('sw_b') AS r(e text)), 0,
           '(no further result)');
-SELECT is((SELECT in_flight FROM relaybus.lanes WHERE handler = 'sw2' AND lane = :lane2),
+SELECT is((SELECT in_flight FROM relaybus.lane_state WHERE handler = 'sw2' AND lane = :lane2),
           (SELECT array_agg(position ORDER BY position) FROM relaybus.deliveries
             WHERE handler = 'sw2' AND event_id IN ('sw2-g', :'f_id')),
           'the lane lists G''s and F''s positions in flight, once each');
@@ -118,7 +118,7 @@ SELECT is((SELECT array_agg(r) FROM dblink('sw_a', $$SELECT relaybus.fail(lease_
           'A claims R and fails it: retry, due at once (backoff 0)');
 SELECT t AS r_token FROM dblink('sw_a', $$SELECT lease_token FROM relaybus.claim('shared3', 1,
   '30 seconds', ARRAY['sw3'])$$) AS r(t text) \gset
-SELECT results_eq(format($$SELECT l.retrying, l.in_flight FROM relaybus.lanes l WHERE l.handler = 'sw3' AND l.lane = %s$$, :lane3),
+SELECT results_eq(format($$SELECT l.retrying, l.in_flight FROM relaybus.lane_state l WHERE l.handler = 'sw3' AND l.lane = %s$$, :lane3),
                   $$SELECT ARRAY[position], '{}'::bigint[] FROM relaybus.exceptions WHERE event_id = 'sw3-r'$$,
                   'A runs R again from its exception row (retrying)');
 SELECT dblink_exec('sw_b', 'BEGIN');
@@ -133,7 +133,7 @@ SELECT is((SELECT array_agg(e) FROM dblink_get_result('sw_a') AS r(e text)), ARR
           'once B commits, A''s claim returns S');
 SELECT is((SELECT count(*)::int FROM dblink_get_result('sw_a') AS r(e text)), 0,
           '(no further result)');
-SELECT results_eq(format($$SELECT l.retrying, l.in_flight FROM relaybus.lanes l WHERE l.handler = 'sw3' AND l.lane = %s$$, :lane3),
+SELECT results_eq(format($$SELECT l.retrying, l.in_flight FROM relaybus.lane_state l WHERE l.handler = 'sw3' AND l.lane = %s$$, :lane3),
                   format($$SELECT '{}'::bigint[], ARRAY[position] FROM relaybus.deliveries WHERE handler = 'sw3' AND event_id = %L$$, :'s_id'),
                   'the lane lists S in flight and retries nothing: R is not written back');
 SELECT is((SELECT count(*)::int FROM relaybus.exceptions WHERE handler = 'sw3'), 0, 'R''s exception row is gone');

@@ -30,7 +30,7 @@ SELECT is((SELECT count(*)::int FROM first WHERE lane = :full_lane), 32,
           'a claim of 100 takes 32 deliveries of the full lane');
 SELECT is((SELECT count(*)::int FROM first WHERE lane = :other_lane), 10,
           'and fills the batch from the other lane');
-SELECT is((SELECT cardinality(in_flight) FROM relaybus.lanes WHERE handler = 'cap' AND lane = :full_lane),
+SELECT is((SELECT cardinality(in_flight) FROM relaybus.lane_state WHERE handler = 'cap' AND lane = :full_lane),
           32, 'the full lane lists 32 in flight');
 SELECT is((SELECT count(*)::int FROM relaybus.claim('cap-worker', 100)), 0,
           'while 32 are in flight, the lane gives nothing more');
@@ -46,12 +46,12 @@ SELECT is((SELECT count(*)::int FROM second), 5,
 CREATE TEMP TABLE released AS SELECT event_id, relaybus.release(lease_token) AS ok
   FROM (SELECT * FROM second ORDER BY event_id LIMIT 2) s;
 SELECT is((SELECT count(*)::int FROM released WHERE ok), 2, 'two of them are released');
-SELECT results_eq($$SELECT cardinality(in_flight), cardinality(retrying) FROM relaybus.lanes
+SELECT results_eq($$SELECT cardinality(in_flight), cardinality(retrying) FROM relaybus.lane_state
                      WHERE handler = 'cap' AND lane = $$ || :full_lane,
                   $$VALUES (30, 0)$$, 'the lane runs 30');
 SELECT set_eq($$SELECT event_id FROM relaybus.claim('cap-worker', 100)$$, $$SELECT event_id FROM released$$,
               'the next claim takes the two released deliveries again, and nothing beyond the cap');
-SELECT results_eq($$SELECT cardinality(in_flight), cardinality(retrying) FROM relaybus.lanes
+SELECT results_eq($$SELECT cardinality(in_flight), cardinality(retrying) FROM relaybus.lane_state
                      WHERE handler = 'cap' AND lane = $$ || :full_lane,
                   $$VALUES (30, 2)$$, 'the lane runs 30 window positions and 2 retries: 32');
 SELECT is((SELECT count(*)::int FROM relaybus.claim('cap-worker', 100)), 0,

@@ -2,7 +2,7 @@
 -- what changes is where 0.3.0 keeps what they look at: a failed or taken-over delivery's
 -- attempts, due time and last change are its exception row's (relaybus.exceptions), not the
 -- delivery's (which 0.3.0 never updates); the "nothing was written" snapshot covers the
--- exception rows too; and the trigger that makes one lane's takeover raise sits on
+-- exception rows and the lanes' progress rows (relaybus.lane_progress) too; and the trigger that makes one lane's takeover raise sits on
 -- exceptions, where 0.3.0's takeover writes its charges.
 --
 -- Issue 9, findings 5, 6 and 8: every interval the API takes goes through one checked
@@ -40,6 +40,8 @@ CREATE FUNCTION pg_temp.state() RETURNS text LANGUAGE sql AS $$
        FROM relaybus.deliveries x),
     (SELECT string_agg(format('%s %s %s', x.ctid, x.xmin, x.*), ';' ORDER BY x.handler, x.lane)
        FROM relaybus.lanes x),
+    (SELECT string_agg(format('%s %s %s', x.ctid, x.xmin, x.*), ';' ORDER BY x.handler, x.lane, x.seq)
+       FROM relaybus.lane_progress x),
     (SELECT string_agg(format('%s %s %s', x.ctid, x.xmin, x.*), ';' ORDER BY x.handler, x.lane, x.position)
        FROM relaybus.exceptions x),
     (SELECT string_agg(format('%s %s %s', x.ctid, x.xmin, x.*), ';' ORDER BY x.handler)

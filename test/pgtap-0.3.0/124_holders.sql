@@ -66,7 +66,7 @@ SELECT results_eq($$SELECT * FROM dblink('c2', 'SELECT relaybus.relinquish(''poo
                   $$VALUES (1)$$, 'the pair relinquishes the idle lane');
 -- 0.2: no delivery left. 0.3.0: both positions are below the lane's cursor, nothing runs, and
 -- nothing is left (list_deliveries), with no exception row.
-SELECT results_eq(format($$SELECT acked_upto, done, in_flight, retrying FROM relaybus.lanes
+SELECT results_eq(format($$SELECT acked_upto, done, in_flight, retrying FROM relaybus.lane_state
                             WHERE handler = 'hold' AND lane = %s$$, :lane),
                   $$VALUES (2::bigint, '{}'::bigint[], '{}'::bigint[], '{}'::bigint[])$$,
                   'both handled, once each: the lane''s cursor passed both positions');
@@ -98,11 +98,11 @@ SELECT results_eq($$SELECT * FROM dblink('b', 'SELECT relaybus.relinquish(''shar
                   $$VALUES (0)$$, 'nor relinquish it');
 SELECT is((SELECT count(*)::int FROM relaybus.claim('shared', 10, '30 seconds', ARRAY['hold'])), 0,
           'nor does a claim under the same name without a holder');
-SELECT results_eq(format($$SELECT epoch, holder, cardinality(in_flight) FROM relaybus.lanes
+SELECT results_eq(format($$SELECT epoch, holder, cardinality(in_flight) FROM relaybus.lane_state
                             WHERE handler = 'hold' AND lane = %s$$, :lane),
                   format($$VALUES (%s::bigint, 'A'::text, 1)$$, :epoch_a),
                   'the lane is still A''s: same epoch, same holder, b1 in flight');
-SELECT pg_sleep(0.5);
+SELECT pg_sleep(0.7);  -- past the lease: a claim leases for up to 1.5 x lease
 CREATE TEMP TABLE b_claim AS SELECT * FROM dblink('b',
   $$SELECT lease_token, event_id, attempts FROM relaybus.claim('shared', 10, '30 seconds', ARRAY['hold'], 'B')$$)
   AS t(lease_token text, event_id text, attempts int);
@@ -144,18 +144,20 @@ SELECT relaybus.subscribe('hold', ARRAY['t']);
 -- bind(binding): lane of 'z1' held by worker 'who' with a live lease, bound as said, one
 -- delivery pending in it and none in flight.
 -- (0.3.0: z1 is published once, committed, before the loop; bind puts its lane back to
--- nothing finished and nothing running.)
+-- nothing finished and nothing running, as the lane's next lane_progress row.)
 SELECT relaybus.publish('t', '{}', NULL, 'z1');
 CREATE FUNCTION pg_temp.bind(binding text) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
   DELETE FROM relaybus.exceptions;
   UPDATE relaybus.lanes SET lease_owner = 'who', lease_expires_at = now() + interval '1 hour',
-         acked_upto = 0, done = '{}', in_flight = '{}', retrying = '{}',
          holder = CASE binding WHEN 'holder A' THEN 'A' WHEN 'holder B' THEN 'B' END,
          holder_pid = CASE binding WHEN 'this backend' THEN pg_backend_pid() WHEN 'a gone backend' THEN 2147483000 END,
          holder_started = CASE WHEN binding IN ('this backend', 'a gone backend')
                                THEN (SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()) END
    WHERE handler = 'hold' AND lane = relaybus.lane_of('z1');
+  INSERT INTO relaybus.lane_progress (handler, lane, seq, acked_upto, done, in_flight, retrying)
+  SELECT s.handler, s.lane, s.progress_seq + 1, 0, '{}', '{}', '{}'
+    FROM relaybus.lane_state s WHERE s.handler = 'hold' AND s.lane = relaybus.lane_of('z1');
 END
 $$;
 CREATE TEMP TABLE whose (binding text, caller text, renewed boolean, kept boolean);

@@ -1,7 +1,8 @@
 -- Port of test/pgtap/26_catalog_comments.sql to relaybus 0.3.0: the same guarantee for
--- 0.3.0's catalog (its tables deliveries, lanes and exceptions, its helpers over positions,
--- its delivery path's C entry points). What changes: complete's and the lanes' descriptions
--- say what 0.3.0 does (a completion moves the lane's cursor instead of deleting; lanes carry
+-- 0.3.0's catalog (its tables deliveries, lanes, lane_progress and exceptions, its view
+-- lane_state, its helpers over positions, its delivery path's C entry points). What
+-- changes: complete's and the lanes' descriptions say what 0.3.0 does (a completion moves
+-- the lane's cursor instead of deleting; lanes carry the leases, lane_progress the
 -- progress); relaybus_internal holds two more helpers (unfinished, finish_position); the
 -- SQL API and docs/sql-api.md are 0.2.1's, unchanged.
 --
@@ -17,7 +18,7 @@
 -- scripts/run-tests does.
 \set api_doc `cat docs/sql-api.md 2>/dev/null`
 SELECT rb_reset();
-SELECT plan(40);
+SELECT plan(42);
 
 SET client_min_messages = warning;
 DROP ROLE IF EXISTS rbtest_p26_admin;
@@ -89,9 +90,11 @@ SELECT is(pg_temp.starts(pg_temp.description('relaybus.claim(text,integer,interv
             'leases lanes to worker and returns up to batch_size due deliveries of handlers (default: every handler without sql_function), respecting per-key order.'),
           'leases lanes to worker and returns up to batch_size due deliveries of handlers (default: every handler without sql_function), respecting per-key order.',
           'claim: the header''s first sentence');
+-- (0.3.0: the first paragraph goes on after the lease bound, with the lease renewal rule.)
 SELECT ok(pg_temp.description('relaybus.claim(text,integer,interval,text[],text)') NOT LIKE '%Locks:%'
-          AND pg_temp.description('relaybus.claim(text,integer,interval,text[],text)') LIKE '%at most 1 day (22023 otherwise).',
-          'claim: the first paragraph only, its last sentence with the lease bound expanded');
+          AND pg_temp.description('relaybus.claim(text,integer,interval,text[],text)') LIKE '%at most 1 day (22023 otherwise).%'
+          AND pg_temp.description('relaybus.claim(text,integer,interval,text[],text)') LIKE '%less than lease is left: core::lease_renewal).',
+          'claim: the first paragraph only, up to its last sentence, with the lease bound expanded');
 SELECT is(pg_temp.starts(pg_temp.description('relaybus.publish(text,jsonb,text,text,text[],timestamptz,jsonb)'),
             'in the caller''s transaction, inserts the event and one delivery per handler (the subscribers of type, or handlers).'),
           'in the caller''s transaction, inserts the event and one delivery per handler (the subscribers of type, or handlers).',
@@ -112,10 +115,18 @@ SELECT is(pg_temp.starts(pg_temp.description('relaybus.lane_of(text)'),
             'the lane (0..255) a delivery with that ordering key, or with that event id when it has no key, lives in'),
           'the lane (0..255) a delivery with that ordering key, or with that event id when it has no key, lives in',
           'lane_of: the header''s first sentence');
-SELECT is(pg_temp.starts(obj_description('relaybus.lanes'::regclass, 'pg_class'), 'Lane leases and progress: 256 per handler, made by subscribe.'),
-          'Lane leases and progress: 256 per handler, made by subscribe.', 'table lanes: the header''s first sentence');
-SELECT ok(obj_description('relaybus.lanes'::regclass, 'pg_class') LIKE '%done lists the finished ones above it (at most 64)%',
-          'table lanes: the progress columns are described, the window expanded from src/core');
+-- (0.3.0: a lane's progress moved from lanes to lane_progress, and so did its description.)
+SELECT is(pg_temp.starts(obj_description('relaybus.lanes'::regclass, 'pg_class'), 'Lane leases: 256 per handler, made by subscribe.'),
+          'Lane leases: 256 per handler, made by subscribe.', 'table lanes: the header''s first sentence');
+SELECT is(pg_temp.starts(obj_description('relaybus.lane_progress'::regclass, 'pg_class'),
+            'Lane progress (core::LaneProgress), one row per change, never updated:'),
+          'Lane progress (core::LaneProgress), one row per change, never updated:',
+          'table lane_progress: the header''s first sentence');
+SELECT ok(obj_description('relaybus.lane_progress'::regclass, 'pg_class') LIKE '%done lists the finished ones above it (at most 64)%',
+          'table lane_progress: the progress columns are described, the window expanded from src/core');
+SELECT is(pg_temp.starts(obj_description('relaybus.lane_state'::regclass, 'pg_class'),
+            'each lane with its lease and its progress'),
+          'each lane with its lease and its progress', 'view lane_state: the header''s first sentence');
 SELECT is(pg_temp.starts(obj_description('relaybus.exceptions'::regclass, 'pg_class'),
             'A delivery off the happy path, one row per (handler, lane, position) that has one:'),
           'A delivery off the happy path, one row per (handler, lane, position) that has one:',

@@ -75,21 +75,25 @@ SELECT is(relaybus.cancel('ce1', 'c1'), true, 'cancel of a pending delivery retu
 -- (0.2: the row was deleted. 0.3.0: its position is finished, below the lane's cursor.)
 SELECT is((SELECT count(*)::int FROM relaybus.list_deliveries(handler => 'c1') WHERE event_id = 'ce1'), 0,
           'and it is gone: list_deliveries no longer lists it');
-SELECT ok((SELECT d.position <= l.acked_upto FROM relaybus.deliveries d JOIN relaybus.lanes l USING (handler, lane)
+SELECT ok((SELECT d.position <= l.acked_upto FROM relaybus.deliveries d JOIN relaybus.lane_state l USING (handler, lane)
             WHERE d.event_id = 'ce1' AND d.handler = 'c1'),
           'its position is finished: its lane''s cursor moved over it');
 SELECT is(relaybus.cancel('ce1', 'c1'), false, 'a second cancel returns false');
 SELECT is(relaybus.cancel('nothing', 'c1'), false, 'cancel of no delivery returns false');
 CREATE TEMP TABLE tok AS SELECT lease_token, event_id FROM relaybus.claim('w', 10, handlers => ARRAY['c1']);
 SELECT is((SELECT array_agg(event_id) FROM tok), ARRAY['ce2'], 'the key''s next delivery no longer waits for the cancelled one');
-CREATE TEMP TABLE lane_before AS SELECT l.ctid::text AS at, l.xmin::text AS x, l.* FROM relaybus.lanes l
+-- The lane: its lease row's version (ctid, xmin) and its progress (lane_state, with the
+-- newest progress seq).
+CREATE TEMP TABLE lane_before AS SELECT l.ctid::text AS at, l.xmin::text AS x, s.*
+  FROM relaybus.lanes l JOIN relaybus.lane_state s USING (handler, lane)
   WHERE l.handler = 'c1' AND l.lane = relaybus.lane_of('ck');
 SELECT throws_ok($$SELECT relaybus.cancel('ce2', 'c1')$$, '55006',
                  'delivery of event "ce2" to handler "c1" is in flight', 'cancel in flight: 55006');
 SELECT is((SELECT status FROM relaybus.list_deliveries(handler => 'c1') WHERE event_id = 'ce2'), 'processing',
           'and nothing changed: it is still in flight');
-SELECT results_eq($$SELECT l.ctid::text, l.xmin::text, l.* FROM relaybus.lanes l WHERE l.handler = 'c1' AND l.lane = relaybus.lane_of('ck')$$,
-                  $$SELECT * FROM lane_before$$, '... its lane row is the same version');
+SELECT results_eq($$SELECT l.ctid::text, l.xmin::text, s.* FROM relaybus.lanes l JOIN relaybus.lane_state s USING (handler, lane)
+                     WHERE l.handler = 'c1' AND l.lane = relaybus.lane_of('ck')$$,
+                  $$SELECT * FROM lane_before$$, '... its lane row is the same version, and its progress has no new row');
 SELECT is((SELECT count(*)::int FROM relaybus.exceptions), 0, '... and no exception row was written');
 SELECT is((SELECT relaybus.fail(lease_token, 'boom') FROM tok), 'dead', 'it fails into a dead letter');
 SET relaybus.completion_history = on;

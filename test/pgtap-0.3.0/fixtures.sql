@@ -7,8 +7,8 @@ CREATE EXTENSION dblink;
 -- Every suite starts from an empty bus: suites commit through dblink, so a rollback alone
 -- would not isolate them.
 CREATE FUNCTION public.rb_reset() RETURNS void LANGUAGE sql AS $$
-  TRUNCATE relaybus.events, relaybus.deliveries, relaybus.lanes, relaybus.exceptions,
-           relaybus.completions, relaybus.subscriptions;
+  TRUNCATE relaybus.events, relaybus.deliveries, relaybus.lanes, relaybus.lane_progress,
+           relaybus.exceptions, relaybus.completions, relaybus.subscriptions;
 $$;
 
 -- A second connection to the same database, for tests of two concurrent transactions.

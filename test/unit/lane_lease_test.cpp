@@ -298,5 +298,42 @@ TEST(LaneRoomTest, CountsDownToZeroAndStaysThere) {
   EXPECT_EQ(lane_room(static_cast<std::size_t>(-1)), 0);
 }
 
+// A kept lane is held for at least the lease after every claim, and its lease row is
+// rewritten only once less than the lease is left: then to 1.5 x the lease, so claims
+// rewrite it at most once per half lease.
+TEST(LeaseRenewal, RenewsOnlyWhenLessThanTheLeaseIsLeft) {
+  const std::int64_t lease = 30'000'000, now = 1'000'000'000;
+  const LeaseRenewal r = lease_renewal(now, lease);
+  EXPECT_EQ(r.renew_before_us, now + lease);
+  EXPECT_EQ(r.expires_at_us, now + lease + lease / 2);
+  // Renewed now, the lease is not renewed again by a claim within half a lease...
+  EXPECT_FALSE(r.expires_at_us < lease_renewal(now + lease / 2, lease).renew_before_us);
+  // ...and is renewed by one just after that, still with the whole lease left.
+  EXPECT_LT(r.expires_at_us, lease_renewal(now + lease / 2 + 1, lease).renew_before_us);
+  EXPECT_GE(r.expires_at_us - (now + lease / 2 + 1), lease - 1);
+}
+
+TEST(LeaseRenewal, IsDueOutsideOneToOneAndAHalfLeases) {
+  const std::int64_t lease = 1'000'000, now = 50'000'000;
+  const LeaseRenewal r = lease_renewal(now, lease);
+  EXPECT_TRUE(r.due(now));                   // expired or about to
+  EXPECT_TRUE(r.due(now + lease - 1));       // less than the lease left
+  EXPECT_FALSE(r.due(now + lease));          // the whole lease left
+  EXPECT_FALSE(r.due(now + lease * 3 / 2));  // as a renewal leaves it
+  // A longer lease of an earlier claim is cut back to this claim's 1.5 x lease.
+  EXPECT_TRUE(r.due(now + lease * 3 / 2 + 1));
+  EXPECT_TRUE(r.due(now + 30 * lease));
+}
+
+TEST(LeaseRenewal, SaturatesInsteadOfOverflowing) {
+  const std::int64_t max = std::numeric_limits<std::int64_t>::max();
+  const LeaseRenewal r = lease_renewal(max - 10, 30'000'000);
+  EXPECT_EQ(r.renew_before_us, max);
+  EXPECT_EQ(r.expires_at_us, max);
+  const LeaseRenewal negative = lease_renewal(100, -5);
+  EXPECT_EQ(negative.renew_before_us, 100);
+  EXPECT_EQ(negative.expires_at_us, 100);
+}
+
 }  // namespace
 }  // namespace relaybus::core

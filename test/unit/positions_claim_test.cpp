@@ -867,6 +867,13 @@ TEST(PositionsLaneWriteTest, TheWriteOfEachOriginAndOutcome) {
   w = write(LaneOrigin::kHeld, false, false, false);
   EXPECT_TRUE(w.write);
   EXPECT_FALSE(w.hold);
+  // Idle but with more than the lease left: kept as it is, no write.
+  w = positions_lane_write(LaneOrigin::kHeld, 5, {false, false, false, false});
+  EXPECT_FALSE(w.write);
+  EXPECT_TRUE(w.hold);
+  w = positions_lane_write(LaneOrigin::kHeld, 5, {true, false, false, false});
+  EXPECT_TRUE(w.write && w.hold && !w.new_holder);
+  EXPECT_EQ(w.epoch, 5);
   // Free: acquired at a new epoch only when it runs something.
   w = write(LaneOrigin::kFree, true, true, true);
   EXPECT_TRUE(w.write && w.hold && w.new_holder);
