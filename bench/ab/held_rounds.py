@@ -75,6 +75,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--events", type=int, default=20000)
     ap.add_argument("--batch", type=int, default=500)
+    ap.add_argument("--no-hold", action="store_true",
+                    help="hold no snapshot: the same rounds, to tell growth from the snapshot's cost")
     args = ap.parse_args()
     with psycopg.connect(args.conn, autocommit=True) as c:
         c.execute("SET client_min_messages = warning")
@@ -87,8 +89,9 @@ def main():
         for t in names:
             c.execute(f"VACUUM ANALYZE relaybus.{t}")
         with psycopg.connect(args.conn) as held:
-            held.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-            held.execute("SELECT 1")
+            if not args.no_hold:
+                held.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+                held.execute("SELECT 1")
             first = None
             for r in range(1, args.rounds + 1):
                 publish(c, r, args.events)

@@ -8,6 +8,7 @@
 # relaybus.so in the installation is replaced; reinstall the build you want afterwards.
 # A build whose extension scripts differ from the installed ones: set SQL_A or SQL_B to a
 # directory holding its relaybus--*.sql files, copied into the installation before its runs.
+# HELD_ROUNDS_ARGS: more arguments for held_rounds.py (--no-hold: the same rounds, no snapshot).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 a=$1 b=$2 repeats=${3:-2} rounds=${4:-8} version=${5:-} port=${6:-54496}
@@ -28,6 +29,6 @@ for ((r = 1; r <= repeats; r++)); do
       -c "CREATE EXTENSION relaybus ${version:+VERSION '$version'}" >/dev/null
     echo "== repeat $r, build $build"
     /usr/bin/python3 bench/ab/held_rounds.py --conn "host=$dir port=$port dbname=ab user=postgres" \
-      --rounds "$rounds"
+      --rounds "$rounds" ${HELD_ROUNDS_ARGS:-}
   done
 done
