@@ -119,7 +119,7 @@ struct LaneContents {
   // The deliveries at positions (acked_upto, acked_upto + kPositionWindow], ascending; a
   // position of the window without one (up to the tail) is absent.
   std::vector<WindowDelivery> window;
-  Position tail = 0;                      // the lane's last position (0: none)
+  Position tail = 0;                      // the lane's last position (0: none above the cursor)
   std::vector<PendingException> pending;  // its pending exception rows, ascending
 };
 

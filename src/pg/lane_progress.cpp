@@ -1,6 +1,7 @@
 #include "lane_progress.hpp"
 
 #include "position_lanes.hpp"
+#include "progress_hints.hpp"
 
 #include "../core/error.hpp"
 
@@ -30,16 +31,24 @@ std::uint64_t run_with_latest_snapshot(Statement& statement, Params& params) {
   return processed;
 }
 
-// Each lane's newest row, one descent of lane_progress_pkey per lane; a lane without a row
-// returns none.
+// Each lane's newest row, one descent of lane_progress_pkey per lane bounded by the lane's
+// hint ($3, progress_hints.hpp), and a second, unbounded, only where nothing is at or above
+// the hint; a lane without a row returns none.
 Statement& newest_rows() {
   static Statement read(
       "SELECT u.n, p.seq, p.acked_upto, p.done, p.in_flight, p.retrying"
-      " FROM unnest($1::text[], $2::int2[]) WITH ORDINALITY AS u(handler, lane, n)"
-      " CROSS JOIN LATERAL (SELECT p.seq, p.acked_upto, p.done, p.in_flight, p.retrying"
-      "  FROM relaybus.lane_progress p WHERE p.handler = u.handler AND p.lane = u.lane"
-      "  ORDER BY p.seq DESC LIMIT 1) p",
-      {TEXTARRAYOID, INT2ARRAYOID});
+      " FROM unnest($1::text[], $2::int2[], $3::int8[]) WITH ORDINALITY AS u(handler, lane, hint, "
+      "n)"
+      " CROSS JOIN LATERAL ("
+      "  (SELECT p.seq, p.acked_upto, p.done, p.in_flight, p.retrying"
+      "   FROM relaybus.lane_progress p WHERE p.handler = u.handler AND p.lane = u.lane"
+      "   AND p.seq >= u.hint ORDER BY p.seq DESC LIMIT 1)"
+      "  UNION ALL"
+      "  (SELECT p.seq, p.acked_upto, p.done, p.in_flight, p.retrying"
+      "   FROM relaybus.lane_progress p WHERE p.handler = u.handler AND p.lane = u.lane"
+      "   ORDER BY p.seq DESC LIMIT 1)"
+      "  LIMIT 1) p",
+      {TEXTARRAYOID, INT2ARRAYOID, INT8ARRAYOID});
   return read;
 }
 
@@ -65,11 +74,21 @@ std::vector<StoredProgress> read_progress(const LaneList& lanes) {
   if (lanes.empty()) return {};
   Params params;
   lanes.bind(params);
+  params.int8_array(progress_hints::get_all(lanes.handlers, lanes.lanes));
   std::vector<StoredProgress> latest =
       rows_of_result(run_with_latest_snapshot(newest_rows(), params), lanes.size());
+  for (std::size_t i = 0; i < lanes.size(); ++i)
+    progress_hints::note(lanes.handlers[i], lanes.lanes[i], latest[i].seq);
   if (IsolationUsesXactSnapshot()) {
+    // Bounded by the newest row itself: the snapshot sees it, or reads an older one (or
+    // none), which is the conflict.
+    std::vector<std::int64_t> newest;
+    for (const StoredProgress& s : latest) newest.push_back(s.seq);
+    Params seen_params;
+    lanes.bind(seen_params);
+    seen_params.int8_array(newest);
     const std::vector<StoredProgress> seen =
-        rows_of_result(newest_rows().run(params), lanes.size());
+        rows_of_result(newest_rows().run(seen_params), lanes.size());
     for (std::size_t i = 0; i < lanes.size(); ++i)
       if (seen[i].seq != latest[i].seq)
         throw core::Error(core::ErrorCode::kConflict,
@@ -133,6 +152,8 @@ void ProgressInserts::run() {
     throw core::Error(core::ErrorCode::kInternal,
                       "relaybus: a lane's progress was written by a transaction that did not "
                       "hold the lane");
+  for (std::size_t i = 0; i < lanes_.size(); ++i)
+    progress_hints::note(handlers_[i], lanes_[i], seqs_[i]);
 }
 
 }  // namespace relaybus::pg

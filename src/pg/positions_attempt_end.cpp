@@ -11,6 +11,7 @@
 #include "due_time.hpp"
 #include "lane_progress.hpp"
 #include "position_token_args.hpp"
+#include "progress_hints.hpp"
 #include "spi.hpp"
 #include "subscription_policy.hpp"
 
@@ -81,14 +82,21 @@ AttemptResult end_attempt(const core::PositionToken& token, Ending ending,
   // token's call never waits for, or holds up, the lane's new owner); core judges the rest.
   // The filter reads the lane's newest progress row as of this statement; read_progress
   // reads it again once the lane is locked.
+  // The newest row is probed from the lane's hint ($5: progress_hints.hpp).
   static Statement lock_lane(
       "SELECT l.epoch FROM relaybus.lanes l"
-      " CROSS JOIN LATERAL (SELECT p.in_flight, p.retrying FROM relaybus.lane_progress p"
-      "  WHERE p.handler = l.handler AND p.lane = l.lane ORDER BY p.seq DESC LIMIT 1) p"
+      " CROSS JOIN LATERAL ("
+      "  (SELECT p.in_flight, p.retrying FROM relaybus.lane_progress p"
+      "   WHERE p.handler = l.handler AND p.lane = l.lane AND p.seq >= $5"
+      "   ORDER BY p.seq DESC LIMIT 1)"
+      "  UNION ALL"
+      "  (SELECT p.in_flight, p.retrying FROM relaybus.lane_progress p"
+      "   WHERE p.handler = l.handler AND p.lane = l.lane ORDER BY p.seq DESC LIMIT 1)"
+      "  LIMIT 1) p"
       " WHERE l.handler = $1 AND l.lane = $2 AND l.epoch = $3"
       " AND ($4 = ANY (p.in_flight) OR $4 = ANY (p.retrying))"
       " FOR NO KEY UPDATE OF l",
-      {TEXTOID, INT2OID, INT8OID, INT8OID});
+      {TEXTOID, INT2OID, INT8OID, INT8OID, INT8OID});
   // Read after the lock, by a statement of its own: it sees what committed while the lock
   // waited. Every writer of a lane's exception rows locks the lane first.
   static Statement read_attempt(
@@ -105,6 +113,7 @@ AttemptResult end_attempt(const core::PositionToken& token, Ending ending,
   lane_params.int2(token.lane);
   lane_params.int8(token.epoch);
   lane_params.int8(token.position);
+  lane_params.int8(progress_hints::get(token.handler, token.lane));
   std::optional<core::PositionLane> lane;
   StoredProgress stored;
   if (lock_lane.run(lane_params) == 1) {

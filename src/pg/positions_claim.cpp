@@ -14,12 +14,14 @@
 #include "lane_order.hpp"
 #include "position_lanes.hpp"
 #include "positions_claim_writes.hpp"
+#include "progress_hints.hpp"
 #include "spi.hpp"
 #include "subscription_policy.hpp"
 #include "worker_arg.hpp"
 
 #include "../core/claim_request.hpp"
 #include "../core/error.hpp"
+#include "../core/lane.hpp"
 #include "../core/lane_lease.hpp"
 #include "../core/positions_claim.hpp"
 
@@ -172,21 +174,30 @@ std::vector<core::PositionsLane> PgPositionsClaimStore::lock_for_takeover(
 
 std::vector<core::LaneWorkProbe> PgPositionsClaimStore::lanes_with_work(
     const std::vector<std::string>& handlers) {
-  // The acquirable lanes of the handlers, each with its progress (one backward probe of
-  // lane_progress_pkey) and its first delivery above the cursor (one forward probe of
-  // deliveries_pkey: core::LaneWorkProbe says why that is all it needs). Unlocked, as of
-  // this statement; lock_acquirable locks from core's list, and the progress is read again.
+  // The acquirable lanes of the handlers, each with its progress (a backward probe of
+  // lane_progress_pkey from the lane's hint, $3: progress_hints.hpp) and its first delivery
+  // above the cursor (one forward probe of deliveries_pkey: core::LaneWorkProbe says why
+  // that is all it needs). Unlocked, as of this statement; lock_acquirable locks from
+  // core's list, and the progress is read again.
   static Statement probe(
       "SELECT l.handler, l.lane, l.lease_owner IS NOT NULL, coalesce(p.acked_upto, 0), p.done,"
-      " p.in_flight, p.retrying, f.position, f.available_at FROM relaybus.lanes l"
-      " LEFT JOIN LATERAL (SELECT p.acked_upto, p.done, p.in_flight, p.retrying"
-      "  FROM relaybus.lane_progress p WHERE p.handler = l.handler AND p.lane = l.lane"
-      "  ORDER BY p.seq DESC LIMIT 1) p ON true"
+      " p.in_flight, p.retrying, f.position, f.available_at, p.seq FROM relaybus.lanes l"
+      " LEFT JOIN LATERAL ("
+      "  (SELECT p.seq, p.acked_upto, p.done, p.in_flight, p.retrying"
+      "   FROM relaybus.lane_progress p WHERE p.handler = l.handler AND p.lane = l.lane"
+      "   AND p.seq >= coalesce(($3::int8[])[(array_position($1, l.handler) - 1) * $4 + l.lane"
+      "                                       + 1], 0)"
+      "   ORDER BY p.seq DESC LIMIT 1)"
+      "  UNION ALL"
+      "  (SELECT p.seq, p.acked_upto, p.done, p.in_flight, p.retrying"
+      "   FROM relaybus.lane_progress p WHERE p.handler = l.handler AND p.lane = l.lane"
+      "   ORDER BY p.seq DESC LIMIT 1)"
+      "  LIMIT 1) p ON true"
       " LEFT JOIN LATERAL (SELECT d.position, d.available_at FROM relaybus.deliveries d"
       "  WHERE d.handler = l.handler AND d.lane = l.lane"
       "  AND d.position > coalesce(p.acked_upto, 0) ORDER BY d.position LIMIT 1) f ON true"
       " WHERE l.handler = ANY ($1) AND " RELAYBUS_ACQUIRABLE_SQL("$2"),
-      {TEXTARRAYOID, TEXTOID});
+      {TEXTARRAYOID, TEXTOID, INT8ARRAYOID, INT4OID});
   // The lanes of the handlers with due pending exception rows, from the due index: one
   // short range per handler (usually empty). A lane's retried rows count too: of an
   // acquirable lane only an expired one has any, and its takeover makes them due again.
@@ -206,6 +217,8 @@ std::vector<core::LaneWorkProbe> PgPositionsClaimStore::lanes_with_work(
   Params params;
   params.text_array(handlers);
   params.text(holder_.worker);
+  params.int8_array(progress_hints::get_by_handler(handlers));
+  params.int4(core::kLaneCount);
   const std::uint64_t n = probe.run(params);
   std::vector<core::LaneWorkProbe> out;
   out.reserve(n);
@@ -219,6 +232,7 @@ std::vector<core::LaneWorkProbe> PgPositionsClaimStore::lanes_with_work(
     p.retrying = position_set(r, 7);
     if (!row::is_null(r, 8)) p.first_position = row::int8(r, 8);
     if (!row::is_null(r, 9)) p.first_available_us = timestamp_of_row(r, 9);
+    if (!row::is_null(r, 10)) progress_hints::note(p.lane.handler, p.lane.lane, row::int8(r, 10));
     const auto it = due.find({p.lane.handler, p.lane.lane});
     if (it != due.end()) p.due_exception_us = it->second;
     out.push_back(std::move(p));
@@ -264,6 +278,11 @@ std::vector<core::LaneContents> PgPositionsClaimStore::read_lanes(
   // Per lane, in one snapshot: the window (one range scan of deliveries_pkey), the tail
   // (one backward probe of it) and the pending exception rows (a range of
   // exceptions_pkey). Kind 0, 1 and 2 rows, each with the lane's place in the list.
+  // The tail is probed above the cursor only (none there reads as 0, which core takes as
+  // "nothing above the cursor", as it takes a tail at or below it): a B-tree scan reads
+  // every matching entry of a leaf page before it returns one, so a probe bounded by the
+  // lane alone reads a page of the lane's finished positions (up to about 180 entries,
+  // 30 us a lane once the lane fills its pages) where this one stops at the cursor.
   static Statement read(
       "SELECT 0, u.n, d.position, d.event_id, d.key, d.available_at, 0, 0"
       " FROM unnest($1::text[], $2::int2[], $3::int8[]) WITH ORDINALITY AS u(handler, lane, acked, "
@@ -273,9 +292,11 @@ std::vector<core::LaneContents> PgPositionsClaimStore::read_lanes(
       "  AND d.position > u.acked AND d.position <= u.acked + $4 ORDER BY d.position) d"
       " UNION ALL"
       " SELECT 1, u.n, t.position, NULL, NULL, NULL, 0, 0"
-      " FROM unnest($1::text[], $2::int2[]) WITH ORDINALITY AS u(handler, lane, n)"
+      " FROM unnest($1::text[], $2::int2[], $3::int8[]) WITH ORDINALITY AS u(handler, lane, acked, "
+      "n)"
       " CROSS JOIN LATERAL (SELECT d.position FROM relaybus.deliveries d"
-      "  WHERE d.handler = u.handler AND d.lane = u.lane ORDER BY d.position DESC LIMIT 1) t"
+      "  WHERE d.handler = u.handler AND d.lane = u.lane AND d.position > u.acked"
+      "  ORDER BY d.position DESC LIMIT 1) t"
       " UNION ALL"
       " SELECT 2, u.n, x.position, x.event_id, x.key, x.available_at, x.attempts, x.claims"
       " FROM unnest($1::text[], $2::int2[]) WITH ORDINALITY AS u(handler, lane, n)"

@@ -22,6 +22,7 @@
 #include "counters.hpp"
 #include "lane_progress.hpp"
 #include "position_token_args.hpp"
+#include "progress_hints.hpp"
 #include "settings.hpp"
 #include "spi.hpp"
 
@@ -51,19 +52,27 @@ struct LockedLane {
 // Step 1. Each group's positions are the slice [first, first + count - 1] of one array; the
 // lane is locked only if it lists one of them, in either list.
 std::vector<LockedLane> lock_lanes(const Groups& groups) {
-  // The filter reads the lane's newest progress row as of this statement; the lanes' progress
-  // is read again once they are locked (read_progress), which is what the completion uses.
+  // The filter reads the lane's newest progress row as of this statement (from the lane's
+  // hint, $7: progress_hints.hpp); the lanes' progress is read again once they are locked
+  // (read_progress), which is what the completion uses.
   static Statement lock(
       "SELECT u.n, l.epoch"
-      " FROM unnest($1::text[], $2::int2[], $3::int8[], $4::int4[], $5::int4[])"
-      "  WITH ORDINALITY AS u(handler, lane, epoch, first, count, n)"
+      " FROM unnest($1::text[], $2::int2[], $3::int8[], $4::int4[], $5::int4[], $7::int8[])"
+      "  WITH ORDINALITY AS u(handler, lane, epoch, first, count, hint, n)"
       " JOIN relaybus.lanes l ON l.handler = u.handler AND l.lane = u.lane AND l.epoch = u.epoch"
-      " CROSS JOIN LATERAL (SELECT p.in_flight, p.retrying FROM relaybus.lane_progress p"
-      "  WHERE p.handler = l.handler AND p.lane = l.lane ORDER BY p.seq DESC LIMIT 1) p"
+      " CROSS JOIN LATERAL ("
+      "  (SELECT p.in_flight, p.retrying FROM relaybus.lane_progress p"
+      "   WHERE p.handler = l.handler AND p.lane = l.lane AND p.seq >= u.hint"
+      "   ORDER BY p.seq DESC LIMIT 1)"
+      "  UNION ALL"
+      "  (SELECT p.in_flight, p.retrying FROM relaybus.lane_progress p"
+      "   WHERE p.handler = l.handler AND p.lane = l.lane ORDER BY p.seq DESC LIMIT 1)"
+      "  LIMIT 1) p"
       " WHERE p.in_flight && ($6::int8[])[u.first:u.first + u.count - 1]"
       "    OR p.retrying && ($6::int8[])[u.first:u.first + u.count - 1]"
       " ORDER BY u.n FOR NO KEY UPDATE OF l",
-      {TEXTARRAYOID, INT2ARRAYOID, INT8ARRAYOID, INT4ARRAYOID, INT4ARRAYOID, INT8ARRAYOID});
+      {TEXTARRAYOID, INT2ARRAYOID, INT8ARRAYOID, INT4ARRAYOID, INT4ARRAYOID, INT8ARRAYOID,
+       INT8ARRAYOID});
   std::vector<const Groups::value_type*> order;
   std::vector<std::string> handlers;
   std::vector<std::int16_t> lanes;
@@ -85,6 +94,7 @@ std::vector<LockedLane> lock_lanes(const Groups& groups) {
   params.int4_array(firsts);
   params.int4_array(counts);
   params.int8_array(positions);
+  params.int8_array(progress_hints::get_all(handlers, lanes));
   const std::uint64_t n = lock.run(params);
   std::vector<LockedLane> locked(n);
   LaneList list;
