@@ -23,6 +23,24 @@ std::optional<std::int64_t> work_since(std::optional<std::int64_t> window_since_
   return std::min(*window_since_us, *due_exception_us);
 }
 
+HeldLaneProbe held_lane_probe(const PositionsLane& lane, const LaneContents& contents,
+                              std::int64_t now_us) {
+  const LaneProgress& p = lane.progress;
+  HeldLaneProbe probe;
+  for (const auto& d : contents.window) {
+    if (d.position <= p.acked_upto || p.done.count(d.position) != 0 ||
+        p.in_flight.count(d.position) != 0)
+      continue;
+    probe.window_since_us = d.available_at_us;
+    break;
+  }
+  for (const auto& x : contents.pending)
+    if (x.available_at_us <= now_us && lane.retrying.count(x.position) == 0)
+      probe.due_exception_us =
+          std::min(x.available_at_us, probe.due_exception_us.value_or(x.available_at_us));
+  return probe;
+}
+
 std::vector<LaneRef> lanes_to_try(std::vector<LaneWorkProbe> probes) {
   struct Ranked {
     std::int64_t since;
@@ -212,7 +230,87 @@ class PositionsClaim {
     if (!take_over.empty())
       for (auto& lane : store_.lock_for_takeover(take_over))
         add_lane(std::move(lane), LaneOrigin::kOrphaned);
-    process(0, /*oldest_first=*/true);
+    process_held();
+  }
+
+  // The held lanes (and those taken over from the worker's other incarnations), oldest work
+  // first. Lanes taken over and lanes due for lease renewal are read whatever they hold (a
+  // takeover charges what they ran; an idle lane due for renewal goes back, which takes its
+  // contents to know). The others are probed (probe_held, which says what held_lane_probe
+  // would), and only those with work are read, in that order, a few at a time, until the
+  // batch is full: a worker may hold every lane of a handler while a batch needs a tenth of
+  // them. A lane not read stays as it is (held, unwritten unless its renewal is due).
+  void process_held() {
+    std::vector<std::size_t> must_read, probed;
+    for (std::size_t i = 0; i < lanes_.size(); ++i) {
+      const LaneInClaim& l = lanes_[i];
+      // A held lane without room runs something and stays as it is: no need to read it.
+      if (l.origin == LaneOrigin::kHeld &&
+          lane_room(l.lane.progress.in_flight.size() + l.lane.retrying.size()) == 0)
+        continue;
+      (charges_in_flight(l.origin) || l.lane.lease_renewal_due ? must_read : probed).push_back(i);
+    }
+    read(must_read);
+    std::vector<std::optional<std::int64_t>> since(lanes_.size());
+    std::vector<bool> candidate(lanes_.size(), false);
+    for (std::size_t i : must_read) {
+      const HeldLaneProbe p = held_lane_probe(lanes_[i].lane, lanes_[i].contents, now_us_);
+      since[i] = work_since(p.window_since_us, p.due_exception_us);
+      candidate[i] = true;
+    }
+    if (!probed.empty()) {
+      std::vector<const PositionsLane*> asked;
+      for (std::size_t i : probed) asked.push_back(&lanes_[i].lane);
+      const std::vector<HeldLaneProbe> probes = store_.probe_held(asked);
+      if (probes.size() != probed.size())
+        throw Error(ErrorCode::kInternal, "relaybus: the store probed " +
+                                              std::to_string(probes.size()) + " lanes of " +
+                                              std::to_string(probed.size()));
+      for (std::size_t n = 0; n < probed.size(); ++n) {
+        since[probed[n]] = work_since(probes[n].window_since_us, probes[n].due_exception_us);
+        candidate[probed[n]] = since[probed[n]].has_value();  // no work: not read
+      }
+    }
+    std::vector<std::size_t> order;
+    for (std::size_t i = 0; i < lanes_.size(); ++i)
+      if (candidate[i]) order.push_back(i);
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      const auto sa = since[a].value_or(std::numeric_limits<std::int64_t>::max());
+      const auto sb = since[b].value_or(std::numeric_limits<std::int64_t>::max());
+      return sa < sb;
+    });
+    // Unread lanes are read in chunks along the order: enough for the batch at a full lane's
+    // room each, at least 8, doubling while the batch still has room.
+    std::size_t chunk = std::max<std::size_t>(
+        8, static_cast<std::size_t>(std::max(remaining_, 0)) / kMaxInFlightPerLane + 1);
+    for (std::size_t k = 0; k < order.size() && remaining_ > 0; ++k) {
+      if (!lanes_[order[k]].read) {
+        std::vector<std::size_t> next;
+        for (std::size_t j = k; j < order.size() && next.size() < chunk; ++j)
+          if (!lanes_[order[j]].read) next.push_back(order[j]);
+        read(next);
+        chunk *= 2;
+      }
+      plan(lanes_[order[k]]);
+    }
+  }
+
+  // Reads the lanes at `indexes` (into their contents) and takes over those that need it.
+  void read(const std::vector<std::size_t>& indexes) {
+    if (indexes.empty()) return;
+    std::vector<const PositionsLane*> to_read;
+    for (std::size_t i : indexes) to_read.push_back(&lanes_[i].lane);
+    std::vector<LaneContents> contents = store_.read_lanes(to_read);
+    if (contents.size() != indexes.size())
+      throw Error(ErrorCode::kInternal, "relaybus: the store read " +
+                                            std::to_string(contents.size()) + " lanes of " +
+                                            std::to_string(indexes.size()));
+    for (std::size_t n = 0; n < indexes.size(); ++n) {
+      LaneInClaim& l = lanes_[indexes[n]];
+      l.read = true;
+      l.contents = std::move(contents[n]);
+      if (charges_in_flight(l.origin)) take_over(l);
+    }
   }
 
   void acquire_lanes() {
@@ -240,68 +338,15 @@ class PositionsClaim {
         }
         add_lane(std::move(a.lane), a.had_owner ? LaneOrigin::kExpired : LaneOrigin::kFree);
       }
-      process(first, /*oldest_first=*/false);  // already in the list's order
+      // Already in the list's order; each is read (acquired for its work).
+      std::vector<std::size_t> indexes(lanes_.size() - first);
+      std::iota(indexes.begin(), indexes.end(), first);
+      read(indexes);
+      for (std::size_t i : indexes) {
+        if (remaining_ <= 0) break;
+        plan(lanes_[i]);
+      }
     }
-  }
-
-  // Reads lanes_[first..], takes over those that need it, and plans them while the batch
-  // has room.
-  void process(std::size_t first, bool oldest_first) {
-    std::vector<std::size_t> indexes;
-    std::vector<const PositionsLane*> to_read;
-    for (std::size_t i = first; i < lanes_.size(); ++i) {
-      const LaneInClaim& l = lanes_[i];
-      // A held lane without room runs something and stays as it is: no need to read it.
-      if (l.origin == LaneOrigin::kHeld &&
-          lane_room(l.lane.progress.in_flight.size() + l.lane.retrying.size()) == 0)
-        continue;
-      indexes.push_back(i);
-      to_read.push_back(&l.lane);
-    }
-    if (indexes.empty()) return;
-    std::vector<LaneContents> contents = store_.read_lanes(to_read);
-    if (contents.size() != indexes.size())
-      throw Error(ErrorCode::kInternal, "relaybus: the store read " +
-                                            std::to_string(contents.size()) + " lanes of " +
-                                            std::to_string(indexes.size()));
-    for (std::size_t n = 0; n < indexes.size(); ++n) {
-      LaneInClaim& l = lanes_[indexes[n]];
-      l.read = true;
-      l.contents = std::move(contents[n]);
-      if (charges_in_flight(l.origin)) take_over(l);
-    }
-    if (oldest_first) {
-      std::vector<std::optional<std::int64_t>> since(lanes_.size());
-      for (std::size_t i : indexes) since[i] = held_work_since(lanes_[i]);
-      std::stable_sort(indexes.begin(), indexes.end(), [&](std::size_t a, std::size_t b) {
-        const auto sa = since[a].value_or(std::numeric_limits<std::int64_t>::max());
-        const auto sb = since[b].value_or(std::numeric_limits<std::int64_t>::max());
-        return sa < sb;
-      });
-    }
-    for (std::size_t i : indexes) {
-      if (remaining_ <= 0) break;
-      plan(lanes_[i]);
-    }
-  }
-
-  // When a read lane's work began: its first window delivery neither finished nor in
-  // flight, and its due exception rows not being retried.
-  std::optional<std::int64_t> held_work_since(const LaneInClaim& l) const {
-    const LaneProgress& p = l.lane.progress;
-    std::optional<std::int64_t> window;
-    for (const auto& d : l.contents.window) {
-      if (d.position <= p.acked_upto || p.done.count(d.position) != 0 ||
-          p.in_flight.count(d.position) != 0)
-        continue;
-      window = d.available_at_us;
-      break;
-    }
-    std::optional<std::int64_t> exceptions;
-    for (const auto& x : l.contents.pending)
-      if (x.available_at_us <= now_us_ && l.lane.retrying.count(x.position) == 0)
-        exceptions = std::min(x.available_at_us, exceptions.value_or(x.available_at_us));
-    return work_since(window, exceptions);
   }
 
   // A takeover in this claim: charged as take_over_positions_lane decides; the rows it

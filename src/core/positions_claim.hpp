@@ -96,6 +96,14 @@ struct LaneWorkProbe {
   std::optional<std::int64_t> due_exception_us;
 };
 
+// Whether and since when a held lane has work, read without its window (probe_held): its
+// first window delivery neither finished nor in flight, and its due pending exception rows
+// not being retried, as held_lane_probe says of a read lane.
+struct HeldLaneProbe {
+  std::optional<std::int64_t> window_since_us;   // that delivery's available_at
+  std::optional<std::int64_t> due_exception_us;  // the earliest of those rows' available_at
+};
+
 // A delivery of a lane's window, as read.
 struct WindowDelivery {
   Position position = 0;
@@ -191,6 +199,10 @@ class PositionsClaimStore : public PositionsWriteStore {
   // The contents of these locked lanes (as they are now: read after the locks and after
   // this claim's earlier writes), one per lane in the order given.
   virtual std::vector<LaneContents> read_lanes(const std::vector<const PositionsLane*>& lanes) = 0;
+  // What held_lane_probe says of each of these locked lanes (with the claim's now_us), one
+  // per lane in the order given, without reading their windows: a claim reads the windows
+  // of only as many held lanes, oldest work first, as its batch needs.
+  virtual std::vector<HeldLaneProbe> probe_held(const std::vector<const PositionsLane*>& lanes) = 0;
 };
 
 // A delivery a claim hands out.
@@ -221,6 +233,12 @@ bool acquirable_lane_has_work(const LaneWorkProbe& probe) noexcept;
 // neither is known.
 std::optional<std::int64_t> work_since(std::optional<std::int64_t> window_since_us,
                                        std::optional<std::int64_t> due_exception_us) noexcept;
+
+// A held lane's probe from its contents, the rule probe_held follows: the first window
+// delivery above the cursor neither in done nor in in_flight, and the due pending exception
+// rows (available_at <= now_us) not in retrying.
+HeldLaneProbe held_lane_probe(const PositionsLane& lane, const LaneContents& contents,
+                              std::int64_t now_us);
 
 // The acquirable lanes with work, oldest work first (lanes without a known time last), then
 // by handler and lane.

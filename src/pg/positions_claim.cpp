@@ -58,6 +58,8 @@ class PgPositionsClaimStore final : public core::PositionsClaimStore {
                                                            int wanted) override;
   std::vector<core::LaneContents> read_lanes(
       const std::vector<const core::PositionsLane*>& lanes) override;
+  std::vector<core::HeldLaneProbe> probe_held(
+      const std::vector<const core::PositionsLane*>& lanes) override;
   void insert_exceptions(const std::vector<core::NewException>& rows) override {
     writes_.insert_exceptions(rows);
   }
@@ -176,9 +178,12 @@ std::vector<core::LaneWorkProbe> PgPositionsClaimStore::lanes_with_work(
     const std::vector<std::string>& handlers) {
   // The acquirable lanes of the handlers, each with its progress (a backward probe of
   // lane_progress_pkey from the lane's hint, $3: progress_hints.hpp) and its first delivery
-  // above the cursor (one forward probe of deliveries_pkey: core::LaneWorkProbe says why
-  // that is all it needs). Unlocked, as of this statement; lock_acquirable locks from
-  // core's list, and the progress is read again.
+  // above the cursor (a forward probe of deliveries_pkey: core::LaneWorkProbe says why that
+  // is all it needs), looked for within the window first: a B-tree scan reads all the
+  // entries of a leaf page in its range before returning one, so an unbounded probe of a
+  // lane with a backlog reads a page of it; the unbounded one runs only where the window
+  // holds none. Unlocked, as of this statement; lock_acquirable locks from core's list,
+  // and the progress is read again.
   static Statement probe(
       "SELECT l.handler, l.lane, l.lease_owner IS NOT NULL, coalesce(p.acked_upto, 0), p.done,"
       " p.in_flight, p.retrying, f.position, f.available_at, p.seq FROM relaybus.lanes l"
@@ -193,11 +198,19 @@ std::vector<core::LaneWorkProbe> PgPositionsClaimStore::lanes_with_work(
       "   FROM relaybus.lane_progress p WHERE p.handler = l.handler AND p.lane = l.lane"
       "   ORDER BY p.seq DESC LIMIT 1)"
       "  LIMIT 1) p ON true"
-      " LEFT JOIN LATERAL (SELECT d.position, d.available_at FROM relaybus.deliveries d"
-      "  WHERE d.handler = l.handler AND d.lane = l.lane"
-      "  AND d.position > coalesce(p.acked_upto, 0) ORDER BY d.position LIMIT 1) f ON true"
+      " LEFT JOIN LATERAL ("
+      "  (SELECT d.position, d.available_at FROM relaybus.deliveries d"
+      "   WHERE d.handler = l.handler AND d.lane = l.lane"
+      "   AND d.position > coalesce(p.acked_upto, 0) AND d.position <= coalesce(p.acked_upto, 0) + "
+      "$5"
+      "   ORDER BY d.position LIMIT 1)"
+      "  UNION ALL"
+      "  (SELECT d.position, d.available_at FROM relaybus.deliveries d"
+      "   WHERE d.handler = l.handler AND d.lane = l.lane"
+      "   AND d.position > coalesce(p.acked_upto, 0) ORDER BY d.position LIMIT 1)"
+      "  LIMIT 1) f ON true"
       " WHERE l.handler = ANY ($1) AND " RELAYBUS_ACQUIRABLE_SQL("$2"),
-      {TEXTARRAYOID, TEXTOID, INT8ARRAYOID, INT4OID});
+      {TEXTARRAYOID, TEXTOID, INT8ARRAYOID, INT4OID, INT8OID});
   // The lanes of the handlers with due pending exception rows, from the due index: one
   // short range per handler (usually empty). A lane's retried rows count too: of an
   // acquirable lane only an expired one has any, and its takeover makes them due again.
@@ -219,6 +232,7 @@ std::vector<core::LaneWorkProbe> PgPositionsClaimStore::lanes_with_work(
   params.text(holder_.worker);
   params.int8_array(progress_hints::get_by_handler(handlers));
   params.int4(core::kLaneCount);
+  params.int8(core::kPositionWindow);
   const std::uint64_t n = probe.run(params);
   std::vector<core::LaneWorkProbe> out;
   out.reserve(n);
@@ -339,6 +353,68 @@ std::vector<core::LaneContents> PgPositionsClaimStore::read_lanes(
               [](const auto& a, const auto& b) { return a.position < b.position; });
     std::sort(c.pending.begin(), c.pending.end(),
               [](const auto& a, const auto& b) { return a.position < b.position; });
+  }
+  return out;
+}
+
+std::vector<core::HeldLaneProbe> PgPositionsClaimStore::probe_held(
+    const std::vector<const core::PositionsLane*>& lanes) {
+  // core::held_lane_probe, set-based: per lane, the first delivery of its window (one range
+  // scan of deliveries_pkey, stopping at the first position neither done nor in flight)
+  // and the earliest due pending exception row not being retried (a range of
+  // exceptions_pkey). done and in_flight ($4) and retrying ($7) are slices of flat arrays.
+  static Statement probe(
+      "SELECT u.n,"
+      " (SELECT d.available_at FROM relaybus.deliveries d"
+      "   WHERE d.handler = u.handler AND d.lane = u.lane"
+      "   AND d.position > u.acked AND d.position <= u.acked + $10"
+      "   AND d.position <> ALL (coalesce(($4::int8[])[u.skip_first:u.skip_first + u.skip_count - "
+      "1],"
+      "                                   '{}'))"
+      "   ORDER BY d.position LIMIT 1),"
+      " (SELECT min(x.available_at) FROM relaybus.exceptions x"
+      "   WHERE x.handler = u.handler AND x.lane = u.lane AND x.status = 'pending'"
+      "   AND x.available_at <= now()"
+      "   AND x.position <> ALL (coalesce(($7::int8[])[u.retry_first:u.retry_first + u.retry_count"
+      "                                                 - 1], '{}')))"
+      " FROM unnest($1::text[], $2::int2[], $3::int8[], $5::int4[], $6::int4[], $8::int4[],"
+      "  $9::int4[]) WITH ORDINALITY"
+      "  AS u(handler, lane, acked, skip_first, skip_count, retry_first, retry_count, n)",
+      {TEXTARRAYOID, INT2ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT4ARRAYOID, INT4ARRAYOID,
+       INT8ARRAYOID, INT4ARRAYOID, INT4ARRAYOID, INT8OID});
+  LaneList list;
+  std::vector<std::int64_t> acked, skip, retrying;
+  std::vector<std::int32_t> skip_firsts, skip_counts, retry_firsts, retry_counts;
+  for (const core::PositionsLane* l : lanes) {
+    list.add(l->handler, l->lane);
+    acked.push_back(l->progress.acked_upto);
+    skip_firsts.push_back(static_cast<std::int32_t>(skip.size()) + 1);  // SQL arrays: from 1
+    skip.insert(skip.end(), l->progress.done.begin(), l->progress.done.end());
+    skip.insert(skip.end(), l->progress.in_flight.begin(), l->progress.in_flight.end());
+    skip_counts.push_back(static_cast<std::int32_t>(skip.size()) + 1 - skip_firsts.back());
+    retry_firsts.push_back(static_cast<std::int32_t>(retrying.size()) + 1);
+    retrying.insert(retrying.end(), l->retrying.begin(), l->retrying.end());
+    retry_counts.push_back(static_cast<std::int32_t>(retrying.size()) + 1 - retry_firsts.back());
+  }
+  Params params;
+  list.bind(params);
+  params.int8_array(acked);
+  params.int8_array(skip);
+  params.int4_array(skip_firsts);
+  params.int4_array(skip_counts);
+  params.int8_array(retrying);
+  params.int4_array(retry_firsts);
+  params.int4_array(retry_counts);
+  params.int8(core::kPositionWindow);
+  const std::uint64_t n = probe.run(params);
+  std::vector<core::HeldLaneProbe> out(lanes.size());
+  for (std::uint64_t r = 0; r < n; ++r) {
+    const std::int64_t lane = row::int8(r, 1);
+    if (lane < 1 || static_cast<std::size_t>(lane) > out.size())
+      throw core::Error(core::ErrorCode::kInternal, "relaybus: a probe of a lane not asked for");
+    core::HeldLaneProbe& p = out[static_cast<std::size_t>(lane) - 1];
+    if (!row::is_null(r, 2)) p.window_since_us = timestamp_of_row(r, 2);
+    if (!row::is_null(r, 3)) p.due_exception_us = timestamp_of_row(r, 3);
   }
   return out;
 }

@@ -36,6 +36,7 @@ struct FakeLane {
   LaneBinding binding;
   LaneProgress progress;
   PositionSet retrying;
+  bool renewal_due = true;  // a held lane's lease is due for renewal (the default: read it)
 };
 
 struct FakeDelivery {
@@ -73,6 +74,7 @@ class FakeStore final : public PositionsClaimStore, public PositionsTakeoverStor
   Names calls;
   std::vector<std::pair<std::vector<LaneRef>, int>> acquire_calls;
   std::vector<std::vector<LaneKey>> reads;
+  std::vector<std::vector<LaneKey>> probes;
   std::vector<PositionsLaneWrite> lane_writes;
 
   // ---- setup helpers ----
@@ -134,6 +136,7 @@ class FakeStore final : public PositionsClaimStore, public PositionsTakeoverStor
       LaneBinding b = l.binding;
       b.lease_expired = l.expired;
       out.push_back({snapshot(k, l), b});
+      out.back().lane.lease_renewal_due = l.renewal_due;
     }
     return out;
   }
@@ -211,6 +214,35 @@ class FakeStore final : public PositionsClaimStore, public PositionsTakeoverStor
       out.push_back(std::move(c));
     }
     reads.push_back(keys);
+    return out;
+  }
+
+  // Written from the maps, apart from core::held_lane_probe (HeldLaneProbeAgreesWithTheRule
+  // checks the two agree).
+  std::vector<HeldLaneProbe> probe_held(const std::vector<const PositionsLane*>& asked) override {
+    calls.push_back("probe_held");
+    std::vector<LaneKey> keys;
+    std::vector<HeldLaneProbe> out;
+    for (const PositionsLane* l : asked) {
+      keys.push_back({l->handler, l->lane});
+      const LaneProgress& g = l->progress;
+      HeldLaneProbe p;
+      for (const auto& [k, d] : deliveries) {  // ascending by position within a lane
+        const Position pos = std::get<2>(k);
+        if (std::get<0>(k) != l->handler || std::get<1>(k) != l->lane) continue;
+        if (pos <= g.acked_upto || pos > g.acked_upto + kPositionWindow) continue;
+        if (g.done.count(pos) != 0 || g.in_flight.count(pos) != 0) continue;
+        p.window_since_us = d.available_at;
+        break;
+      }
+      for (const auto& [k, x] : exceptions)
+        if (std::get<0>(k) == l->handler && std::get<1>(k) == l->lane && !x.dead &&
+            x.available_at <= now && l->retrying.count(std::get<2>(k)) == 0)
+          p.due_exception_us =
+              std::min(x.available_at, p.due_exception_us.value_or(x.available_at));
+      out.push_back(p);
+    }
+    probes.push_back(keys);
     return out;
   }
 
@@ -812,6 +844,114 @@ TEST(PositionsClaimTest, AHeldLaneThatRunsEverythingItCanIsNotRewritten) {
   EXPECT_TRUE(Claim(store, 100).empty());
   EXPECT_TRUE(store.lane_writes.empty());
   EXPECT_TRUE(store.reads.empty()) << "a held lane without room is not even read";
+}
+
+TEST(PositionsClaimTest, AClaimReadsOnlyTheHeldLanesItsBatchNeedsOldestWorkFirst) {
+  FakeStore store;
+  // 40 held lanes, none due for lease renewal, three deliveries each; lane 39's work is the
+  // oldest, lane 0's the newest.
+  for (std::int16_t lane = 0; lane < 40; ++lane) {
+    store.hold("h", lane, "w", Mine());
+    store.lane("h", lane).renewal_due = false;
+    for (int i = 0; i < 3; ++i)
+      store.publish("h", lane, "e" + std::to_string(lane) + "." + std::to_string(i), std::nullopt,
+                    kNow - 1000 - lane);
+  }
+  Names ids = EventIds(Claim(store, 6));
+  std::sort(ids.begin(), ids.end());
+  EXPECT_EQ(ids, (Names{"e38.0", "e38.1", "e38.2", "e39.0", "e39.1", "e39.2"}));
+  ASSERT_EQ(store.probes.size(), 1u);
+  EXPECT_EQ(store.probes[0].size(), 40u) << "every held lane is probed";
+  ASSERT_EQ(store.reads.size(), 1u);
+  std::vector<LaneKey> first_eight;
+  for (std::int16_t lane = 39; lane >= 32; --lane) first_eight.push_back({"h", lane});
+  EXPECT_EQ(store.reads[0], first_eight) << "only a chunk of 8 is read, oldest work first";
+  EXPECT_EQ(store.calls,
+            (Names{"subscribed_handlers", "held_lanes", "probe_held", "read_lanes", "write_lanes"}))
+      << "the held lanes filled the batch: no free lane is looked for";
+  for (const auto& w : store.lane_writes)
+    EXPECT_TRUE(w.lane == 39 || w.lane == 38) << "lane " << w.lane << " was not touched";
+}
+
+TEST(PositionsClaimTest, ChunksOfHeldLanesGrowUntilTheBatchIsFull) {
+  FakeStore store;
+  // 30 held lanes with one keyed delivery pair each: one delivery per key per batch, so
+  // each lane gives one.
+  for (std::int16_t lane = 0; lane < 30; ++lane) {
+    store.hold("h", lane, "w", Mine());
+    store.lane("h", lane).renewal_due = false;
+    store.publish("h", lane, "a" + std::to_string(lane), "K" + std::to_string(lane),
+                  kNow - 100 + lane);
+    store.publish("h", lane, "b" + std::to_string(lane), "K" + std::to_string(lane),
+                  kNow - 100 + lane);
+  }
+  EXPECT_EQ(Claim(store, 20).size(), 20u);
+  ASSERT_EQ(store.reads.size(), 2u);
+  EXPECT_EQ(store.reads[0].size(), 8u);
+  EXPECT_EQ(store.reads[1].size(), 16u) << "the second chunk twice the first";
+  EXPECT_EQ(store.reads[1].front(), (LaneKey{"h", 8})) << "along the order";
+}
+
+TEST(PositionsClaimTest, AnIdleHeldLaneIsReadOnlyWhenItsRenewalIsDue) {
+  FakeStore store;
+  store.publish("h", 0, "e0");
+  store.publish("h", 1, "e1");
+  Claim(store, 10);
+  store.complete_all("h", 0);
+  store.complete_all("h", 1);
+  store.lane("h", 0).renewal_due = false;  // idle, lease fresh: kept, untouched
+  store.lane("h", 1).renewal_due = true;   // idle, renewal due: read and handed back
+  store.reads.clear();
+  store.lane_writes.clear();
+  EXPECT_TRUE(Claim(store, 10).empty());
+  ASSERT_EQ(store.reads.size(), 1u);
+  EXPECT_EQ(store.reads[0], (std::vector<LaneKey>{{"h", 1}}));
+  EXPECT_EQ(store.lane("h", 0).owner, "w");
+  EXPECT_FALSE(store.lane("h", 1).owner);
+  ASSERT_EQ(store.lane_writes.size(), 1u);
+  EXPECT_EQ(store.lane_writes[0].lane, 1);
+}
+
+TEST(PositionsClaimTest, HeldLaneProbeAgreesWithTheRule) {
+  // held_lane_probe over what read_lanes returns, against the store's probe_held, for lanes
+  // with finished, running, absent, deferred and retried positions and exception rows due
+  // or not.
+  FakeStore store;
+  for (std::int16_t lane = 0; lane < 6; ++lane)
+    for (int i = 0; i < 5; ++i)
+      store.publish("h", lane, "e" + std::to_string(lane) + std::to_string(i), std::nullopt,
+                    kNow - 50 + 10 * i + lane);
+  store.lane("h", 1).progress.acked_upto = 2;
+  store.lane("h", 2).progress.done = {1, 3};
+  store.lane("h", 2).progress.in_flight = {2};
+  store.lane("h", 3).progress.in_flight = {1, 2, 3, 4, 5};
+  store.lane("h", 4).progress.acked_upto = 5;
+  store.exceptions[{"h", 4, 2}] = {"e41", std::nullopt, false, 1, 1, kNow - 5};
+  store.exceptions[{"h", 4, 3}] = {"e42", std::nullopt, false, 1, 1, kNow - 7};
+  store.exceptions[{"h", 4, 4}] = {"e43", std::nullopt, false, 1, 1, kNow + 9};
+  store.exceptions[{"h", 4, 5}] = {"e44", std::nullopt, true, 5, 5, kNow - 9};
+  store.lane("h", 5).progress.acked_upto = 5;
+  store.lane("h", 5).retrying = {2};
+  store.exceptions[{"h", 5, 2}] = {"e51", std::nullopt, false, 1, 2, kNow - 3};
+  std::vector<PositionsLane> lanes;
+  for (std::int16_t lane = 0; lane < 6; ++lane) {
+    const FakeLane& l = store.lane("h", lane);
+    lanes.push_back({"h", lane, 0, l.progress, l.retrying});
+  }
+  std::vector<const PositionsLane*> asked;
+  for (const auto& l : lanes) asked.push_back(&l);
+  const auto contents = store.read_lanes(asked);
+  const auto probes = store.probe_held(asked);
+  for (std::size_t i = 0; i < lanes.size(); ++i) {
+    const HeldLaneProbe rule = held_lane_probe(lanes[i], contents[i], kNow);
+    EXPECT_EQ(probes[i].window_since_us, rule.window_since_us) << "lane " << i;
+    EXPECT_EQ(probes[i].due_exception_us, rule.due_exception_us) << "lane " << i;
+  }
+  EXPECT_EQ(probes[2].window_since_us, kNow - 50 + 30 + 2)
+      << "4 is the first neither done nor running";
+  EXPECT_FALSE(probes[3].window_since_us) << "everything runs";
+  EXPECT_EQ(probes[4].due_exception_us, kNow - 7) << "the earliest due row, not the dead one";
+  EXPECT_FALSE(probes[5].due_exception_us) << "its only due row is being retried";
 }
 
 TEST(PositionsClaimTest, AFreeLaneAcquiredInVainIsNotWritten) {
