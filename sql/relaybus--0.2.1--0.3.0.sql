@@ -240,6 +240,14 @@ CREATE TABLE relaybus.exceptions (
 -- primary key; free lanes with due retries by this one.
 CREATE INDEX exceptions_due_idx ON relaybus.exceptions (handler, available_at, lane)
   WHERE status = 'pending';
+-- claim: the lowest pending row of each key of a lane, found one key at a time, so that a
+-- key parked behind a failing row costs a claim one step however many of its deliveries
+-- wait, and the lanes with pending rows, one lane at a time (src/pg/exception_heads.hpp).
+CREATE INDEX exceptions_heads_idx ON relaybus.exceptions (handler, lane, key, position)
+  WHERE status = 'pending';
+-- claim: a lane's unkeyed pending rows, earliest due first (src/pg/exception_heads.hpp).
+CREATE INDEX exceptions_unkeyed_idx ON relaybus.exceptions (handler, lane, available_at)
+  WHERE status = 'pending' AND key IS NULL;
 -- purge_expired and requeue_dead: dead letters by age.
 CREATE INDEX exceptions_dead_idx ON relaybus.exceptions (updated_at, handler)
   WHERE status = 'dead';
@@ -1002,6 +1010,12 @@ COMMENT ON TABLE relaybus.exceptions IS
 COMMENT ON INDEX relaybus.exceptions_due_idx IS
   'claim: a lane''s pending exception rows (keys held back, due retries) are read by the '
   'primary key; free lanes with due retries by this one.';
+COMMENT ON INDEX relaybus.exceptions_heads_idx IS
+  'claim: the lowest pending row of each key of a lane, found one key at a time, so that a '
+  'key parked behind a failing row costs a claim one step however many of its deliveries '
+  'wait, and the lanes with pending rows, one lane at a time (src/pg/exception_heads.hpp).';
+COMMENT ON INDEX relaybus.exceptions_unkeyed_idx IS
+  'claim: a lane''s unkeyed pending rows, earliest due first (src/pg/exception_heads.hpp).';
 COMMENT ON INDEX relaybus.exceptions_dead_idx IS
   'purge_expired and requeue_dead: dead letters by age.';
 COMMENT ON SCHEMA relaybus_internal IS

@@ -34,10 +34,15 @@ HeldLaneProbe held_lane_probe(const PositionsLane& lane, const LaneContents& con
     probe.window_since_us = d.available_at_us;
     break;
   }
-  for (const auto& x : contents.pending)
+  // Only heads count: the lowest pending row of a key (the rows behind it wait for it) and
+  // every unkeyed row; pending is ascending by position.
+  KeySet seen;
+  for (const auto& x : contents.pending) {
+    if (x.key && !seen.insert(*x.key).second) continue;
     if (x.available_at_us <= now_us && lane.retrying.count(x.position) == 0)
       probe.due_exception_us =
           std::min(x.available_at_us, probe.due_exception_us.value_or(x.available_at_us));
+  }
   return probe;
 }
 

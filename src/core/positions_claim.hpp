@@ -92,13 +92,14 @@ struct LaneWorkProbe {
   // per lane answers both whether and since when, where a tail would take a second one.
   std::optional<Position> first_position;
   std::optional<std::int64_t> first_available_us;
-  // The earliest available_at of the lane's due pending exception rows (nullopt: none).
+  // The earliest available_at of the lane's due heads of pending exception rows (the lowest
+  // row of a key, or an unkeyed row; nullopt: none).
   std::optional<std::int64_t> due_exception_us;
 };
 
 // Whether and since when a held lane has work, read without its window (probe_held): its
-// first window delivery neither finished nor in flight, and its due pending exception rows
-// not being retried, as held_lane_probe says of a read lane.
+// first window delivery neither finished nor in flight, and its earliest due head of
+// pending exception rows not being retried, as held_lane_probe says of a read lane.
 struct HeldLaneProbe {
   std::optional<std::int64_t> window_since_us;   // that delivery's available_at
   std::optional<std::int64_t> due_exception_us;  // the earliest of those rows' available_at
@@ -127,8 +128,14 @@ struct LaneContents {
   // The deliveries at positions (acked_upto, acked_upto + kPositionWindow], ascending; a
   // position of the window without one (up to the tail) is absent.
   std::vector<WindowDelivery> window;
-  Position tail = 0;                      // the lane's last position (0: none above the cursor)
-  std::vector<PendingException> pending;  // its pending exception rows, ascending
+  Position tail = 0;  // the lane's last position (0: none above the cursor)
+  // Its pending exception rows, ascending by position: at least the lowest row of each key,
+  // the rows in `retrying`, the lowest unkeyed row, and its due unkeyed rows not being
+  // retried (earliest due first, up to kMaxInFlightPerLane of them). A store may pass every
+  // pending row: the claim decides the same from either (the rows behind a key's lowest
+  // wait for it), except which unkeyed rows it takes when more than a lane's room of them
+  // are due (unkeyed rows have no order to keep).
+  std::vector<PendingException> pending;
 };
 
 // An exception row to insert, taking event id, key and created_at from its delivery row.
@@ -235,8 +242,10 @@ std::optional<std::int64_t> work_since(std::optional<std::int64_t> window_since_
                                        std::optional<std::int64_t> due_exception_us) noexcept;
 
 // A held lane's probe from its contents, the rule probe_held follows: the first window
-// delivery above the cursor neither in done nor in in_flight, and the due pending exception
-// rows (available_at <= now_us) not in retrying.
+// delivery above the cursor neither in done nor in in_flight, and the earliest due
+// (available_at <= now_us) head of its pending exception rows not in retrying, a head being
+// the lowest row of a key, or an unkeyed row. `contents.pending` may hold every pending row
+// of the lane or only what LaneContents promises.
 HeldLaneProbe held_lane_probe(const PositionsLane& lane, const LaneContents& contents,
                               std::int64_t now_us);
 

@@ -8,6 +8,7 @@
 // progress rows and the leases that change in one statement each, and the events of the
 // picks only. No delivery row is ever written, and a lane kept as it was not at all.
 #include "counters.hpp"
+#include "exception_heads.hpp"
 #include "holder.hpp"
 #include "lane_lease_sql.hpp"
 #include "lane_list.hpp"
@@ -27,6 +28,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <utility>
 
 namespace relaybus::pg {
@@ -60,6 +62,10 @@ class PgPositionsClaimStore final : public core::PositionsClaimStore {
       const std::vector<const core::PositionsLane*>& lanes) override;
   std::vector<core::HeldLaneProbe> probe_held(
       const std::vector<const core::PositionsLane*>& lanes) override;
+  // Per lane, the earliest due head of its pending exception rows (exception_heads.hpp),
+  // leaving out the lane's retrying positions if `skip_retrying`.
+  std::vector<std::optional<std::int64_t>> due_heads(
+      const std::vector<const core::PositionsLane*>& lanes, bool skip_retrying);
   void insert_exceptions(const std::vector<core::NewException>& rows) override {
     writes_.insert_exceptions(rows);
   }
@@ -211,22 +217,6 @@ std::vector<core::LaneWorkProbe> PgPositionsClaimStore::lanes_with_work(
       "  LIMIT 1) f ON true"
       " WHERE l.handler = ANY ($1) AND " RELAYBUS_ACQUIRABLE_SQL("$2"),
       {TEXTARRAYOID, TEXTOID, INT8ARRAYOID, INT4OID, INT8OID});
-  // The lanes of the handlers with due pending exception rows, from the due index: one
-  // short range per handler (usually empty). A lane's retried rows count too: of an
-  // acquirable lane only an expired one has any, and its takeover makes them due again.
-  static Statement due_rows(
-      "SELECT x.handler, x.lane, min(x.available_at) FROM relaybus.exceptions x"
-      " WHERE x.handler = ANY ($1) AND x.status = 'pending' AND x.available_at <= now()"
-      " GROUP BY x.handler, x.lane",
-      {TEXTARRAYOID});
-  std::map<std::pair<std::string, std::int16_t>, std::int64_t> due;
-  {
-    Params params;
-    params.text_array(handlers);
-    const std::uint64_t n = due_rows.run(params);
-    for (std::uint64_t r = 0; r < n; ++r)
-      due[{row::text(r, 1), row::int2(r, 2)}] = timestamp_of_row(r, 3);
-  }
   Params params;
   params.text_array(handlers);
   params.text(holder_.worker);
@@ -247,10 +237,31 @@ std::vector<core::LaneWorkProbe> PgPositionsClaimStore::lanes_with_work(
     if (!row::is_null(r, 8)) p.first_position = row::int8(r, 8);
     if (!row::is_null(r, 9)) p.first_available_us = timestamp_of_row(r, 9);
     if (!row::is_null(r, 10)) progress_hints::note(p.lane.handler, p.lane.lane, row::int8(r, 10));
-    const auto it = due.find({p.lane.handler, p.lane.lane});
-    if (it != due.end()) p.due_exception_us = it->second;
     out.push_back(std::move(p));
   }
+  // The earliest due head of pending exception rows (exception_heads.hpp) of each lane that
+  // has pending rows (usually none: one step finds that). A lane's retried rows count too:
+  // of an acquirable lane only an expired one has any, and its takeover makes them due.
+  static Statement with_exceptions(RELAYBUS_LANES_WITH_EXCEPTIONS_SQL, {TEXTARRAYOID});
+  Params lane_params;
+  lane_params.text_array(handlers);
+  std::set<std::pair<std::string, std::int16_t>> have;
+  const std::uint64_t m = with_exceptions.run(lane_params);
+  for (std::uint64_t r = 0; r < m; ++r) have.insert({row::text(r, 1), row::int2(r, 2)});
+  std::vector<std::size_t> indexes;
+  std::vector<core::PositionsLane> lanes;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (have.count({out[i].lane.handler, out[i].lane.lane}) == 0) continue;
+    indexes.push_back(i);
+    core::PositionsLane l;
+    l.handler = out[i].lane.handler;
+    l.lane = out[i].lane.lane;
+    lanes.push_back(std::move(l));
+  }
+  std::vector<const core::PositionsLane*> asked;
+  for (const auto& l : lanes) asked.push_back(&l);
+  const std::vector<std::optional<std::int64_t>> due = due_heads(asked, /*skip_retrying=*/false);
+  for (std::size_t k = 0; k < indexes.size(); ++k) out[indexes[k]].due_exception_us = due[k];
   return out;
 }
 
@@ -290,14 +301,16 @@ std::vector<core::AcquiredPositionsLane> PgPositionsClaimStore::lock_acquirable(
 std::vector<core::LaneContents> PgPositionsClaimStore::read_lanes(
     const std::vector<const core::PositionsLane*>& lanes) {
   // Per lane, in one snapshot: the window (one range scan of deliveries_pkey), the tail
-  // (one backward probe of it) and the pending exception rows (a range of
-  // exceptions_pkey). Kind 0, 1 and 2 rows, each with the lane's place in the list.
+  // (one backward probe of it) and the pending exception rows core::LaneContents asks for
+  // (the heads: exception_heads.hpp). Kind 0, 1 and 2 rows, each with the lane's place in
+  // the list.
   // The tail is probed above the cursor only (none there reads as 0, which core takes as
   // "nothing above the cursor", as it takes a tail at or below it): a B-tree scan reads
   // every matching entry of a leaf page before it returns one, so a probe bounded by the
   // lane alone reads a page of the lane's finished positions (up to about 180 entries,
   // 30 us a lane once the lane fills its pages) where this one stops at the cursor.
   static Statement read(
+      RELAYBUS_EXCEPTION_HEADS_CTE
       "SELECT 0, u.n, d.position, d.event_id, d.key, d.available_at, 0, 0"
       " FROM unnest($1::text[], $2::int2[], $3::int8[]) WITH ORDINALITY AS u(handler, lane, acked, "
       "n)"
@@ -312,22 +325,48 @@ std::vector<core::LaneContents> PgPositionsClaimStore::read_lanes(
       "  WHERE d.handler = u.handler AND d.lane = u.lane AND d.position > u.acked"
       "  ORDER BY d.position DESC LIMIT 1) t"
       " UNION ALL"
+      // The lowest pending row of each key (a loose scan: exception_heads.hpp).
+      " SELECT 2, h.n, x.position, x.event_id, x.key, x.available_at, x.attempts, x.claims"
+      " FROM heads h JOIN relaybus.exceptions x"
+      "  ON x.handler = h.handler AND x.lane = h.lane AND x.position = h.position"
+      " UNION ALL"
+      // The rows being retried, the lowest unkeyed row, and the due unkeyed rows not being
+      // retried, earliest due first, up to a lane's room ($8).
       " SELECT 2, u.n, x.position, x.event_id, x.key, x.available_at, x.attempts, x.claims"
-      " FROM unnest($1::text[], $2::int2[]) WITH ORDINALITY AS u(handler, lane, n)"
-      " CROSS JOIN LATERAL (SELECT x.position, x.event_id, x.key, x.available_at, x.attempts,"
-      "  x.claims FROM relaybus.exceptions x WHERE x.handler = u.handler AND x.lane = u.lane"
-      "  AND x.status = 'pending' ORDER BY x.position) x",
-      {TEXTARRAYOID, INT2ARRAYOID, INT8ARRAYOID, INT8OID});
+      " FROM unnest($1::text[], $2::int2[], $6::int4[], $7::int4[]) WITH ORDINALITY"
+      "  AS u(handler, lane, rf, rc, n)"
+      " CROSS JOIN LATERAL ("
+      "  (SELECT x.* FROM relaybus.exceptions x WHERE x.handler = u.handler AND x.lane = u.lane"
+      "   AND x.position = ANY (coalesce(($5::int8[])[u.rf:u.rf + u.rc - 1], '{}'))"
+      "   AND x.status = 'pending')"
+      "  UNION ALL"
+      "  (SELECT x.* FROM relaybus.exceptions x WHERE x.handler = u.handler AND x.lane = u.lane"
+      "   AND x.status = 'pending' AND x.key IS NULL ORDER BY x.position LIMIT 1)"
+      "  UNION ALL"
+      "  (SELECT x.* FROM relaybus.exceptions x WHERE x.handler = u.handler AND x.lane = u.lane"
+      "   AND x.status = 'pending' AND x.key IS NULL AND x.available_at <= now()"
+      "   AND x.position <> ALL (coalesce(($5::int8[])[u.rf:u.rf + u.rc - 1], '{}'))"
+      "   ORDER BY x.available_at LIMIT $8)) x",
+      {TEXTARRAYOID, INT2ARRAYOID, INT8ARRAYOID, INT8OID, INT8ARRAYOID, INT4ARRAYOID, INT4ARRAYOID,
+       INT4OID});
   LaneList list;
-  std::vector<std::int64_t> acked;
+  std::vector<std::int64_t> acked, retrying;
+  std::vector<std::int32_t> retry_firsts, retry_counts;
   for (const core::PositionsLane* l : lanes) {
     list.add(l->handler, l->lane);
     acked.push_back(l->progress.acked_upto);
+    retry_firsts.push_back(static_cast<std::int32_t>(retrying.size()) + 1);  // from 1
+    retrying.insert(retrying.end(), l->retrying.begin(), l->retrying.end());
+    retry_counts.push_back(static_cast<std::int32_t>(retrying.size()) + 1 - retry_firsts.back());
   }
   Params params;
   list.bind(params);
   params.int8_array(acked);
   params.int8(core::kPositionWindow);
+  params.int8_array(retrying);
+  params.int4_array(retry_firsts);
+  params.int4_array(retry_counts);
+  params.int4(core::kMaxInFlightPerLane);
   const std::uint64_t n = read.run(params);
   std::vector<core::LaneContents> out(lanes.size());
   for (std::uint64_t r = 0; r < n; ++r) {
@@ -347,12 +386,47 @@ std::vector<core::LaneContents> PgPositionsClaimStore::read_lanes(
                            timestamp_of_row(r, 6), row::int4(r, 7), row::int4(r, 8)});
     }
   }
-  // Ascending, as core takes them (each arm returns them so; the union does not promise).
+  // Ascending, as core takes them (each arm returns them so; the union does not promise),
+  // and each pending row once (a head may also be retried, due, or the lowest unkeyed).
   for (auto& c : out) {
     std::sort(c.window.begin(), c.window.end(),
               [](const auto& a, const auto& b) { return a.position < b.position; });
     std::sort(c.pending.begin(), c.pending.end(),
               [](const auto& a, const auto& b) { return a.position < b.position; });
+    c.pending.erase(
+        std::unique(c.pending.begin(), c.pending.end(),
+                    [](const auto& a, const auto& b) { return a.position == b.position; }),
+        c.pending.end());
+  }
+  return out;
+}
+
+std::vector<std::optional<std::int64_t>> PgPositionsClaimStore::due_heads(
+    const std::vector<const core::PositionsLane*>& lanes, bool skip_retrying) {
+  static Statement read(RELAYBUS_DUE_HEADS_SQL,
+                        {TEXTARRAYOID, INT2ARRAYOID, INT8ARRAYOID, INT4ARRAYOID, INT4ARRAYOID});
+  std::vector<std::optional<std::int64_t>> out(lanes.size());
+  if (lanes.empty()) return out;
+  LaneList list;
+  std::vector<std::int64_t> retrying;
+  std::vector<std::int32_t> firsts, counts;
+  for (const core::PositionsLane* l : lanes) {
+    list.add(l->handler, l->lane);
+    firsts.push_back(static_cast<std::int32_t>(retrying.size()) + 1);  // SQL arrays: from 1
+    if (skip_retrying) retrying.insert(retrying.end(), l->retrying.begin(), l->retrying.end());
+    counts.push_back(static_cast<std::int32_t>(retrying.size()) + 1 - firsts.back());
+  }
+  Params params;
+  list.bind(params);
+  params.int8_array(retrying);
+  params.int4_array(firsts);
+  params.int4_array(counts);
+  const std::uint64_t n = read.run(params);
+  for (std::uint64_t r = 0; r < n; ++r) {
+    const std::int64_t lane = row::int8(r, 1);
+    if (lane < 1 || static_cast<std::size_t>(lane) > out.size())
+      throw core::Error(core::ErrorCode::kInternal, "relaybus: due heads of a lane not asked for");
+    if (!row::is_null(r, 2)) out[static_cast<std::size_t>(lane) - 1] = timestamp_of_row(r, 2);
   }
   return out;
 }
@@ -360,31 +434,24 @@ std::vector<core::LaneContents> PgPositionsClaimStore::read_lanes(
 std::vector<core::HeldLaneProbe> PgPositionsClaimStore::probe_held(
     const std::vector<const core::PositionsLane*>& lanes) {
   // core::held_lane_probe, set-based: per lane, the first delivery of its window (one range
-  // scan of deliveries_pkey, stopping at the first position neither done nor in flight)
-  // and the earliest due pending exception row not being retried (a range of
-  // exceptions_pkey). done and in_flight ($4) and retrying ($7) are slices of flat arrays.
+  // scan of deliveries_pkey, stopping at the first position neither done nor in flight,
+  // $4: done and in_flight, sliced), then its earliest due head of exception rows not
+  // being retried (due_heads).
   static Statement probe(
-      "SELECT u.n,"
-      " (SELECT d.available_at FROM relaybus.deliveries d"
+      "SELECT u.n, d.available_at"
+      " FROM unnest($1::text[], $2::int2[], $3::int8[], $5::int4[], $6::int4[]) WITH ORDINALITY"
+      "  AS u(handler, lane, acked, skip_first, skip_count, n)"
+      " CROSS JOIN LATERAL (SELECT d.available_at FROM relaybus.deliveries d"
       "   WHERE d.handler = u.handler AND d.lane = u.lane"
-      "   AND d.position > u.acked AND d.position <= u.acked + $10"
-      "   AND d.position <> ALL (coalesce(($4::int8[])[u.skip_first:u.skip_first + u.skip_count - "
-      "1],"
-      "                                   '{}'))"
-      "   ORDER BY d.position LIMIT 1),"
-      " (SELECT min(x.available_at) FROM relaybus.exceptions x"
-      "   WHERE x.handler = u.handler AND x.lane = u.lane AND x.status = 'pending'"
-      "   AND x.available_at <= now()"
-      "   AND x.position <> ALL (coalesce(($7::int8[])[u.retry_first:u.retry_first + u.retry_count"
-      "                                                 - 1], '{}')))"
-      " FROM unnest($1::text[], $2::int2[], $3::int8[], $5::int4[], $6::int4[], $8::int4[],"
-      "  $9::int4[]) WITH ORDINALITY"
-      "  AS u(handler, lane, acked, skip_first, skip_count, retry_first, retry_count, n)",
+      "   AND d.position > u.acked AND d.position <= u.acked + $7"
+      "   AND d.position <> ALL (coalesce(($4::int8[])[u.skip_first:u.skip_first + u.skip_count"
+      "                                                - 1], '{}'))"
+      "   ORDER BY d.position LIMIT 1) d",
       {TEXTARRAYOID, INT2ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT4ARRAYOID, INT4ARRAYOID,
-       INT8ARRAYOID, INT4ARRAYOID, INT4ARRAYOID, INT8OID});
+       INT8OID});
   LaneList list;
-  std::vector<std::int64_t> acked, skip, retrying;
-  std::vector<std::int32_t> skip_firsts, skip_counts, retry_firsts, retry_counts;
+  std::vector<std::int64_t> acked, skip;
+  std::vector<std::int32_t> skip_firsts, skip_counts;
   for (const core::PositionsLane* l : lanes) {
     list.add(l->handler, l->lane);
     acked.push_back(l->progress.acked_upto);
@@ -392,9 +459,6 @@ std::vector<core::HeldLaneProbe> PgPositionsClaimStore::probe_held(
     skip.insert(skip.end(), l->progress.done.begin(), l->progress.done.end());
     skip.insert(skip.end(), l->progress.in_flight.begin(), l->progress.in_flight.end());
     skip_counts.push_back(static_cast<std::int32_t>(skip.size()) + 1 - skip_firsts.back());
-    retry_firsts.push_back(static_cast<std::int32_t>(retrying.size()) + 1);
-    retrying.insert(retrying.end(), l->retrying.begin(), l->retrying.end());
-    retry_counts.push_back(static_cast<std::int32_t>(retrying.size()) + 1 - retry_firsts.back());
   }
   Params params;
   list.bind(params);
@@ -402,9 +466,6 @@ std::vector<core::HeldLaneProbe> PgPositionsClaimStore::probe_held(
   params.int8_array(skip);
   params.int4_array(skip_firsts);
   params.int4_array(skip_counts);
-  params.int8_array(retrying);
-  params.int4_array(retry_firsts);
-  params.int4_array(retry_counts);
   params.int8(core::kPositionWindow);
   const std::uint64_t n = probe.run(params);
   std::vector<core::HeldLaneProbe> out(lanes.size());
@@ -412,10 +473,10 @@ std::vector<core::HeldLaneProbe> PgPositionsClaimStore::probe_held(
     const std::int64_t lane = row::int8(r, 1);
     if (lane < 1 || static_cast<std::size_t>(lane) > out.size())
       throw core::Error(core::ErrorCode::kInternal, "relaybus: a probe of a lane not asked for");
-    core::HeldLaneProbe& p = out[static_cast<std::size_t>(lane) - 1];
-    if (!row::is_null(r, 2)) p.window_since_us = timestamp_of_row(r, 2);
-    if (!row::is_null(r, 3)) p.due_exception_us = timestamp_of_row(r, 3);
+    out[static_cast<std::size_t>(lane) - 1].window_since_us = timestamp_of_row(r, 2);
   }
+  const std::vector<std::optional<std::int64_t>> due = due_heads(lanes, /*skip_retrying=*/true);
+  for (std::size_t i = 0; i < out.size(); ++i) out[i].due_exception_us = due[i];
   return out;
 }
 

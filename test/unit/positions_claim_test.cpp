@@ -167,11 +167,14 @@ class FakeStore final : public PositionsClaimStore, public PositionsTakeoverStor
           p.first_available_us = d.available_at;
           break;
         }
-      for (const auto& [xk, x] : exceptions)
-        if (std::get<0>(xk) == k.first && std::get<1>(xk) == k.second && !x.dead &&
-            x.available_at <= now)
+      std::set<std::string> keys;  // heads only: a key's lowest pending row
+      for (const auto& [xk, x] : exceptions) {
+        if (std::get<0>(xk) != k.first || std::get<1>(xk) != k.second || x.dead) continue;
+        if (x.key && !keys.insert(*x.key).second) continue;
+        if (x.available_at <= now)
           p.due_exception_us =
               std::min(x.available_at, p.due_exception_us.value_or(x.available_at));
+      }
       out.push_back(std::move(p));
     }
     return out;
@@ -235,11 +238,14 @@ class FakeStore final : public PositionsClaimStore, public PositionsTakeoverStor
         p.window_since_us = d.available_at;
         break;
       }
-      for (const auto& [k, x] : exceptions)
-        if (std::get<0>(k) == l->handler && std::get<1>(k) == l->lane && !x.dead &&
-            x.available_at <= now && l->retrying.count(std::get<2>(k)) == 0)
+      std::set<std::string> keys;              // heads only: a key's lowest pending row
+      for (const auto& [k, x] : exceptions) {  // ascending by position within a lane
+        if (std::get<0>(k) != l->handler || std::get<1>(k) != l->lane || x.dead) continue;
+        if (x.key && !keys.insert(*x.key).second) continue;
+        if (x.available_at <= now && l->retrying.count(std::get<2>(k)) == 0)
           p.due_exception_us =
               std::min(x.available_at, p.due_exception_us.value_or(x.available_at));
+      }
       out.push_back(p);
     }
     probes.push_back(keys);
@@ -933,8 +939,23 @@ TEST(PositionsClaimTest, HeldLaneProbeAgreesWithTheRule) {
   store.lane("h", 5).progress.acked_upto = 5;
   store.lane("h", 5).retrying = {2};
   store.exceptions[{"h", 5, 2}] = {"e51", std::nullopt, false, 1, 2, kNow - 3};
+  // Lane 6: key A's head is not due (the rows behind it are, and do not count); key B's is.
+  store.publish("h", 6, "a1", "A");
+  store.publish("h", 6, "a2", "A");
+  store.publish("h", 6, "b1", "B");
+  store.lane("h", 6).progress.acked_upto = 3;
+  store.exceptions[{"h", 6, 1}] = {"a1", "A", false, 1, 1, kNow + 60};
+  store.exceptions[{"h", 6, 2}] = {"a2", "A", false, 0, 0, kNow - 40};
+  store.exceptions[{"h", 6, 3}] = {"b1", "B", false, 0, 0, kNow - 20};
+  // Lane 7: key C's head is being retried: the key is blocked, its due rows do not count.
+  store.publish("h", 7, "c1", "C");
+  store.publish("h", 7, "c2", "C");
+  store.lane("h", 7).progress.acked_upto = 2;
+  store.lane("h", 7).retrying = {1};
+  store.exceptions[{"h", 7, 1}] = {"c1", "C", false, 1, 1, kNow - 30};
+  store.exceptions[{"h", 7, 2}] = {"c2", "C", false, 0, 0, kNow - 30};
   std::vector<PositionsLane> lanes;
-  for (std::int16_t lane = 0; lane < 6; ++lane) {
+  for (std::int16_t lane = 0; lane < 8; ++lane) {
     const FakeLane& l = store.lane("h", lane);
     lanes.push_back({"h", lane, 0, l.progress, l.retrying});
   }
@@ -952,12 +973,14 @@ TEST(PositionsClaimTest, HeldLaneProbeAgreesWithTheRule) {
   EXPECT_FALSE(probes[3].window_since_us) << "everything runs";
   EXPECT_EQ(probes[4].due_exception_us, kNow - 7) << "the earliest due row, not the dead one";
   EXPECT_FALSE(probes[5].due_exception_us) << "its only due row is being retried";
+  EXPECT_EQ(probes[6].due_exception_us, kNow - 20) << "B's head; A's waits behind a row not due";
+  EXPECT_FALSE(probes[7].due_exception_us) << "C's head is being retried";
 }
 
-TEST(PositionsClaimTest, AFreeLaneAcquiredInVainIsNotWritten) {
+TEST(PositionsClaimTest, AFreeLaneWhoseDueRowsWaitBehindTheirKeyIsNotAcquired) {
   FakeStore store;
-  // A due exception row (work), but the lowest row of its key is not due yet: nothing can
-  // run, nothing changes.
+  // A due exception row, but the lowest row of its key is not due yet: the lane's heads
+  // hold no due row, so it has no work, and nothing is locked, read or written.
   store.publish("h", 0, "k1", "K");
   store.publish("h", 0, "k2", "K");
   store.exceptions[{"h", 0, 1}] = {"k1", "K", false, 1, 1, kNow + 100};
@@ -965,7 +988,7 @@ TEST(PositionsClaimTest, AFreeLaneAcquiredInVainIsNotWritten) {
   store.lane("h", 0).progress.acked_upto = 2;
   store.lane("h", 0).epoch = 5;
   EXPECT_TRUE(Claim(store, 10).empty());
-  EXPECT_EQ(store.calls.back(), "read_lanes") << "acquired and read, then nothing written";
+  EXPECT_EQ(store.calls.back(), "lanes_with_work") << "probed, not acquired";
   EXPECT_TRUE(store.lane_writes.empty());
   EXPECT_EQ(store.lane("h", 0).epoch, 5);
   EXPECT_FALSE(store.lane("h", 0).owner);
