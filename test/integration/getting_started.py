@@ -194,6 +194,8 @@ check("3a: complete returns t", re.search(r"^\s*complete\s*\n-+\n\s*t\s*$", out,
 promised("`mailer  |       0 |          0 |    0`")
 check("3a: statistics() shows nothing pending for mailer", ["mailer", "0", "0", "0"] in cells(out),
       out)
+check("3a: worker-1 holds no lane once it relinquished",
+      psql(env, "SELECT count(*) FROM relaybus.lanes WHERE lease_owner = 'worker-1'") == "0")
 
 # 3b. Python, with step 4 while it runs.
 step4 = block("4")
