@@ -4,8 +4,9 @@ Usage: getting_started.py DIR PORT WORK   (from the repository root; DIR a new d
 for the guide's cluster, PORT its port, WORK an empty scratch directory)
 
 The code blocks are read from the guide itself, so the guide cannot drift from what is
-tested. Only the paths and the port are changed, to DIR, PORT and WORK, and `sudo` is
-dropped (as the guide says to do as root). Every block runs with bash from the top of the
+tested. Only the paths and the port are changed, to DIR, PORT and WORK (the cluster's
+directory and port only in the steps that start and stop it: the others must name no
+connection of their own), and `sudo` is dropped (as the guide says to do as root). Every block runs with bash from the top of the
 checkout, in an environment without any PG* variable of its own: what a block exports
 (step 2) is handed to the later ones, as the guide tells a reader to do in a new terminal.
 A worker that the guide leaves running is stopped as Ctrl-C would stop it: SIGINT to its
@@ -67,29 +68,41 @@ for line in lines:
             code.append(inner)
         blocks.setdefault(section, []).append((fence.group(1), "\n".join(code) + "\n"))
 
+# The cluster's directory and port, replaced only in the steps that start, export and stop
+# it (2 and 5): every other step must find the cluster through the PG* variables, and one
+# that names it itself is refused below (replaced, it would hide exactly that).
+CLUSTER = [("/tmp/relaybus-tour", DIR), ("54330", PORT)]
 SUBSTITUTIONS = [
-    ("/tmp/relaybus-tour", DIR),
-    ("54330", PORT),
     ("/tmp/mailer.py", str(WORK / "mailer.py")),
     ("/tmp/mailer-node", str(WORK / "mailer-node")),
     ("sudo ", ""),
 ]
 
 
-def block(section):
-    """The one shell block of `section`, with the paths, the port and sudo replaced."""
+def block(section, cluster=False):
+    """The one shell block of `section`, with the paths and sudo replaced (and the
+    cluster's directory and port, for a `cluster` step)."""
     found = [code for lang, code in blocks.get(section, []) if lang == "sh"]
     if not check(f"step {section} of the guide has one sh block", len(found) == 1,
                  f"found {len(found)}"):
         finish()
     code = found[0]
+    substitutions = SUBSTITUTIONS + (CLUSTER if cluster else [])
+    # Either check failing ends the run before the block runs: run as written, it could
+    # reach a reader's own cluster of the guide, or write outside WORK.
+    if not cluster:
+        named = [old for old, _ in CLUSTER if old in code] + re.findall(r"postgres(?:ql)?://\S*", code)
+        if not check(f"step {section} names no connection of its own (only the PG* variables)",
+                     not named, str(named)):
+            finish()
     # A path this test does not redirect would be written outside WORK, or shared with a
     # reader's own try: the substitutions must cover every /tmp path of the block.
     unknown = [path for path in re.findall(r"/tmp/[\w.-]+", code)
-               if not any(path.startswith(old) for old, _ in SUBSTITUTIONS)]
-    check(f"step {section}'s /tmp paths are all ones this test redirects", not unknown,
-          str(unknown))
-    for old, new in SUBSTITUTIONS:
+               if not any(path.startswith(old) for old, _ in substitutions)]
+    if not check(f"step {section}'s /tmp paths are all ones this test redirects", not unknown,
+                 str(unknown)):
+        finish()
+    for old, new in substitutions:
         code = code.replace(old, new)
     return code
 
@@ -164,7 +177,8 @@ def psql(env, sql):
 
 # 2. A database with relaybus: starts the cluster; what it exports, later steps get.
 env_file = WORK / "step2.env"
-run(block("2") + f'env -0 >"{env_file}"\n', base_env, "step 2 (cluster, extension, subscribe)")
+run(block("2", cluster=True) + f'env -0 >"{env_file}"\n', base_env,
+    "step 2 (cluster, extension, subscribe)")
 exported = dict(item.split("=", 1) for item in env_file.read_text().split("\0")
                 if item.startswith("PG"))
 check("step 2 exports PGHOST, PGPORT, PGUSER and PGDATABASE",
@@ -246,6 +260,6 @@ check("the workers handed their lanes back when they stopped",
                 "WHERE lease_owner IN ('mailer-py', 'mailer-node')") == "0")
 
 # 5. Clean up.
-run(block("5"), env, "step 5 (cluster stop)")
+run(block("5", cluster=True), env, "step 5 (cluster stop)")
 check("step 5 removes the cluster's directory", not os.path.exists(DIR))
 finish()
