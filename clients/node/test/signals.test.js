@@ -27,11 +27,12 @@ after(async () => {
   await db?.drop();
 });
 
-// Starts `file` with DATABASE_URL set; resolves { child, output() } once `ready` is printed.
+// Starts `file` with PGDATABASE naming the test's database (PGHOST, PGPORT and PGUSER
+// are the suite's) and `env`; resolves { child, output() } once `ready` is printed.
 async function startChild(file, ready, env = {}) {
   const child = spawn(process.execPath, [file], {
     cwd: root,
-    env: { ...process.env, ...env, DATABASE_URL: db.url },
+    env: { ...process.env, PGDATABASE: db.name, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let stdout = '';
@@ -55,7 +56,7 @@ async function connections() {
   return rows[0].n;
 }
 
-test("the README's example publishes, handles, and stops cleanly on SIGINT", async () => {
+test("the README's example publishes, handles, buries bad data, and stops cleanly on SIGINT", async () => {
   const readme = readFileSync(`${root}README.md`, 'utf8');
   const code = /```js\n([\s\S]*?)```/.exec(readme)[1];
   assert.ok(code.split('\n').length <= 30, 'the example is meant to stay under 30 lines');
@@ -69,17 +70,26 @@ test("the README's example publishes, handles, and stops cleanly on SIGINT", asy
   writeFileSync(file, code);
   try {
     const { child, exited, output } = await startChild(file, 'mail to ann@example.com for order 1');
+    // An order without an email is buried at once: a dead letter after one attempt, not
+    // retried with backoff for hours.
+    const bad = await publish(db.admin, 'order.placed', { order_id: 2 });
+    await waitFor(() => output().stderr.includes(`gave up on ${bad}`), { what: 'the burial' });
+    const { rows: dead } = await db.admin.query(
+      "SELECT status, attempts, last_error FROM relaybus.deliveries WHERE event_id = $1 AND handler = 'mailer'", [bad]);
+    assert.deepEqual(dead, [{ status: 'dead', attempts: 1, last_error: 'order 2 has no email' }]);
     child.kill('SIGINT');
     const [exitCode, signal] = await exited;
     assert.equal(signal, null, `killed by ${signal}: ${output().stderr}`);
     assert.equal(exitCode, 0, output().stderr);
-    assert.equal(output().stderr, '', 'the default logger printed something on a normal run');
+    assert.equal(output().stderr, `gave up on ${bad}: order 2 has no email\n`,
+      'the default logger printed something on a normal run');
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
   const { rows } = await db.admin.query('SELECT * FROM orders');
   assert.deepEqual(rows, [{ id: 1, email: 'ann@example.com' }]);
-  assert.equal((await db.admin.query("SELECT count(*)::int AS n FROM relaybus.deliveries WHERE handler = 'mailer'")).rows[0].n, 0);
+  assert.equal((await db.admin.query(
+    "SELECT count(*)::int AS n FROM relaybus.deliveries WHERE handler = 'mailer' AND status <> 'dead'")).rows[0].n, 0);
   assert.equal(await lanesHeldBy('mailer-service'), 0);
   await waitFor(async () => (await connections()) === 0, { what: "the example's connections to close" });
 });
@@ -87,6 +97,7 @@ test("the README's example publishes, handles, and stops cleanly on SIGINT", asy
 test('SIGTERM stops gracefully: the stuck delivery is released after the timeout', async () => {
   const id = await publish(db.admin, 'stuck.event', {});
   const { child, exited, output } = await startChild('test/fixtures/stuck-worker.mjs', 'running', {
+    DATABASE_URL: db.url,
     SHUTDOWN_TIMEOUT: '200',
     NODE_DEBUG: 'relaybus', // the default logger's debug and info lines then go to stderr
   });
@@ -106,7 +117,10 @@ test('SIGTERM stops gracefully: the stuck delivery is released after the timeout
 
 test('a second SIGINT during the graceful stop ends the process at once', async () => {
   await waitFor(async () => (await connections()) === 0, { what: 'the previous child to disconnect' });
-  const { child, exited, output } = await startChild('test/fixtures/stuck-worker.mjs', 'running', { SHUTDOWN_TIMEOUT: '60000' });
+  const { child, exited, output } = await startChild('test/fixtures/stuck-worker.mjs', 'running', {
+    DATABASE_URL: db.url,
+    SHUTDOWN_TIMEOUT: '60000',
+  });
   child.kill('SIGINT');
   await new Promise((resolve) => setTimeout(resolve, 200));
   assert.equal(child.exitCode, null, 'still waiting for the stuck handler');

@@ -53,6 +53,13 @@ class _Ending:
     exc: Optional[BaseException] = None  # the handler's exception, for the log's traceback
 
 
+def _one_line(text: Optional[str]) -> Optional[str]:
+    """An error text for a one-line log record: its line breaks spelled as \\n."""
+    if text is None:
+        return None
+    return text.replace("\r\n", "\\n").replace("\n", "\\n").replace("\r", "\\n")
+
+
 class Settler:
     def __init__(self, connect: Callable[[], psycopg.Connection], delay: float, max_batch: int,
                  on_settled: Callable[[int], None], stats: StatsRecorder):
@@ -250,25 +257,33 @@ class Settler:
             log.error("giving up on the %s at shutdown: %s (the lane's lease will expire, and "
                       "the takeover charges the attempt and runs the delivery again)", what, result)
             return  # not settled: on the server it is still in flight
+        # attempts=N is event.attempts, as claim returned it and the handler saw it: the
+        # attempts charged before the one that failed (0 on a first try). The fail just
+        # sent charged this one, so list_deliveries now says N + 1.
         if kind == "fail":
             self._stats.add(failed=1, retried=result == "retry", dead=result == "dead",
                             lost=result == "lost")
             if result == "dead":
-                log.error("event %s is dead for handler %s after %d attempts: %s",
-                          event.id, event.handler, event.attempts + 1, error,
-                          exc_info=ending.exc)
+                log.error("handler %s failed on event %s, attempts=%d, and it is dead "
+                          "(max_attempts reached): %s", event.handler, event.id,
+                          event.attempts, _one_line(error), exc_info=ending.exc)
             elif result == "retry":
-                log.warning("handler %s failed on event %s (attempt %d), will retry: %s",
-                            event.handler, event.id, event.attempts + 1, error,
-                            exc_info=ending.exc)
+                # An expected retry: one line; the traceback only for whoever asks for DEBUG.
+                log.warning("handler %s failed on event %s, attempts=%d, will retry: %s",
+                            event.handler, event.id, event.attempts, _one_line(error))
+                if ending.exc is not None:
+                    log.debug("traceback of handler %s on event %s, attempts=%d:",
+                              event.handler, event.id, event.attempts, exc_info=ending.exc)
             elif result == "lost":
-                log.warning("handler %s failed on event %s but the lease was already "
-                            "lost: %s", event.handler, event.id, error)
+                log.warning("handler %s failed on event %s, attempts=%d, but the lease was "
+                            "already lost: %s", event.handler, event.id, event.attempts,
+                            _one_line(error))
         elif kind == "bury":
             self._stats.add(buried=result is True, lost=result is False)
             if result:
-                log.error("event %s is dead for handler %s (buried): %s",
-                          event.id, event.handler, error, exc_info=ending.exc)
+                log.error("handler %s failed on event %s, attempts=%d, and it is dead "
+                          "(buried): %s", event.handler, event.id, event.attempts,
+                          _one_line(error), exc_info=ending.exc)
         else:
             self._stats.add(released=result is True, lost=result is False)
         self._on_settled(1)
