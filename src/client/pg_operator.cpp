@@ -64,8 +64,12 @@ std::int64_t PgStore::requeue_dead(const std::optional<std::string>& handler) {
 }
 
 std::vector<store::HandlerStatistics> PgStore::statistics() {
-  static const std::string sql = "SELECT handler, pending, processing, dead, completed, " +
-                                 epoch_us("oldest_pending") + ", paused FROM relaybus.statistics()";
+  // The history is kept only while relaybus.completion_history is on (off by default; unset
+  // when the library is not loaded in this session: then it is the default).
+  static const std::string sql =
+      "SELECT handler, pending, processing, dead, completed, " + epoch_us("oldest_pending") +
+      ", paused, coalesce(current_setting('relaybus.completion_history', true), 'off')"
+      "   IN ('on', 'true', 'yes', '1') FROM relaybus.statistics()";
   Result r = exec(sql.c_str(), 0, nullptr);
   std::vector<store::HandlerStatistics> out;
   for (int row = 0; row < PQntuples(r.get()); ++row) {
@@ -77,6 +81,7 @@ std::vector<store::HandlerStatistics> PgStore::statistics() {
     s.completed = int8(r.get(), row, 4);
     s.oldest_pending_us = int8_or_null(r.get(), row, 5);
     s.paused = PQgetvalue(r.get(), row, 6)[0] == 't';
+    s.completed_recorded = PQgetvalue(r.get(), row, 7)[0] == 't';
     out.push_back(std::move(s));
   }
   return out;
