@@ -140,16 +140,28 @@ bin/relaybus-bench: $(RUNTIME_OBJS) $(TOOL_OBJS) $(BENCH_OBJS) $(CLI_MONGO_DEPS)
 	$(CXX) -o $@ $(RUNTIME_OBJS) $(TOOL_OBJS) $(BENCH_OBJS) $(CLI_MONGO_LIBS) $(CLIENT_TOOL_LIBS) \
 	  -lpq -pthread $(CLIENT_EXTRA_LDFLAGS)
 
+# The tool's manual page, made by help2man (scripts/install-deps) from its --help and
+# --version, with every command's own --help as its COMMANDS section: the page says what
+# the tool says, and cannot drift from it.
+bin/relaybus.1: bin/relaybus scripts/cli-manual-commands
+	@mkdir -p build/man
+	scripts/cli-manual-commands ./bin/relaybus >build/man/commands.h2m
+	help2man --no-info --name="operate a relaybus store" \
+	  --include=build/man/commands.h2m --output=$@ ./bin/relaybus
+
 .PHONY: client client-tests cli-install cli-uninstall
-client: bin/relaybus bin/relaybus-bench
+client: bin/relaybus bin/relaybus-bench bin/relaybus.1
 # `make install` installs the operator tool as a user command, under PREFIX (from
 # mk/client-library.mk, /usr/local by default; not pg_config's bindir, which holds the
-# server's programs). relaybus-bench stays in the tree: bench/ runs it from there.
-cli-install: bin/relaybus
-	install -d $(DESTDIR)$(PREFIX)/bin
+# server's programs), and its manual page under PREFIX/share/man (`man relaybus`).
+# relaybus-bench stays in the tree: bench/ runs it from there.
+MANDIR ?= $(PREFIX)/share/man
+cli-install: bin/relaybus bin/relaybus.1
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(MANDIR)/man1
 	install -m 755 bin/relaybus $(DESTDIR)$(PREFIX)/bin/relaybus
+	install -m 644 bin/relaybus.1 $(DESTDIR)$(MANDIR)/man1/relaybus.1
 cli-uninstall:
-	rm -f $(DESTDIR)$(PREFIX)/bin/relaybus
+	rm -f $(DESTDIR)$(PREFIX)/bin/relaybus $(DESTDIR)$(MANDIR)/man1/relaybus.1
 # Part of `make` (and `make install`) where libpq's headers are installed; the extension
 # itself never needs them.
 ifneq ($(wildcard $(shell $(PG_CONFIG) --includedir 2>/dev/null)/libpq-fe.h),)
@@ -286,4 +298,4 @@ dist:
 	git archive --format=zip --prefix=$(DIST_NAME)/ -o $(DIST_DIR)/$(DIST_NAME).zip HEAD
 	@echo "make dist: $(DIST_DIR)/$(DIST_NAME).zip from HEAD ($$(git rev-parse --short HEAD))"
 
-EXTRA_CLEAN = $(OBJS:.o=.d) build/mongo build/client lib test/mongo/unit/mongo_unit_tests test/mongo/wire/driver test/unit/core_tests test/client/client_tests test/contract/contract_tests bin results regression.diffs regression.out
+EXTRA_CLEAN = $(OBJS:.o=.d) build/mongo build/client build/man lib test/mongo/unit/mongo_unit_tests test/mongo/wire/driver test/unit/core_tests test/client/client_tests test/contract/contract_tests bin results regression.diffs regression.out
