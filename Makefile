@@ -182,8 +182,9 @@ client-tests: test/client/client_tests
 # against every backend in test/contract/*_backend.cpp: the in-memory store (when
 # src/store/memory_store.hpp exists) and PgStore on the database RELAYBUS_CONTRACT_PG
 # names (a libpq connection string; unset: that backend is skipped).
-CONTRACT_SRCS = $(sort $(wildcard test/contract/*.cpp)) $(PG_STORE_SRCS) $(CORE_SRCS) \
-                $(sort $(wildcard src/store/*.cpp))
+# PgStore's setup errors name the statements to run (src/client/setup_hints.cpp).
+CONTRACT_SRCS = $(sort $(wildcard test/contract/*.cpp)) $(PG_STORE_SRCS) \
+                src/client/setup_hints.cpp $(CORE_SRCS) $(sort $(wildcard src/store/*.cpp))
 # The MongoDB backend (test/contract/mongo_backend.cpp, on a replica set named by
 # RELAYBUS_MONGO_URI; skipped, with one line saying so, while that is unset) is built in
 # whenever libmongoc is found. CONTRACT_MONGO=0 leaves it out.

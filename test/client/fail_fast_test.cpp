@@ -193,7 +193,8 @@ TEST(Payload, TypedAccessThroughNlohmannJson) {
   const auto order = relaybus::client::payload(d);
   EXPECT_EQ(order.at("order_id").get<int>(), 42);
   EXPECT_EQ(order.at("lines").size(), 2u);
-  EXPECT_EQ(relaybus::client::payload_as<std::map<std::string, nlohmann::json>>(d).size(), 2u);
+  using Fields = std::map<std::string, nlohmann::json>;
+  EXPECT_EQ(relaybus::client::payload_as<Fields>(d).size(), 2u);
   EXPECT_THROW(order.at("customer"), nlohmann::json::exception);
 }
 
