@@ -65,11 +65,21 @@ std::int64_t PgStore::requeue_dead(const std::optional<std::string>& handler) {
 
 std::vector<store::HandlerStatistics> PgStore::statistics() {
   // The history is kept only while relaybus.completion_history is on (off by default; unset
-  // when the library is not loaded in this session: then it is the default).
+  // when the library is not loaded in this session: then it is the default). The setting
+  // applies in the completing session, so this session's value is not the whole answer: a
+  // worker's role, or its role in this database, may have it on (ALTER ROLE ... SET), which
+  // pg_db_role_setting (readable by every role) shows. A superuser worker's own SET is not
+  // seen.
   static const std::string sql =
       "SELECT handler, pending, processing, dead, completed, " + epoch_us("oldest_pending") +
-      ", paused, coalesce(current_setting('relaybus.completion_history', true), 'off')"
-      "   IN ('on', 'true', 'yes', '1') FROM relaybus.statistics()";
+      ", paused, lower(coalesce(current_setting('relaybus.completion_history', true), 'off'))"
+      "   IN ('on', 'true', 'yes', '1')"
+      " OR EXISTS (SELECT 1 FROM pg_catalog.pg_db_role_setting s, unnest(s.setconfig) c"
+      "   WHERE s.setdatabase IN (0, (SELECT oid FROM pg_catalog.pg_database"
+      "                               WHERE datname = current_database()))"
+      "     AND lower(c) IN ('relaybus.completion_history=on', 'relaybus.completion_history=true',"
+      "                      'relaybus.completion_history=yes', 'relaybus.completion_history=1'))"
+      " FROM relaybus.statistics()";
   Result r = exec(sql.c_str(), 0, nullptr);
   std::vector<store::HandlerStatistics> out;
   for (int row = 0; row < PQntuples(r.get()); ++row) {

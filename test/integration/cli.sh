@@ -221,6 +221,19 @@ expect "stats: completed is 'not recorded' while the history is off, the oldest 
 if grep -Eq '^audit +\| 3 +\| 0 +\| 0 +\| not recorded +\| [0-9]+s +\| no' "$out/stats-human.out"; then
   ok "... audit's row: 3 pending, its oldest some seconds old"
 else not_ok "... audit's row: $(grep '^audit' "$out/stats-human.out")"; fi
+# The setting applies in the completing session: on for a worker's role only (not for the
+# tool's), the history is recorded, and stats says so.
+admin "ALTER ROLE $role SET relaybus.completion_history = true"
+run stats-role-history $cli stats --json
+if [ "$code" = 0 ] && json stats-role-history 'all(h["completed_recorded"] is True for h in doc["handlers"])'; then
+  ok "stats: completed is recorded when a role has relaybus.completion_history on (ALTER ROLE)"
+else not_ok "stats with the history on for a role: $(cat "$out/stats-role-history.out" "$out/stats-role-history.err")"; fi
+run stats-role-history-human $cli stats
+if [ "$code" = 0 ] && grep -Eq '^audit +\| 3 +\| 0 +\| 0 +\| 0 +\|' "$out/stats-role-history-human.out" \
+   && ! grep -q "not recorded" "$out/stats-role-history-human.out"; then
+  ok "... and its table shows the count"
+else not_ok "... its table: $(cat "$out/stats-role-history-human.out")"; fi
+admin "ALTER ROLE $role RESET relaybus.completion_history"
 # Global options before the command (issue 34): the same as after it.
 run global-db $cli --db "dbname=$db" stats --json
 expect "relaybus --db CONN stats works" 0 global-db '"handler":"audit"'
