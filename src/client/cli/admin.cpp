@@ -162,8 +162,10 @@ int dead_requeue_command(const tool::Parsed& args) {
 }
 
 int maintain_command(const tool::Parsed& args) {
-  // Without --every-s: once. The option's check refuses 0 and less (main.cpp).
+  // Without --every-s: once. 0 used to mean once too, silently: refused, before connecting.
   const double every = args.optional<double>("every-s").value_or(0);
+  if (args.optional<double>("every-s") && !(every > 0))
+    throw tool::UsageError("--every-s must be more than 0 seconds; leave it out to run once");
   // What purge_expired deletes: rows on PostgreSQL, documents on MongoDB.
   const char* purged_what = tool::is_mongodb_uri(db_of(args)) ? "documents" : "rows";
   auto db = open_operator_store(db_of(args), "relaybus maintain");

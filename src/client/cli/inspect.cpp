@@ -323,7 +323,8 @@ int counters_command(const tool::Parsed& args) {
         "relaybus stats works without it");
   }
   const int n = PQntuples(r.get());
-  const std::optional<std::int64_t> since = n > 0 ? int8_or_null(r.get(), 0, 2) : std::nullopt;
+  std::optional<std::int64_t> since;
+  if (n > 0) since = int8_or_null(r.get(), 0, 2);
   if (args.get<bool>("json")) {
     JsonWriter json;
     json.begin_object().key("since");
