@@ -140,16 +140,28 @@ bin/relaybus-bench: $(RUNTIME_OBJS) $(TOOL_OBJS) $(BENCH_OBJS) $(CLI_MONGO_DEPS)
 	$(CXX) -o $@ $(RUNTIME_OBJS) $(TOOL_OBJS) $(BENCH_OBJS) $(CLI_MONGO_LIBS) $(CLIENT_TOOL_LIBS) \
 	  -lpq -pthread $(CLIENT_EXTRA_LDFLAGS)
 
+# The tool's manual page, made by help2man (scripts/install-deps) from its --help and
+# --version, with every command's own --help as its COMMANDS section: the page says what
+# the tool says, and cannot drift from it.
+bin/relaybus.1: bin/relaybus scripts/cli-manual-commands
+	@mkdir -p build/man
+	scripts/cli-manual-commands ./bin/relaybus >build/man/commands.h2m
+	help2man --no-info --name="operate a relaybus store" \
+	  --include=build/man/commands.h2m --output=$@ ./bin/relaybus
+
 .PHONY: client client-tests cli-install cli-uninstall
-client: bin/relaybus bin/relaybus-bench
+client: bin/relaybus bin/relaybus-bench bin/relaybus.1
 # `make install` installs the operator tool as a user command, under PREFIX (from
 # mk/client-library.mk, /usr/local by default; not pg_config's bindir, which holds the
-# server's programs). relaybus-bench stays in the tree: bench/ runs it from there.
-cli-install: bin/relaybus
-	install -d $(DESTDIR)$(PREFIX)/bin
+# server's programs), and its manual page under PREFIX/share/man (`man relaybus`).
+# relaybus-bench stays in the tree: bench/ runs it from there.
+MANDIR ?= $(PREFIX)/share/man
+cli-install: bin/relaybus bin/relaybus.1
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(MANDIR)/man1
 	install -m 755 bin/relaybus $(DESTDIR)$(PREFIX)/bin/relaybus
+	install -m 644 bin/relaybus.1 $(DESTDIR)$(MANDIR)/man1/relaybus.1
 cli-uninstall:
-	rm -f $(DESTDIR)$(PREFIX)/bin/relaybus
+	rm -f $(DESTDIR)$(PREFIX)/bin/relaybus $(DESTDIR)$(MANDIR)/man1/relaybus.1
 # Part of `make` (and `make install`) where libpq's headers are installed; the extension
 # itself never needs them.
 ifneq ($(wildcard $(shell $(PG_CONFIG) --includedir 2>/dev/null)/libpq-fe.h),)
@@ -170,8 +182,9 @@ client-tests: test/client/client_tests
 # against every backend in test/contract/*_backend.cpp: the in-memory store (when
 # src/store/memory_store.hpp exists) and PgStore on the database RELAYBUS_CONTRACT_PG
 # names (a libpq connection string; unset: that backend is skipped).
-CONTRACT_SRCS = $(sort $(wildcard test/contract/*.cpp)) $(PG_STORE_SRCS) $(CORE_SRCS) \
-                $(sort $(wildcard src/store/*.cpp))
+# PgStore's setup errors name the statements to run (src/client/setup_hints.cpp).
+CONTRACT_SRCS = $(sort $(wildcard test/contract/*.cpp)) $(PG_STORE_SRCS) \
+                src/client/setup_hints.cpp $(CORE_SRCS) $(sort $(wildcard src/store/*.cpp))
 # The MongoDB backend (test/contract/mongo_backend.cpp, on a replica set named by
 # RELAYBUS_MONGO_URI; skipped, with one line saying so, while that is unset) is built in
 # whenever libmongoc is found. CONTRACT_MONGO=0 leaves it out.
@@ -286,4 +299,4 @@ dist:
 	git archive --format=zip --prefix=$(DIST_NAME)/ -o $(DIST_DIR)/$(DIST_NAME).zip HEAD
 	@echo "make dist: $(DIST_DIR)/$(DIST_NAME).zip from HEAD ($$(git rev-parse --short HEAD))"
 
-EXTRA_CLEAN = $(OBJS:.o=.d) build/mongo build/client lib test/mongo/unit/mongo_unit_tests test/mongo/wire/driver test/unit/core_tests test/client/client_tests test/contract/contract_tests bin results regression.diffs regression.out
+EXTRA_CLEAN = $(OBJS:.o=.d) build/mongo build/client build/man lib test/mongo/unit/mongo_unit_tests test/mongo/wire/driver test/unit/core_tests test/client/client_tests test/contract/contract_tests bin results regression.diffs regression.out

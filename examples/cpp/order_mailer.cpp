@@ -1,32 +1,30 @@
 // order_mailer: relaybus's C++ worker runtime in one small program. It publishes three
 // order.placed events, then handles them: "mailer" with a plain handler (returning
 // completes the delivery, throwing fails the attempt) and "ledger" with a transactional
-// one, whose row and completion commit together. It stops on SIGINT or SIGTERM, or once the
-// six deliveries are handled. Set up the database first (README.md next to this file).
+// one, whose row and completion commit together. A payload without an order id is a
+// mistake no retry fixes: the mailer buries it (rb::Bury) instead of failing it 25 times.
+// It stops on SIGINT or SIGTERM (rb::StopSignals), or once the six deliveries are handled.
+// Set up the database first (README.md next to this file); Dispatcher::start() says what to
+// run when something is missing.
 //
 //   order_mailer [CONNINFO]     (no CONNINFO: libpq's PG* environment variables)
 #include <libpq-fe.h>
 
 #include <atomic>
 #include <chrono>
-#include <csignal>
 #include <cstdio>
 #include <map>
 #include <stdexcept>
 #include <string>
-#include <thread>
 
 #include <relaybus/client/dispatcher.hpp>
+#include <relaybus/client/payload.hpp>
 #include <relaybus/client/pg_store.hpp>
+#include <relaybus/client/stop_signals.hpp>
 
 namespace rb = relaybus::client;
 
 namespace {
-
-volatile std::sig_atomic_t stop_requested = 0;
-void request_stop(int) {
-  stop_requested = 1;
-}
 
 // The ledger handler's write, on the connection its completion commits on.
 void insert_entry(PGconn* conn, const rb::Delivery& d) {
@@ -44,6 +42,7 @@ void insert_entry(PGconn* conn, const rb::Delivery& d) {
 
 int main(int argc, char** argv) {
   const std::string conninfo = argc > 1 ? argv[1] : "";
+  rb::StopSignals signals;  // SIGINT and SIGTERM end signals.wait_for() from here on
   try {
     rb::PgStore publisher(conninfo);  // each publish commits on its own here
     for (int i = 1; i <= 3; ++i) {
@@ -55,11 +54,14 @@ int main(int argc, char** argv) {
     }
 
     std::atomic<int> handled{0};
-    std::map<std::string, rb::Handler> plain{{"mailer", [&](const rb::Delivery& d) {
-                                                std::printf("mailer: mail for %s (attempt %d)\n",
-                                                            d.payload.c_str(), d.attempts + 1);
-                                                ++handled;
-                                              }}};
+    std::map<std::string, rb::Handler> plain{
+        {"mailer", [&](const rb::Delivery& d) {
+           const nlohmann::json order = rb::payload(d);
+           if (!order.contains("order_id")) throw rb::Bury("no order_id in " + d.payload);
+           std::printf("mailer: mail for order %s (attempt %d)\n", order["order_id"].dump().c_str(),
+                       d.attempts + 1);
+           ++handled;
+         }}};
     std::map<std::string, rb::TransactionalHandler> transactional{
         {"ledger", [&](const rb::Delivery& d, rb::Transaction&, rb::Store& store) {
            insert_entry(rb::pg_connection(store), d);
@@ -72,11 +74,9 @@ int main(int argc, char** argv) {
     config.poll_interval = std::chrono::milliseconds(500);
     rb::Dispatcher dispatcher(rb::pg_store_factory(conninfo), config, plain, transactional);
 
-    std::signal(SIGINT, request_stop);
-    std::signal(SIGTERM, request_stop);
-    dispatcher.start();
-    while (!stop_requested && handled < 6)
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    dispatcher.start();  // throws rb::SetupError, saying what to run, if the database is not ready
+    while (handled < 6 && !signals.wait_for(std::chrono::milliseconds(20))) {
+    }
     dispatcher.stop();  // releases what runs past the grace, flushes completions, relinquishes
 
     const rb::DispatcherCounters c = dispatcher.counters();

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "setup_hints.hpp"
+
 namespace relaybus::client {
 
 namespace {
@@ -22,7 +24,8 @@ ClaimLoop::~ClaimLoop() {
   stop();
 }
 
-void ClaimLoop::start() {
+void ClaimLoop::start(std::unique_ptr<Store> store) {
+  store_ = std::move(store);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -93,6 +96,39 @@ void ClaimLoop::take_notifications() {
   }
 }
 
+std::vector<std::string> ClaimLoop::claimable() {
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<std::string> names;
+  for (const auto& h : handlers_) {
+    auto it = left_out_.find(h);
+    if (it != left_out_.end()) {
+      if (now < it->second) continue;
+      left_out_.erase(it);
+      retrying_.push_back(h);
+    }
+    names.push_back(h);
+  }
+  return names;
+}
+
+bool ClaimLoop::leave_out_unsubscribed(const std::string& error,
+                                       const std::vector<std::string>& asked) {
+  for (const auto& h : asked) {
+    if (error.find("handler \"" + h + "\" is not subscribed") == std::string::npos) continue;
+    left_out_[h] = std::chrono::steady_clock::now() + options_.recheck_unsubscribed;
+    retrying_.erase(std::remove(retrying_.begin(), retrying_.end(), h), retrying_.end());
+    if (!reported_.insert(h).second) return true;  // said once already
+    const auto every = options_.recheck_unsubscribed.count();
+    log_("handler " + h +
+         " is not subscribed: claiming for the other handlers without it, and trying it again "
+         "every " +
+         (every % 1000 == 0 ? std::to_string(every / 1000) + " s" : std::to_string(every) + " ms") +
+         " (an admin must run " + subscribe_statement(h) + ", or fix the name in the worker)");
+    return true;
+  }
+  return false;
+}
+
 void ClaimLoop::run() {
   while (!store_) {
     try {
@@ -124,15 +160,32 @@ void ClaimLoop::run() {
       ask = std::min(batch, capacity - in_flight_);
     }
     std::vector<Delivery> got;
+    const std::vector<std::string> names = claimable();
+    if (names.empty()) {
+      // Every handler is left out: an empty list would claim every handler's deliveries.
+      if (!wait_for_work()) return;
+      continue;
+    }
     take_notifications();
     last_claim_ = std::chrono::steady_clock::now();
     try {
-      got = store_->claim(worker_, static_cast<int>(ask), options_.lease, handlers_);
+      got = store_->claim(worker_, static_cast<int>(ask), options_.lease, names);
+    } catch (const StoreError& e) {
+      if (e.code() == core::ErrorCode::kUndefinedObject && leave_out_unsubscribed(e.what(), names))
+        continue;  // at once, for the others
+      log_(std::string("claim failed: ") + e.what());
+      if (!wait_for_work()) return;
+      continue;
     } catch (const std::exception& e) {
       log_(std::string("claim failed: ") + e.what());
       if (!wait_for_work()) return;
       continue;
     }
+    for (const auto& h : retrying_) {
+      reported_.erase(h);
+      log_("handler " + h + " is subscribed again: claiming for it");
+    }
+    retrying_.clear();
     const bool empty = got.empty();
     {
       std::lock_guard<std::mutex> lock(mutex_);

@@ -9,14 +9,22 @@
 // out the spacing. Every claim takes the notifications heard before it begins, since it
 // answers them: however many arrived, they count as one, and none piles up unread while
 // the worker is busy.
+//
+// A claim names every handler the worker runs, and the store refuses the whole claim when
+// one of them is not subscribed (unsubscribed while the worker runs, or a name the start-up
+// check did not see). So one bad name would starve every other handler: the loop leaves
+// that handler out of its claims, says so once (not at each try), and tries it again every
+// recheck_unsubscribed. It never claims with no handler at all, which would mean every one.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -34,6 +42,8 @@ class ClaimLoop {
     std::chrono::microseconds wakeup_interval{1000};  // least spacing of woken claims
     std::chrono::milliseconds lease{30000};
     bool listen = true;
+    // How long a handler found unsubscribed is left out of the claims before it is tried again.
+    std::chrono::milliseconds recheck_unsubscribed{30000};
   };
   struct Counters {
     std::size_t claims = 0;   // claim statements
@@ -50,7 +60,9 @@ class ClaimLoop {
   ClaimLoop(const ClaimLoop&) = delete;
   ClaimLoop& operator=(const ClaimLoop&) = delete;
 
-  void start();
+  // `store`: an instance opened already (the dispatcher's start-up check), used as the claim
+  // thread's; nullptr: the thread opens one.
+  void start(std::unique_ptr<Store> store = nullptr);
   // Stops claiming and joins the thread. Idempotent.
   void stop();
   // n attempts have ended (completed, failed, released): their capacity is free again.
@@ -66,6 +78,12 @@ class ClaimLoop {
   bool wait_for_work();       // sleeps out the poll interval; false when stopping
   bool space_out_wakeup();    // waits until a woken claim may start; false when stopping
   void take_notifications();  // those heard before a claim: it answers them
+  // The handlers to claim for now: handlers_ without those left out, and those whose
+  // recheck time has come back in.
+  std::vector<std::string> claimable();
+  // After a claim failed: leaves out the handler the error names as not subscribed; false
+  // when it names none of them.
+  bool leave_out_unsubscribed(const std::string& error, const std::vector<std::string>& asked);
 
   const StoreFactory stores_;
   const Worker worker_;
@@ -81,6 +99,11 @@ class ClaimLoop {
   bool stopping_ = false;
   Counters counters_;
   std::chrono::steady_clock::time_point last_claim_;  // claim thread only
+  // Claim thread only: handlers left out (not subscribed), with when to try each again; and
+  // those being tried again, to say so once a claim with them works.
+  std::map<std::string, std::chrono::steady_clock::time_point> left_out_;
+  std::vector<std::string> retrying_;
+  std::set<std::string> reported_;  // left out and logged: logged again only once back
   std::thread thread_;
 };
 

@@ -35,7 +35,13 @@ void CompletionBatcher::flush_now() {
 
 void CompletionBatcher::fail(std::string token, std::string error) {
   std::lock_guard<std::mutex> lock(mutex_);
-  failures_.emplace_back(std::move(token), std::move(error));
+  failures_.push_back({std::move(token), std::move(error), false});
+  wake_.notify_one();
+}
+
+void CompletionBatcher::bury(std::string token, std::string error) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  failures_.push_back({std::move(token), std::move(error), true});
   wake_.notify_one();
 }
 
@@ -101,7 +107,7 @@ void CompletionBatcher::flush(Store& store, std::unique_lock<std::mutex>& lock) 
     completions_.erase(completions_.begin(), completions_.begin() + max_batch_);
     first_at_ = std::chrono::steady_clock::now();
   }
-  std::deque<std::pair<std::string, std::string>> failures;
+  std::deque<Failure> failures;
   failures.swap(failures_);
   flush_now_ = false;
   lock.unlock();
@@ -121,14 +127,18 @@ void CompletionBatcher::flush(Store& store, std::unique_lock<std::mutex>& lock) 
       }
     }
   }
-  for (const auto& [token, error] : failures) {
+  for (const auto& f : failures) {
     for (int attempt = 1; attempt <= kAttempts; ++attempt) {
       try {
         ++statements;
-        store.fail(token, error);
+        if (f.bury) {
+          store.bury(f.token, f.error);
+        } else {
+          store.fail(f.token, f.error);
+        }
         break;
       } catch (const std::exception& e) {
-        if (log_) log_(std::string("fail failed: ") + e.what());
+        if (log_) log_(std::string(f.bury ? "bury failed: " : "fail failed: ") + e.what());
         if (attempt < kAttempts) std::this_thread::sleep_for(std::chrono::milliseconds(50));
       }
     }

@@ -2,8 +2,8 @@
 // one window (2 ms by default) go out as a single complete_many: a no-op handler finishes
 // in microseconds, and one statement per delivery would cost more than the claim saved.
 // When no handler is left running (flush_now), they go at once.
-// Failures go through the same thread because they use the same connection; they are
-// rare, so each is its own fail call.
+// Failures (and burials) go through the same thread because they use the same connection;
+// they are rare, so each is its own fail (or bury) call.
 #pragma once
 
 #include <chrono>
@@ -32,6 +32,8 @@ class CompletionBatcher {
 
   void complete(std::string token);
   void fail(std::string token, std::string error);
+  // Dead-letters at once (bury), on the same connection as the failures.
+  void bury(std::string token, std::string error);
   // Nothing else is running that could complete within the window (the handler pool went
   // idle): what is queued goes out now. Waiting would add the window to every claim cycle
   // (the claim loop refills only once completions are settled) and group nothing more.
@@ -61,7 +63,12 @@ class CompletionBatcher {
   std::condition_variable wake_;
   std::vector<std::string> completions_;
   std::chrono::steady_clock::time_point first_at_;  // arrival of the oldest queued completion
-  std::deque<std::pair<std::string, std::string>> failures_;
+  struct Failure {
+    std::string token;
+    std::string error;
+    bool bury = false;
+  };
+  std::deque<Failure> failures_;
   bool stopping_ = false;
   bool flush_now_ = false;  // flush_now() since the last flush
   std::size_t statements_ = 0;

@@ -52,7 +52,17 @@ ClaimLoop::Options claim_options(const DispatcherConfig& c) {
   o.wakeup_interval = c.wakeup_interval;
   o.lease = c.lease;
   o.listen = c.listen;
+  o.recheck_unsubscribed = c.recheck_unsubscribed;
   return o;
+}
+
+// Each instance named for the server's monitoring before anyone uses it.
+StoreFactory named(StoreFactory stores, std::string name) {
+  return [stores = std::move(stores), name = std::move(name)] {
+    std::unique_ptr<Store> store = stores();
+    store->identify(name);
+    return store;
+  };
 }
 
 }  // namespace
@@ -64,22 +74,29 @@ Dispatcher::Dispatcher(StoreFactory stores, DispatcherConfig config,
       config_(std::move(config)),
       worker_{make_worker_name(config_.worker_prefix), make_holder()},
       log_(make_log(config_.log, worker_.name)),
+      names_(names_of(handlers, transactional)),
+      named_stores_(named(stores_, config_.application_name.empty() ? "relaybus-cpp " + worker_.name
+                                                                    : config_.application_name)),
       batcher_(
           config_.completion_window, config_.max_completion_batch,
           [this](std::size_t n) { claims_.settled(n); }, log_),
-      pool_(handlers, transactional, stores_,
+      pool_(handlers, transactional, named_stores_,
             HandlerPool::Sinks{[this](std::string token) { batcher_.complete(std::move(token)); },
                                [this](std::string token, std::string error) {
                                  batcher_.fail(std::move(token), std::move(error));
+                               },
+                               [this](std::string token, std::string error) {
+                                 batcher_.bury(std::move(token), std::move(error));
                                },
                                [this](std::size_t n) { claims_.settled(n); },
                                [this] { batcher_.flush_now(); }},
             log_),
       claims_(
-          stores_, worker_, names_of(handlers, transactional), claim_options(config_),
+          named_stores_, worker_, names_, claim_options(config_),
           [this](std::vector<Delivery> got) { pool_.submit(std::move(got)); }, log_),
       renewer_(
-          stores_, worker_, config_.lease, [this] { return claims_.in_flight() > 0; }, log_) {}
+          named_stores_, worker_, config_.lease, [this] { return claims_.in_flight() > 0; }, log_) {
+}
 
 Dispatcher::~Dispatcher() {
   stop();
@@ -89,14 +106,26 @@ void Dispatcher::start() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (started_) return;
+  }
+  if (names_.empty())
+    throw std::invalid_argument(
+        "relaybus: the Dispatcher has no handler; a claim for no handler would take every "
+        "handler's deliveries");
+  // Fails fast: a store that cannot be reached or is not set up is the caller's to report,
+  // before any thread runs. The instance becomes the claim thread's.
+  std::unique_ptr<Store> claim_store = named_stores_();
+  claim_store->check_worker(worker_, names_, config_.lease);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (started_) return;
     started_ = true;
   }
   const int threads =
       config_.handler_threads > 0 ? config_.handler_threads : std::max(1, config_.concurrency);
   pool_.start(threads);
-  settle_thread_ = std::thread([this] { batcher_.run(stores_, config_.poll_interval); });
+  settle_thread_ = std::thread([this] { batcher_.run(named_stores_, config_.poll_interval); });
   renewer_.start();
-  claims_.start();
+  claims_.start(std::move(claim_store));
 }
 
 DispatcherCounters Dispatcher::counters() const {
@@ -109,6 +138,7 @@ DispatcherCounters Dispatcher::counters() const {
   c.succeeded = handled.succeeded;
   c.failed = handled.failed;
   c.lost = handled.lost;
+  c.buried = handled.buried;
   std::lock_guard<std::mutex> lock(mutex_);
   c.released = released_;
   return c;

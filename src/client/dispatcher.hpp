@@ -13,6 +13,15 @@
 // cannot run one, so the constructor opens one store instance to check, and throws
 // std::invalid_argument if it has none: a misconfiguration is reported before anything is
 // claimed, not as failed attempts. An error opening that instance propagates too.
+//
+// start() fails fast in the same spirit: it opens the claim connection first and asks the
+// store to check the worker (Store::check_worker: on PostgreSQL the extension, the worker
+// right, every handler subscribed), and throws what it finds (a SetupError saying what to
+// run, or the connection's error) before any thread starts. A program lets it end main()
+// with a message and a non-zero exit code.
+//
+// Every connection is named for the server's monitoring (application_name on PostgreSQL):
+// "relaybus-cpp WORKER" unless the configuration or the connection settings name it.
 #pragma once
 
 #include <chrono>
@@ -23,6 +32,7 @@
 #include <string>
 #include <thread>
 
+#include "bury.hpp"
 #include "claim_loop.hpp"
 #include "completion_batcher.hpp"
 #include "handler_pool.hpp"
@@ -47,15 +57,23 @@ struct DispatcherConfig {
   std::size_t max_completion_batch = 1000;
   // stop(): how long running handlers may take before they are released.
   std::chrono::milliseconds shutdown_grace{10000};
-  bool listen = true;                           // LISTEN relaybus to end the poll wait early
+  bool listen = true;  // LISTEN relaybus to end the poll wait early
+  // A handler found unsubscribed while running is left out of the claims (so that it does
+  // not stop the others) and tried again after this long.
+  std::chrono::milliseconds recheck_unsubscribed{30000};
   std::function<void(const std::string&)> log;  // defaults to stderr
+  // The connections' name for the server's monitoring (pg_stat_activity.application_name);
+  // empty: "relaybus-cpp " + the worker name. application_name in the connection string, or
+  // PGAPPNAME, wins over both.
+  std::string application_name;
 };
 
 struct DispatcherCounters {
   std::size_t claims = 0;     // claim statements
   std::size_t claimed = 0;    // deliveries received
   std::size_t succeeded = 0;  // handlers that returned
-  std::size_t failed = 0;     // handlers that threw
+  std::size_t failed = 0;     // handlers that threw (Bury included)
+  std::size_t buried = 0;     // handlers that threw Bury: dead-lettered at once
   std::size_t lost = 0;       // transactional handlers rolled back because the lease was lost
   std::size_t released = 0;   // deliveries given back at shutdown
   std::size_t wakeups = 0;    // notifications that ended a poll wait
@@ -70,6 +88,11 @@ class Dispatcher {
   Dispatcher(const Dispatcher&) = delete;
   Dispatcher& operator=(const Dispatcher&) = delete;
 
+  // Checks the store (Store::check_worker) on the claim connection, then starts the threads.
+  // Throws, having started nothing, when the store cannot be reached or is not set up
+  // (SetupError), and std::invalid_argument when there is no handler at all (a claim for no
+  // handler would claim every handler's deliveries). Once started, connection errors are
+  // logged and retried, never thrown.
   void start();
   // Graceful shutdown: stop claiming, release deliveries not started yet, let running
   // handlers finish within shutdown_grace (release the others), flush completions,
@@ -89,6 +112,8 @@ class Dispatcher {
   const DispatcherConfig config_;
   const Worker worker_;  // the name, and this incarnation's holder
   const std::function<void(const std::string&)> log_;
+  const std::vector<std::string> names_;  // every handler's name, sorted
+  const StoreFactory named_stores_;       // stores_, each instance named (identify)
 
   // Declared in the order they depend on each other: each one's callbacks only reach
   // pieces that are running while it runs.

@@ -47,6 +47,7 @@ struct HandlerPool::State {
 enum class HandlerPool::Outcome {
   kReturned,    // a plain handler returned: to be completed
   kThrew,       // to be failed with `error`
+  kBuried,      // threw Bury: to be dead-lettered with `error`
   kCommitted,   // completed inside the handler's transaction
   kLost,        // the lease was lost: the transaction was rolled back
   kRolledBack,  // abandoned before its completion: rolled back, nothing to report
@@ -147,6 +148,9 @@ void HandlerPool::work(const std::shared_ptr<State>& state) {
     if (r.outcome == Outcome::kThrew)
       note = "handler " + d.handler + " failed on event " + d.event_id + " (attempt " +
              std::to_string(d.attempts + 1) + "): " + r.error;
+    else if (r.outcome == Outcome::kBuried)
+      note = "handler " + d.handler + " buried event " + d.event_id + " (attempt " +
+             std::to_string(d.attempts + 1) + "): " + r.error;
     else if (r.outcome == Outcome::kLost)
       note = "handler " + d.handler + " on event " + d.event_id +
              ": the lease was lost, its transaction rolled back";
@@ -167,6 +171,15 @@ void HandlerPool::work(const std::shared_ptr<State>& state) {
         case Outcome::kThrew:
           ++s.counters.failed;
           s.sinks.fail(std::move(d.token), std::move(r.error));
+          break;
+        case Outcome::kBuried:
+          ++s.counters.failed;
+          ++s.counters.buried;
+          if (s.sinks.bury) {
+            s.sinks.bury(std::move(d.token), std::move(r.error));
+          } else {
+            s.sinks.fail(std::move(d.token), std::move(r.error));
+          }
           break;
         case Outcome::kCommitted:
           ++s.counters.succeeded;
@@ -193,6 +206,8 @@ HandlerPool::Result HandlerPool::run(State& s, std::unique_ptr<Store>& store, co
     if (h == s.handlers.end()) throw std::runtime_error("no handler registered for " + d.handler);
     h->second(d);
     return {Outcome::kReturned, {}};
+  } catch (const Bury& e) {
+    return {Outcome::kBuried, e.what()};
   } catch (const std::exception& e) {
     return {Outcome::kThrew, e.what()};
   } catch (...) {

@@ -25,12 +25,13 @@
 #include <thread>
 #include <vector>
 
+#include "bury.hpp"
 #include "seam.hpp"
 
 namespace relaybus::client {
 
 // A handler returns to complete the delivery and throws to fail the attempt (the
-// exception's what() becomes last_error).
+// exception's what() becomes last_error); throwing Bury dead-letters it at once.
 using Handler = std::function<void(const Delivery&)>;
 
 // A handler whose writes belong to the delivery's transaction. It gets the store as well
@@ -46,6 +47,7 @@ class HandlerPool {
   struct Sinks {
     std::function<void(std::string token)> complete;                 // handler returned
     std::function<void(std::string token, std::string error)> fail;  // handler threw
+    std::function<void(std::string token, std::string error)> bury;  // handler threw Bury
     // Attempts that a transactional handler's thread ended itself (committed, or lease lost).
     std::function<void(std::size_t n)> settled;
     // Optional: nothing runs and nothing is queued any more, after an outcome was handed over.
@@ -53,7 +55,8 @@ class HandlerPool {
   };
   struct Counters {
     std::size_t succeeded = 0;  // handlers that returned
-    std::size_t failed = 0;     // handlers that threw
+    std::size_t failed = 0;     // handlers that threw (Bury included)
+    std::size_t buried = 0;     // handlers that threw Bury
     std::size_t lost = 0;       // transactional handlers rolled back: the lease was lost
   };
   using LogFn = std::function<void(const std::string&)>;

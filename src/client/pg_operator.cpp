@@ -64,8 +64,22 @@ std::int64_t PgStore::requeue_dead(const std::optional<std::string>& handler) {
 }
 
 std::vector<store::HandlerStatistics> PgStore::statistics() {
-  static const std::string sql = "SELECT handler, pending, processing, dead, completed, " +
-                                 epoch_us("oldest_pending") + ", paused FROM relaybus.statistics()";
+  // The history is kept only while relaybus.completion_history is on (off by default; unset
+  // when the library is not loaded in this session: then it is the default). The setting
+  // applies in the completing session, so this session's value is not the whole answer: a
+  // worker's role, or its role in this database, may have it on (ALTER ROLE ... SET), which
+  // pg_db_role_setting (readable by every role) shows. A superuser worker's own SET is not
+  // seen.
+  static const std::string sql =
+      "SELECT handler, pending, processing, dead, completed, " + epoch_us("oldest_pending") +
+      ", paused, lower(coalesce(current_setting('relaybus.completion_history', true), 'off'))"
+      "   IN ('on', 'true', 'yes', '1')"
+      " OR EXISTS (SELECT 1 FROM pg_catalog.pg_db_role_setting s, unnest(s.setconfig) c"
+      "   WHERE s.setdatabase IN (0, (SELECT oid FROM pg_catalog.pg_database"
+      "                               WHERE datname = current_database()))"
+      "     AND lower(c) IN ('relaybus.completion_history=on', 'relaybus.completion_history=true',"
+      "                      'relaybus.completion_history=yes', 'relaybus.completion_history=1'))"
+      " FROM relaybus.statistics()";
   Result r = exec(sql.c_str(), 0, nullptr);
   std::vector<store::HandlerStatistics> out;
   for (int row = 0; row < PQntuples(r.get()); ++row) {
@@ -77,6 +91,7 @@ std::vector<store::HandlerStatistics> PgStore::statistics() {
     s.completed = int8(r.get(), row, 4);
     s.oldest_pending_us = int8_or_null(r.get(), row, 5);
     s.paused = PQgetvalue(r.get(), row, 6)[0] == 't';
+    s.completed_recorded = PQgetvalue(r.get(), row, 7)[0] == 't';
     out.push_back(std::move(s));
   }
   return out;

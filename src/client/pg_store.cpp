@@ -7,6 +7,9 @@
 
 #include <libpq-fe.h>
 
+#include "setup_error.hpp"
+#include "setup_hints.hpp"
+
 namespace relaybus::client {
 
 namespace {
@@ -152,17 +155,15 @@ PgStore::~PgStore() {
 
 void PgStore::connect() {
   if (conn_) PQfinish(conn_);
-  conn_ = PQconnectdb(conninfo_.c_str());
+  // fallback_application_name names the connection in pg_stat_activity unless the
+  // connection string or PGAPPNAME chose a name. An empty conninfo is libpq's defaults.
+  const char* const keywords[] = {"dbname", "fallback_application_name", nullptr};
+  const char* const values[] = {conninfo_.c_str(), application_name_.c_str(), nullptr};
+  conn_ = PQconnectdbParams(keywords, values, 1);
   if (PQstatus(conn_) != CONNECTION_OK) throw connection_error_of(conn_, conninfo_);
   // The runtime's strings are UTF-8 whatever the database's encoding: the server converts.
   if (PQsetClientEncoding(conn_, "UTF8") != 0) throw error_of(conn_, nullptr);
-  {
-    Result r(PQexec(conn_,
-                    "SELECT to_regprocedure('relaybus.claim(text,integer,interval,text[],text)') "
-                    "IS NOT NULL"));
-    if (PQresultStatus(r.get()) != PGRES_TUPLES_OK) throw error_of(conn_, r.get());
-    holders_ = PQgetvalue(r.get(), 0, 0)[0] == 't';
-  }
+  check_extension();
   for (const auto& s : holders_ ? kAll : kWithoutHolder) {
     Result r(PQprepare(conn_, s.name, s.text, 0, nullptr));
     if (PQresultStatus(r.get()) != PGRES_COMMAND_OK) throw error_of(conn_, r.get());
@@ -171,6 +172,133 @@ void PgStore::connect() {
     Result r(PQexec(conn_, "LISTEN relaybus"));
     if (PQresultStatus(r.get()) != PGRES_COMMAND_OK) throw error_of(conn_, r.get());
   }
+}
+
+// Before any statement names relaybus's functions: without the extension, or without USAGE
+// on its schema, the server's errors ("schema relaybus does not exist", "permission denied
+// for schema relaybus") name the symptom, not the fix. Read from the catalogs by name, so
+// that neither case fails the query itself.
+void PgStore::check_extension() {
+  {
+    Result r(
+        PQexec(conn_,
+               "SELECT current_database(), current_user,"
+               " (SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'relaybus'),"
+               " coalesce((SELECT pg_catalog.has_schema_privilege(oid, 'USAGE')"
+               "             FROM pg_catalog.pg_namespace WHERE nspname = 'relaybus'), false)"));
+    if (PQresultStatus(r.get()) != PGRES_TUPLES_OK) throw error_of(conn_, r.get());
+    database_ = PQgetvalue(r.get(), 0, 0);
+    user_ = PQgetvalue(r.get(), 0, 1);
+    if (PQgetisnull(r.get(), 0, 2))
+      throw SetupError(SetupError::Kind::kNotInstalled,
+                       "relaybus is not installed in database \"" + database_ +
+                           "\": a superuser runs CREATE EXTENSION relaybus in that database (and "
+                           "the server needs the relaybus package installed)");
+    version_ = PQgetvalue(r.get(), 0, 2);
+    if (PQgetvalue(r.get(), 0, 3)[0] != 't')
+      throw SetupError(SetupError::Kind::kPermission,
+                       "role \"" + user_ + "\" may not use schema relaybus in database \"" +
+                           database_ +
+                           "\": a worker needs the worker right there, a publisher the publisher "
+                           "right (an admin runs: " +
+                           grant_statement("worker", user_, version_) + ")");
+  }
+  // 0.2.0 and later take a holder; 0.1.0 (the benchmarks' baseline) has none.
+  Result r(PQexec(conn_,
+                  "SELECT to_regprocedure('relaybus.claim(text,integer,interval,text[],text)')"
+                  " IS NOT NULL,"
+                  " to_regprocedure('relaybus.claim(text,integer,interval,text[])') IS NOT NULL"));
+  if (PQresultStatus(r.get()) != PGRES_TUPLES_OK) throw error_of(conn_, r.get());
+  holders_ = PQgetvalue(r.get(), 0, 0)[0] == 't';
+  if (!holders_ && PQgetvalue(r.get(), 0, 1)[0] != 't')
+    throw SetupError(SetupError::Kind::kOutdated,
+                     "relaybus " + version_ + " in database \"" + database_ +
+                         "\" has no relaybus.claim that this runtime can call: a superuser runs "
+                         "ALTER EXTENSION relaybus UPDATE in that database");
+}
+
+bool PgStore::application_name_chosen() const {
+  std::unique_ptr<PQconninfoOption, void (*)(PQconninfoOption*)> options(PQconninfo(conn_),
+                                                                         PQconninfoFree);
+  for (const PQconninfoOption* o = options.get(); o && o->keyword; ++o)
+    if (std::string(o->keyword) == "application_name") return o->val && *o->val;
+  return false;
+}
+
+void PgStore::identify(const std::string& name) {
+  application_name_ = name;  // a reconnect uses it too
+  if (application_name_chosen()) return;
+  const char* values[] = {name.c_str()};
+  exec("SELECT pg_catalog.set_config('application_name', $1, false)", 1, values);
+}
+
+namespace {
+// The worker right's functions, as has_function_privilege names them.
+constexpr const char* kWorkerFunctions =
+    "{\"relaybus.claim(text,integer,interval,text[],text)\","
+    "\"relaybus.complete(text)\",\"relaybus.complete_many(text[])\","
+    "\"relaybus.fail(text,text,timestamptz)\",\"relaybus.bury(text,text)\","
+    "\"relaybus.release(text)\",\"relaybus.extend_lease(text,interval,text)\","
+    "\"relaybus.relinquish(text,text)\"}";
+// 0.1.0's, without holders.
+constexpr const char* kWorkerFunctionsWithoutHolder =
+    "{\"relaybus.claim(text,integer,interval,text[])\","
+    "\"relaybus.complete(text)\",\"relaybus.complete_many(text[])\","
+    "\"relaybus.fail(text,text,timestamptz)\",\"relaybus.bury(text,text)\","
+    "\"relaybus.release(text)\",\"relaybus.extend_lease(text,interval)\","
+    "\"relaybus.relinquish(text)\"}";
+
+std::string quoted_list(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "\"" : ", \"") + n + "\"";
+  return out;
+}
+}  // namespace
+
+void PgStore::check_worker(const Worker& worker, const std::vector<std::string>& handlers,
+                           std::chrono::milliseconds lease) {
+  {
+    const char* values[] = {holders_ ? kWorkerFunctions : kWorkerFunctionsWithoutHolder};
+    Result r = exec(
+        "SELECT coalesce(string_agg(split_part(f, '(', 1), ', '), '') FROM unnest($1::text[]) f"
+        " WHERE NOT pg_catalog.has_function_privilege(f, 'EXECUTE')",
+        1, values);
+    const std::string missing = PQgetvalue(r.get(), 0, 0);
+    if (!missing.empty())
+      throw SetupError(
+          SetupError::Kind::kPermission,
+          "role \"" + user_ + "\" may not use " + missing + ": it needs " +
+              (rights_by_name(version_) ? "the worker right in database \"" + database_ + "\""
+                                        : std::string("relaybus_worker")) +
+              " (an admin runs: " + grant_statement("worker", user_, version_) + ")");
+  }
+  // A claim that is rolled back: relaybus checks the names, the worker, the holder and the
+  // lease as the claim loop will send them, and nothing is kept. All handlers in one claim
+  // first; only when one is missing, each alone, to name every one that is.
+  auto claims = [&](const std::vector<std::string>& names) {
+    try {
+      PgTransaction tx(conn_);
+      claim(worker, 1, lease, names);
+      return true;  // tx rolls back
+    } catch (const StoreError& e) {
+      if (e.code() != core::ErrorCode::kUndefinedObject) throw;
+      return false;
+    }
+  };
+  if (handlers.empty() || claims(handlers)) return;
+  std::vector<std::string> missing;
+  for (const auto& h : handlers)
+    if (!claims({h})) missing.push_back(h);
+  if (missing.empty()) return;  // subscribed meanwhile
+  std::string fix;
+  for (const auto& h : missing) fix += (fix.empty() ? "" : "; ") + subscribe_statement(h);
+  throw SetupError(SetupError::Kind::kNotSubscribed,
+                   (missing.size() == 1 ? "handler " + quoted_list(missing) + " is"
+                                        : "handlers " + quoted_list(missing) + " are") +
+                       " not subscribed in database \"" + database_ + "\": an admin must run " +
+                       fix +
+                       " first (or, if the name is misspelled, fix it in the worker's handlers)",
+                   "42704");
 }
 
 PgStore::Result PgStore::run(const char* statement, int n, const char* const* values) {

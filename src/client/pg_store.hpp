@@ -14,8 +14,11 @@ namespace relaybus::client {
 class PgStore final : public Store {
  public:
   // Connects (a libpq connection string or URI), sets client_encoding to UTF8 (the strings
-  // it sends and returns are UTF-8 whatever the database's encoding) and prepares the worker
-  // statements.
+  // it sends and returns are UTF-8 whatever the database's encoding), checks that relaybus
+  // is installed in the database with the functions this runtime calls and that the role may
+  // use its schema (SetupError otherwise, saying what to run), and prepares the worker
+  // statements. The connection's application_name is "relaybus-cpp" unless the connection
+  // string or PGAPPNAME sets one (identify() changes it).
   explicit PgStore(const std::string& conninfo);
   ~PgStore() override;
   PgStore(const PgStore&) = delete;
@@ -35,6 +38,16 @@ class PgStore final : public Store {
   // A transaction on this store's connection: the handler's own statements go through
   // connection() while it is open, and complete() deletes the delivery inside it.
   std::unique_ptr<Transaction> begin() override;
+  // The extension's worker functions executable by the role (the worker right), and every
+  // handler subscribed: one claim of them inside a transaction that is rolled back, so
+  // relaybus itself checks what the claim loop will send. SetupError says what to run.
+  void check_worker(const Worker& worker, const std::vector<std::string>& handlers,
+                    std::chrono::milliseconds lease) override;
+  // Sets application_name (now and after a reconnect) unless the connection string or
+  // PGAPPNAME chose one.
+  void identify(const std::string& name) override;
+  // relaybus's installed version, the database and the role, as found when connecting.
+  const std::string& extension_version() const { return version_; }
 
   std::string publish(const Event& event) override;
   std::vector<std::string> publish_batch(const std::vector<Event>& events) override;
@@ -63,6 +76,8 @@ class PgStore final : public Store {
   using Result = std::unique_ptr<pg_result, ResultDeleter>;
 
   void connect();
+  void check_extension();
+  bool application_name_chosen() const;
   Result run(const char* statement, int n, const char* const* values);
   Result exec(const char* sql, int n, const char* const* values);
   bool drain_notifications();
@@ -71,6 +86,8 @@ class PgStore final : public Store {
   pg_conn* conn_ = nullptr;
   bool listening_ = false;
   bool holders_ = true;  // the server's claim takes a holder (0.2.0; 0.1.0 has none)
+  std::string application_name_ = "relaybus-cpp";  // libpq's fallback_application_name
+  std::string version_, database_, user_;
 };
 
 // Opens one PgStore per call, on `conninfo`: the Dispatcher's StoreFactory for PostgreSQL.

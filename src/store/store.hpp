@@ -98,6 +98,9 @@ struct HandlerStatistics {
   std::int64_t processing = 0;  // in flight: claimed under a lease, not yet ended
   std::int64_t dead = 0;
   std::int64_t completed = 0;  // completion history (0 when the store keeps none)
+  // Whether the store records completions now (PostgreSQL: relaybus.completion_history); when
+  // not, `completed` counts only what was recorded while it did.
+  bool completed_recorded = true;
   // Creation time of the oldest waiting delivery, microseconds since the Unix epoch.
   std::optional<std::int64_t> oldest_pending_us;
   bool paused = false;  // subscribed and paused: nothing of it is claimed
@@ -198,6 +201,15 @@ class Store {
   virtual bool wait_for_wakeup(std::chrono::milliseconds timeout) = 0;
   // A transaction to complete in, or nullptr when the store has none.
   virtual std::unique_ptr<Transaction> begin() { return nullptr; }
+  // What a worker checks before it claims anything: that this store lets `worker` claim
+  // `handlers` with `lease` (the role's rights, every handler subscribed), and leaves nothing
+  // behind. Throws an error that says what to run to fix it. A store that cannot tell
+  // before claiming checks nothing.
+  virtual void check_worker(const Worker& /*worker*/, const std::vector<std::string>& /*handlers*/,
+                            std::chrono::milliseconds /*lease*/) {}
+  // Names this instance for the store's own monitoring (PostgreSQL: application_name, in
+  // pg_stat_activity), unless its connection settings chose a name already.
+  virtual void identify(const std::string& /*name*/) {}
 
   // --- the publisher half
   // Publishes one event atomically with its deliveries; returns its id.

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "client/seam.hpp"
+#include "client/setup_error.hpp"
 
 namespace relaybus::client::testing {
 
@@ -35,6 +36,11 @@ struct FakeBackend {
   int relinquished = 0;
   int renewals = 0;
   int opened = 0;
+  // Handlers the store says are not subscribed: a claim naming one fails, as relaybus's does.
+  std::set<std::string> unsubscribed;
+  // check_worker() throws a SetupError with this message when set.
+  std::optional<std::string> setup_problem;
+  std::vector<std::string> names;  // what identify() was told, per instance opened
   std::condition_variable notified;
   int notifications = 0;  // sent and not yet heard: every instance listens, the first hears
 
@@ -112,17 +118,39 @@ class FakeStore final : public Store {
     std::lock_guard<std::mutex> lock(b_.mutex);
     ++b_.opened;
   }
+  // Hands out the deliveries of the handlers named (every one when none is), in order.
   std::vector<Delivery> claim(const Worker&, int batch, std::chrono::milliseconds,
-                              const std::vector<std::string>&) override {
+                              const std::vector<std::string>& handlers) override {
     std::lock_guard<std::mutex> lock(b_.mutex);
     b_.calls.push_back("claim");
     b_.claim_sizes.push_back(batch);
+    for (const auto& h : handlers)
+      if (b_.unsubscribed.count(h))
+        throw StoreError(core::ErrorCode::kUndefinedObject,
+                         "handler \"" + h + "\" is not subscribed", "42704");
+    const std::set<std::string> wanted(handlers.begin(), handlers.end());
     std::vector<Delivery> out;
-    while (!b_.pending.empty() && static_cast<int>(out.size()) < batch) {
-      out.push_back(b_.pending.front());
-      b_.pending.pop_front();
+    for (auto it = b_.pending.begin();
+         it != b_.pending.end() && static_cast<int>(out.size()) < batch;) {
+      if (wanted.empty() || wanted.count(it->handler)) {
+        out.push_back(*it);
+        it = b_.pending.erase(it);
+      } else {
+        ++it;
+      }
     }
     return out;
+  }
+  void check_worker(const Worker&, const std::vector<std::string>&,
+                    std::chrono::milliseconds) override {
+    std::lock_guard<std::mutex> lock(b_.mutex);
+    b_.calls.push_back("check_worker");
+    if (b_.setup_problem)
+      throw SetupError(SetupError::Kind::kNotSubscribed, *b_.setup_problem, "42704");
+  }
+  void identify(const std::string& name) override {
+    std::lock_guard<std::mutex> lock(b_.mutex);
+    b_.names.push_back(name);
   }
   int complete_many(const std::vector<std::string>& tokens) override {
     std::lock_guard<std::mutex> lock(b_.mutex);

@@ -97,8 +97,8 @@ expect "--version prints relaybus.control's default_version" 0 version "relaybus
 
 run help $cli --help
 expect "--help lists every command" 0 help "usage: relaybus COMMAND" setup subscribe unsubscribe \
-  stats "dead list" "dead requeue [EVENT_ID HANDLER]" maintain
-for command in setup subscribe unsubscribe stats "dead list" "dead requeue" maintain; do
+  stats list "show EVENT_ID [HANDLER]" counters "dead list" "dead requeue [EVENT_ID HANDLER]" maintain
+for command in setup subscribe unsubscribe stats list show counters "dead list" "dead requeue" maintain; do
   # shellcheck disable=SC2086 # the words of the command are separate arguments
   run help-cmd $cli $command --help
   expect "relaybus $command --help shows its usage and options" 0 help-cmd \
@@ -108,6 +108,31 @@ run help-dead $cli dead --help
 expect "relaybus dead --help lists its subcommands" 0 help-dead "dead list" "dead requeue"
 run help-json $cli stats --help
 expect "stats --help documents --json" 0 help-json "--json"
+# --help stands on its own: it documents what it says (--json's fields included) and sends
+# nobody to a file of the repository.
+standalone=yes
+for command in "" setup subscribe unsubscribe pause resume cancel stats list show counters \
+  "dead list" "dead requeue" maintain; do
+  # shellcheck disable=SC2086 # the words of the command are separate arguments
+  if $cli $command --help | grep -q "docs/\|\.md\b"; then standalone="no: relaybus $command --help"; fi
+done
+[ "$standalone" = yes ] && ok "no --help points at a repository path" || not_ok "$standalone points at one"
+
+# --- the manual page: make cli-install installs it next to the tool
+rm -rf "$out/dest"
+if make -s cli-install DESTDIR="$out/dest" PREFIX=/usr >/dev/null 2>"$out/install.err" \
+   && [ -x "$out/dest/usr/bin/relaybus" ]; then
+  ok "make cli-install installs the tool (DESTDIR, PREFIX)"
+else not_ok "make cli-install: $(cat "$out/install.err")"; fi
+page=$out/dest/usr/share/man/man1/relaybus.1
+if [ -f "$page" ] && grep -q '^\.TH RELAYBUS "1"' "$page" && grep -q 'relaybus list' "$page" \
+   && grep -q 'relaybus dead requeue' "$page" && grep -q -- '--every-s' "$page"; then
+  ok "... and its manual page, man1/relaybus.1, every command's options in it"
+else not_ok "no manual page in $out/dest/usr/share/man/man1 (or it lacks the commands)"; fi
+if command -v groff >/dev/null && ! groff -man -Tutf8 -ww -z "$page" 2>&1 | grep -q .; then
+  ok "... which groff reads without a warning"
+elif ! command -v groff >/dev/null; then ok "... (groff is not installed: not rendered) # SKIP"
+else not_ok "groff warns: $(groff -man -Tutf8 -ww -z "$page" 2>&1 | head -3)"; fi
 
 # --- usage errors: exit 2, one line, nothing connects (PGHOST points nowhere)
 run unknown-option env PGHOST=/nonexistent $cli stats --frobnicate
@@ -140,6 +165,14 @@ run one-word env PGHOST=/nonexistent $cli dead requeue e1
 expect "dead requeue with EVENT_ID alone exits 2" 2 one-word "EVENT_ID and HANDLER"
 run stray env PGHOST=/nonexistent $cli stats extra
 expect "a stray argument exits 2 naming it" 2 stray "unexpected argument 'extra'"
+run every-zero env PGHOST=/nonexistent $cli maintain --every-s 0
+expect "maintain --every-s 0 is refused, saying how to run once" 2 every-zero \
+  "--every-s must be more than 0 seconds; leave it out to run once"
+run db-no-command env PGHOST=/nonexistent $cli --db x
+expect "--db before no command exits 2" 2 db-no-command "a command is needed after --db"
+run unknown-first env PGHOST=/nonexistent $cli --frobnicate stats
+expect "an unknown option before the command exits 2 naming it" 2 unknown-first \
+  "unknown option --frobnicate"
 
 # --- the PG* variables are the connection when there is no --db (PGDATABASE=$db here)
 run subscribe $cli subscribe --handler mailer --types order.placed,order.paid --max-attempts 5
@@ -167,8 +200,10 @@ if [ "$code" = 0 ] && json stats '
     sorted(doc) == ["handlers"]
     and {h["handler"]: (h["pending"], h["processing"], h["dead"], h["completed"])
          for h in doc["handlers"]} == {"mailer": (1, 0, 2, 0), "audit": (3, 0, 0, 0)}
-    and all(sorted(h) == ["completed", "dead", "handler", "oldest_pending", "paused", "pending",
-                          "processing"] and h["paused"] is False
+    and all(sorted(h) == ["completed", "completed_recorded", "dead", "handler", "oldest_pending",
+                          "oldest_pending_age_s", "paused", "pending", "processing"]
+            and h["paused"] is False and h["completed_recorded"] is False
+            and isinstance(h["oldest_pending_age_s"], int) and 0 <= h["oldest_pending_age_s"] < 600
             for h in doc["handlers"])
     and all(isinstance(h["oldest_pending"], str) and h["oldest_pending"].endswith("Z")
             for h in doc["handlers"])'; then
@@ -178,6 +213,32 @@ else
 fi
 run stats-human $cli stats
 expect "stats prints a table by default" 0 stats-human "handler | pending | processing" "(2 rows)"
+# The completion history is off in this cluster (the default): completed is not claimed to
+# be 0, and the oldest pending delivery shows as an age.
+expect "stats: completed is 'not recorded' while the history is off, the oldest pending an age" 0 \
+  stats-human "oldest_pending_age" "not recorded" \
+  "completed: not recorded while relaybus.completion_history is off"
+if grep -Eq '^audit +\| 3 +\| 0 +\| 0 +\| not recorded +\| [0-9]+s +\| no' "$out/stats-human.out"; then
+  ok "... audit's row: 3 pending, its oldest some seconds old"
+else not_ok "... audit's row: $(grep '^audit' "$out/stats-human.out")"; fi
+# The setting applies in the completing session: on for a worker's role only (not for the
+# tool's), the history is recorded, and stats says so.
+admin "ALTER ROLE $role SET relaybus.completion_history = true"
+run stats-role-history $cli stats --json
+if [ "$code" = 0 ] && json stats-role-history 'all(h["completed_recorded"] is True for h in doc["handlers"])'; then
+  ok "stats: completed is recorded when a role has relaybus.completion_history on (ALTER ROLE)"
+else not_ok "stats with the history on for a role: $(cat "$out/stats-role-history.out" "$out/stats-role-history.err")"; fi
+run stats-role-history-human $cli stats
+if [ "$code" = 0 ] && grep -Eq '^audit +\| 3 +\| 0 +\| 0 +\| 0 +\|' "$out/stats-role-history-human.out" \
+   && ! grep -q "not recorded" "$out/stats-role-history-human.out"; then
+  ok "... and its table shows the count"
+else not_ok "... its table: $(cat "$out/stats-role-history-human.out")"; fi
+admin "ALTER ROLE $role RESET relaybus.completion_history"
+# Global options before the command (issue 34): the same as after it.
+run global-db $cli --db "dbname=$db" stats --json
+expect "relaybus --db CONN stats works" 0 global-db '"handler":"audit"'
+run global-db-eq $cli --db="dbname=$db" --verbose dead list --handler mailer
+expect "relaybus --db=CONN --verbose dead list works" 0 global-db-eq "(2 rows)"
 
 run dead $cli dead list --json --handler mailer
 if [ "$code" = 0 ] && json dead '
@@ -221,6 +282,79 @@ if [ "$code" = 0 ] && json requeue-all 'doc == {"requeued": 1}'; then
 else
   not_ok "dead requeue --handler mailer --json: $(cat "$out/requeue-all.out" "$out/requeue-all.err")"
 fi
+
+# --- list, show and counters, on a handler of their own: l1 due now, l2 due in an hour, l3
+# in flight (claimed by worker cli-l), l4 dead
+q "SELECT relaybus.subscribe('lister', ARRAY['l.t'])" >/dev/null
+q "SELECT relaybus.publish('l.t', '{\"n\": 3}', event_id => 'l3')" >/dev/null
+check "worker cli-l holds l3" \
+  "SELECT array_agg(event_id) = ARRAY['l3'] FROM relaybus.claim('cli-l', 10, '5 minutes', ARRAY['lister'])"
+q "SELECT relaybus.publish('l.t', '{\"n\": 4}', event_id => 'l4')" >/dev/null
+check "a worker buries l4" \
+  "SELECT bool_and(relaybus.bury(lease_token, 'bad l4')) FROM relaybus.claim('cli-l2', 10, '30 s', ARRAY['lister'])"
+q "SELECT relaybus.publish('l.t', '{\"n\": 1}', event_id => 'l1')" >/dev/null
+q "SELECT relaybus.publish('l.t', '{\"n\": 2}', event_id => 'l2', available_at => now() + interval '1 hour')" >/dev/null
+run list $cli list --handler lister --json
+if [ "$code" = 0 ] && json list '
+    sorted((d["event_id"], d["state"], d["attempts"], d["worker"]) for d in doc["deliveries"])
+    == [("l1", "pending", 0, None), ("l2", "delayed", 0, None), ("l3", "in_flight", 0, "cli-l")]
+    and all(isinstance(d["age_s"], int) and 0 <= d["age_s"] < 600 for d in doc["deliveries"])
+    and [d["event_id"] for d in doc["deliveries"]] == ["l3", "l1", "l2"]'; then
+  ok "list --json: pending, delayed and in flight, with ages and the worker, the oldest first"
+else not_ok "list --json: $(cat "$out/list.out" "$out/list.err")"; fi
+run list-delayed $cli list --handler lister --state delayed --json
+if [ "$code" = 0 ] && json list-delayed '[d["event_id"] for d in doc["deliveries"]] == ["l2"]'; then
+  ok "list --state delayed lists only what is due later"
+else not_ok "list --state delayed: $(cat "$out/list-delayed.out" "$out/list-delayed.err")"; fi
+run list-human $cli list --handler lister
+expect "list prints a table: states, ages, when due, the worker" 0 list-human \
+  "handler | event_id | type | key | state" "in flight" "delayed" "in 59m" "| now " "cli-l" "(3 rows)"
+run list-all $cli list
+expect "list without --handler lists every handler's, by handler" 0 list-all "audit" "lister" "mailer"
+run list-bad-state env PGHOST=/nonexistent $cli list --state stuck
+expect "list --state with an unknown state exits 2" 2 list-bad-state \
+  "--state must be pending, delayed or in-flight, not 'stuck'"
+
+run show $cli show l3 --json
+if [ "$code" = 0 ] && json show '
+    doc["event"]["id"] == "l3" and doc["event"]["type"] == "l.t" and doc["event"]["payload"] == {"n": 3}
+    and doc["event"]["published_at"].endswith("Z")
+    and [(d["handler"], d["state"], d["attempts"], d["worker"]) for d in doc["deliveries"]]
+        == [("audit", "pending", 0, None), ("lister", "in_flight", 0, "cli-l")]'; then
+  ok "show EVENT_ID --json: the payload, and each handler's delivery"
+else not_ok "show --json: $(cat "$out/show.out" "$out/show.err")"; fi
+run show-dead $cli show l4 lister
+expect "show EVENT_ID HANDLER: that delivery, dead, with its last error and the payload" 0 show-dead \
+  'payload:      {"n": 4}' "dead" "bad l4" "(1 rows)"
+run show-none $cli show nosuch
+expect "show of an event that does not exist exits 1, saying so" 1 show-none \
+  'event "nosuch" not found'
+run counters $cli counters --json
+if [ "$code" = 0 ] && json counters '
+    doc["since"].endswith("Z") and doc["counters"]["published"] >= 4
+    and all(isinstance(v, int) for v in doc["counters"].values())'; then
+  ok "counters --json: relaybus.counters() by name"
+else not_ok "counters --json: $(cat "$out/counters.out" "$out/counters.err")"; fi
+run counters-human $cli counters
+expect "counters prints a table and since when it counts" 0 counters-human "published" \
+  "counting since"
+
+# --- a server error in the tool's style: message, SQLSTATE and hint; the PL/pgSQL CONTEXT
+# (internal function names) only with --verbose
+run requeue-nobody $cli dead requeue --handler nobody
+expect "a server error: its message and SQLSTATE" 1 requeue-nobody \
+  "relaybus: handler \"nobody\" is not subscribed and has no deliveries (SQLSTATE 42704)"
+if grep -q "CONTEXT\|PL/pgSQL\|ERROR:" "$out/requeue-nobody.err"; then
+  not_ok "... and no CONTEXT, PL/pgSQL or ERROR: prefix: $(cat "$out/requeue-nobody.err")"
+else ok "... and no CONTEXT, PL/pgSQL or ERROR: prefix"; fi
+run requeue-nobody-verbose $cli dead requeue --handler nobody --verbose
+expect "--verbose shows the server's CONTEXT too" 1 requeue-nobody-verbose "(SQLSTATE 42704)" "CONTEXT:"
+
+# --- maintain says what it purged in PostgreSQL's words
+run maintain $cli maintain
+expect "maintain once: lanes taken over and expired rows purged" 0 maintain \
+  "maintain: " " lanes taken over, " " expired rows purged"
+if grep -q documents "$out/maintain.out"; then not_ok "... not documents"; else ok "... not documents"; fi
 
 # --- pause, resume and cancel, on a handler of their own (audit gets these events too)
 q "SELECT relaybus.subscribe('pausable', ARRAY['p.t'])" >/dev/null

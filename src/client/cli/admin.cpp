@@ -162,7 +162,12 @@ int dead_requeue_command(const tool::Parsed& args) {
 }
 
 int maintain_command(const tool::Parsed& args) {
-  const double every = args.get<double>("every-s");
+  // Without --every-s: once. 0 used to mean once too, silently: refused, before connecting.
+  const double every = args.optional<double>("every-s").value_or(0);
+  if (args.optional<double>("every-s") && !(every > 0))
+    throw tool::UsageError("--every-s must be more than 0 seconds; leave it out to run once");
+  // What purge_expired deletes: rows on PostgreSQL, documents on MongoDB.
+  const char* purged_what = tool::is_mongodb_uri(db_of(args)) ? "documents" : "rows";
   auto db = open_operator_store(db_of(args), "relaybus maintain");
   std::signal(SIGTERM, [](int) { g_stop = 1; });
   std::signal(SIGINT, [](int) { g_stop = 1; });
@@ -170,7 +175,8 @@ int maintain_command(const tool::Parsed& args) {
     const int lanes = db->take_over_expired();
     long long purged = 0;
     for (std::int64_t n; !g_stop && (n = db->purge_expired()) > 0;) purged += n;
-    std::printf("maintain: %d lanes taken over, %lld documents purged\n", lanes, purged);
+    std::printf("maintain: %d lanes taken over, %lld expired %s purged\n", lanes, purged,
+                purged_what);
     std::fflush(stdout);
     for (double waited = 0; every > 0 && waited < every && !g_stop; waited += 0.1)
       std::this_thread::sleep_for(std::chrono::milliseconds(100));

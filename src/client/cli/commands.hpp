@@ -16,5 +16,8 @@ int stats_command(const tool::Parsed& args);
 int dead_list_command(const tool::Parsed& args);
 int dead_requeue_command(const tool::Parsed& args);
 int maintain_command(const tool::Parsed& args);
+int list_command(const tool::Parsed& args);
+int show_command(const tool::Parsed& args);
+int counters_command(const tool::Parsed& args);
 
 }  // namespace relaybus::cli

@@ -72,6 +72,12 @@ JsonWriter& JsonWriter::null() {
   return *this;
 }
 
+JsonWriter& JsonWriter::raw(const std::string& json) {
+  element();
+  out_ += json;
+  return *this;
+}
+
 JsonWriter& JsonWriter::value(const std::optional<std::string>& text) {
   return text ? value(*text) : null();
 }

@@ -20,12 +20,15 @@ class JsonWriter {
   JsonWriter& value(const std::string& text);
   JsonWriter& value(const char* text) { return value(std::string(text)); }
   // Any integer type (a template, so that an int is not taken for a bool).
-  template <typename T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
+  template <typename T,
+            std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
   JsonWriter& value(T number) {
     return integer(static_cast<std::int64_t>(number));
   }
   JsonWriter& value(bool flag);
   JsonWriter& null();
+  // A JSON value written as it is: text the store produced as JSON (a jsonb payload).
+  JsonWriter& raw(const std::string& json);
   // A string, or null when there is none.
   JsonWriter& value(const std::optional<std::string>& text);
 

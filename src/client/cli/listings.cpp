@@ -1,5 +1,6 @@
 #include "listings.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "json_output.hpp"
@@ -9,11 +10,6 @@
 namespace relaybus::cli {
 
 namespace {
-
-std::optional<std::string> human_time_or_none(const std::optional<std::int64_t>& us) {
-  if (!us) return std::nullopt;
-  return human_time(*us);
-}
 
 std::optional<std::string> json_time_or_null(const std::optional<std::int64_t>& us) {
   if (!us) return std::nullopt;
@@ -27,10 +23,11 @@ void print_json(const JsonWriter& json) {
 }  // namespace
 
 void print_statistics(const std::vector<store::HandlerStatistics>& stats, Format format) {
+  const std::int64_t now = now_us();
   if (format == Format::kJson) {
     JsonWriter json;
     json.begin_object().key("handlers").begin_array();
-    for (const auto& s : stats)
+    for (const auto& s : stats) {
       json.begin_object()
           .key("handler")
           .value(s.handler)
@@ -46,19 +43,34 @@ void print_statistics(const std::vector<store::HandlerStatistics>& stats, Format
           .value(json_time_or_null(s.oldest_pending_us))
           .key("paused")
           .value(s.paused)
-          .end_object();
+          .key("completed_recorded")
+          .value(s.completed_recorded);
+      if (s.oldest_pending_us) {
+        json.key("oldest_pending_age_s").value((now - *s.oldest_pending_us) / 1000000);
+      } else {
+        json.key("oldest_pending_age_s").null();
+      }
+      json.end_object();
+    }
     json.end_array().end_object();
     print_json(json);
     return;
   }
   Table table;
-  table.columns = {"handler",   "pending",        "processing", "dead",
-                   "completed", "oldest_pending", "paused"};
-  for (const auto& s : stats)
+  table.columns = {"handler", "pending", "processing", "dead", "completed", "oldest_pending_age",
+                   "paused"};
+  for (const auto& s : stats) {
+    std::optional<std::string> age;
+    if (s.oldest_pending_us) age = human_age(now - *s.oldest_pending_us);
     table.rows.push_back({s.handler, std::to_string(s.pending), std::to_string(s.processing),
-                          std::to_string(s.dead), std::to_string(s.completed),
-                          human_time_or_none(s.oldest_pending_us), s.paused ? "yes" : "no"});
+                          std::to_string(s.dead),
+                          s.completed_recorded ? std::to_string(s.completed) : "not recorded", age,
+                          s.paused ? "yes" : "no"});
+  }
   print_table(table);
+  if (std::any_of(stats.begin(), stats.end(),
+                  [](const store::HandlerStatistics& s) { return !s.completed_recorded; }))
+    std::printf("completed: not recorded while relaybus.completion_history is off (the default)\n");
 }
 
 void print_deliveries(const std::vector<store::ListedDelivery>& deliveries, Format format) {

@@ -2,13 +2,12 @@
 
 #include "core/sql_quote.hpp"
 
-#include <cstdlib>
 #include <memory>
-#include <sstream>
 
 #include <libpq-fe.h>
 
 #include "client/pg_store.hpp"
+#include "client/setup_hints.hpp"
 #include "guided_error.hpp"
 #include "pg_connection_source.hpp"
 
@@ -31,31 +30,6 @@ std::string or_unknown(const char* text) {
 std::string where(PGconn* conn) {
   return "database \"" + or_unknown(PQdb(conn)) + "\" as user \"" + or_unknown(PQuser(conn)) +
          "\" on " + or_unknown(PQhost(conn)) + ":" + or_unknown(PQport(conn));
-}
-
-// The literal naming `role` where a regrole is read (grant_rights's first argument): an
-// identifier, so a name that is not all lower case letters, digits and underscores is
-// double-quoted inside the literal.
-std::string role_literal(const std::string& role) {
-  bool plain = !role.empty() && (role[0] == '_' || (role[0] >= 'a' && role[0] <= 'z'));
-  for (char c : role)
-    plain = plain && (c == '_' || c == '$' || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'));
-  return core::sql_literal(plain ? role : core::sql_identifier(role));
-}
-
-// From 0.2.1 rights are given per database, by name (relaybus.grant_rights); 0.2.0 granted
-// them to the cluster-wide role relaybus_admin.
-bool rights_by_name(const std::string& version) {
-  std::istringstream in(version);
-  std::string part;
-  for (int wanted : {0, 2, 1}) {
-    if (!std::getline(in, part, '.')) return wanted == 0;
-    char* end = nullptr;
-    const long got = std::strtol(part.c_str(), &end, 10);
-    if (end == part.c_str() || *end != '\0') return true;  // unfamiliar: assume newer
-    if (got != wanted) return got > wanted;
-  }
-  return true;
 }
 
 // The extension is looked up in the connected database only: each database has its own.
@@ -119,7 +93,7 @@ PgReadiness check_pg_ready(const std::string& conninfo, const std::string& comma
   ready.version = PQgetvalue(r.get(), 0, 2);
   if (needs_admin && PQgetvalue(r.get(), 0, 3)[0] != 't') {
     const std::string role = core::sql_identifier(ready.user);
-    const bool by_name = rights_by_name(ready.version);
+    const bool by_name = client::rights_by_name(ready.version);
     const std::string problem =
         "role \"" + ready.user + "\" lacks " +
         (by_name ? "relaybus's admin right in database \"" + ready.database + "\""
@@ -137,7 +111,7 @@ PgReadiness check_pg_ready(const std::string& conninfo, const std::string& comma
       throw GuidedError(problem,
                         "as a superuser, or a role with the admin right, run SELECT "
                         "relaybus.grant_rights(" +
-                            role_literal(ready.user) + ", 'admin') in database " +
+                            client::role_literal(ready.user) + ", 'admin') in database " +
                             core::sql_identifier(ready.database) +
                             "; (or connect as a role that has it)");
     throw GuidedError(problem, "as a superuser run GRANT relaybus_admin TO " + role +

@@ -7,8 +7,6 @@
 
 namespace relaybus::cli {
 
-namespace {
-
 // One line per row, and nothing a terminal would act on: the values come from publishers
 // (type, key, event id) and handlers (last_error). A newline, tab or carriage return is shown
 // as \n, \t or \r; any other control byte (below 0x20, DEL) and a byte that is not part of
@@ -45,8 +43,6 @@ std::string one_line(const std::optional<std::string>& value) {
   }
   return out;
 }
-
-}  // namespace
 
 void print_table(const Table& table) {
   std::vector<std::vector<std::string>> cells;

@@ -1,5 +1,6 @@
 #include "time_text.hpp"
 
+#include <chrono>
 #include <cstdio>
 #include <ctime>
 
@@ -33,6 +34,27 @@ std::string human_time(std::int64_t us) {
 
 std::string json_time(std::int64_t us) {
   return format(us, "%Y-%m-%dT%H:%M:%S", ".%06ldZ", 6);
+}
+
+std::string human_age(std::int64_t us) {
+  const long long s = us > 0 ? us / 1000000 : 0;
+  char text[32];
+  if (s < 60) {
+    std::snprintf(text, sizeof text, "%llds", s);
+  } else if (s < 3600) {
+    std::snprintf(text, sizeof text, "%lldm%02llds", s / 60, s % 60);
+  } else if (s < 86400) {
+    std::snprintf(text, sizeof text, "%lldh%02lldm", s / 3600, s % 3600 / 60);
+  } else {
+    std::snprintf(text, sizeof text, "%lldd%02lldh", s / 86400, s % 86400 / 3600);
+  }
+  return text;
+}
+
+std::int64_t now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 }  // namespace relaybus::cli

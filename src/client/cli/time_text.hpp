@@ -11,5 +11,10 @@ namespace relaybus::cli {
 std::string human_time(std::int64_t us);
 // "2026-12-01T12:00:00.000000Z": RFC 3339, every microsecond the store keeps.
 std::string json_time(std::int64_t us);
+// A duration, coarse enough to read at a glance: "0s", "45s", "3m12s", "2h05m", "4d03h".
+// A negative one is shown as 0s.
+std::string human_age(std::int64_t us);
+// Now, in microseconds since the Unix epoch, by this machine's clock.
+std::int64_t now_us();
 
 }  // namespace relaybus::cli

@@ -145,8 +145,39 @@ int help(const Program& p, const std::vector<std::string>& words) {
   return usage_error(p, "", "unknown command '" + name + "'");
 }
 
+// The program's common options (--db) may come before the command too: `relaybus --db X
+// stats` is `relaybus stats --db X`. Moves them from the front of `words` to its end, after
+// the command and its arguments, where the command's parser takes them. Stops at the first
+// word that is not one of them (the command, --help, --version, an unknown option).
+// Returns a usage error's message, or "" when all is well.
+std::string move_leading_common_options(const Program& p, std::vector<std::string>& words) {
+  if (!p.common_options) return "";
+  po::options_description common;
+  p.common_options(common);
+  std::vector<std::string> leading;
+  while (!words.empty() && words[0].rfind("--", 0) == 0 && words[0].size() > 2) {
+    std::string name = words[0].substr(2);
+    const std::size_t equals = name.find('=');
+    if (equals != std::string::npos) name.erase(equals);
+    const po::option_description* option = common.find_nothrow(name, false);
+    if (option == nullptr) break;
+    leading.push_back(words[0]);
+    words.erase(words.begin());
+    if (equals == std::string::npos && option->semantic()->max_tokens() > 0) {
+      if (words.empty()) return "--" + name + " needs a value";
+      leading.push_back(words[0]);
+      words.erase(words.begin());
+    }
+  }
+  if (!leading.empty() && words.empty()) return "a command is needed after " + leading[0];
+  words.insert(words.end(), leading.begin(), leading.end());
+  return "";
+}
+
 int run_unchecked(const Program& p, int argc, const char* const* argv) {
-  const std::vector<std::string> words(argv + 1, argv + argc);
+  std::vector<std::string> words(argv + 1, argv + argc);
+  const std::string misplaced = move_leading_common_options(p, words);
+  if (!misplaced.empty()) return usage_error(p, "", misplaced);
   if (words.empty()) {
     program_help(p, std::cerr);
     return kUsageError;
@@ -162,8 +193,7 @@ int run_unchecked(const Program& p, int argc, const char* const* argv) {
     return 0;
   }
   if (first == "help") return help(p, {words.begin() + 1, words.end()});
-  if (first.rfind("-", 0) == 0)
-    return usage_error(p, "", "unknown option " + first + " (options go after the command)");
+  if (first.rfind("-", 0) == 0) return usage_error(p, "", "unknown option " + first);
 
   // The longest run of leading words that names a command: "dead requeue" before "dead".
   if (words.size() >= 2 && words[1].rfind("-", 0) != 0) {

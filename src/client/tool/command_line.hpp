@@ -1,5 +1,5 @@
 // The command-line shape both relaybus programs share (bin/relaybus, bin/relaybus-bench):
-//   PROGRAM COMMAND [SUBCOMMAND] [ARGUMENTS] [OPTIONS]
+//   PROGRAM [COMMON OPTIONS] COMMAND [SUBCOMMAND] [ARGUMENTS] [OPTIONS]
 //   PROGRAM --help | --version,  PROGRAM COMMAND --help,  PROGRAM help [COMMAND]
 // parsed with Boost.Program_options. A command declares its options and positional
 // arguments; everything else on the line (an unknown option, a stray word, a value of the
