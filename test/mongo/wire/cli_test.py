@@ -44,10 +44,14 @@ class CliTest(mockrs.WireTest):
         self.assertEqual(code, 0, err)
         lines = [l.split("|") for l in out.splitlines()]
         self.assertEqual([c.strip() for c in lines[0]],
-                         ["handler", "pending", "processing", "dead", "completed", "oldest_pending",
-                          "paused"])
+                         ["handler", "pending", "processing", "dead", "completed",
+                          "oldest_pending_age", "paused"])
         row = [c.strip() for c in lines[2]]
-        self.assertEqual(row, ["mailer", "3", "0", "1", "0", "2026-12-01 12:00:00.000+00", "yes"])
+        self.assertEqual(row[:5] + row[6:], ["mailer", "3", "0", "1", "0", "yes"])
+        # The oldest pending delivery's age, in days and hours (more than a day here).
+        age = datetime.datetime.now(datetime.timezone.utc) - oldest.replace(tzinfo=datetime.timezone.utc)
+        self.assertRegex(row[5], r"^[0-9]+d[0-9]{2}h$")
+        self.assertLessEqual(abs(int(row[5].split("d")[0]) - age.days), 1, row[5])
 
     def test_dead_requeue_is_requeue_dead(self):
         rs = self.rs
@@ -106,9 +110,14 @@ class CliTest(mockrs.WireTest):
         self.answer(rs.expect("aggregate"), [], "completions")
         code, out, err = self.finish(p)
         self.assertEqual(code, 0, err)
-        self.assertEqual(json.loads(out), {"handlers": [
+        document = json.loads(out)
+        age = (datetime.datetime.now(datetime.timezone.utc)
+               - oldest.replace(tzinfo=datetime.timezone.utc)).total_seconds()
+        self.assertLessEqual(abs(document["handlers"][0].pop("oldest_pending_age_s") - age), 60)
+        self.assertEqual(document, {"handlers": [
             {"handler": "mailer", "pending": 3, "processing": 0, "dead": 1, "completed": 0,
-             "oldest_pending": "2026-12-01T12:00:00.123000Z", "paused": False}]})
+             "completed_recorded": True, "oldest_pending": "2026-12-01T12:00:00.123000Z",
+             "paused": False}]})
 
     def test_a_bad_listing_filter_is_refused_before_anything_is_sent(self):
         p = self.run_cli("dead", "list", "--limit", "-1")
