@@ -705,7 +705,7 @@ def main():
                     help="leave out the peers (PgQ, graphile-worker, pg-boss, the floor): bench/peers_bench.py")
     ap.add_argument("--peers-only", default=None, metavar="RUNNERS",
                     help="only the peer systems whose runner is listed (comma-separated names in bench/peers "
-                         "without .py: positions,positions_staged,pgq), without relaybus's own runs, their "
+                         "without .py: floor,pgq), without relaybus's own runs, their "
                          "databases or the held-snapshot scenarios: for a cluster whose library the "
                          "extension's SQL does not name (dynamic_library_path in RELAYBUS_CLUSTER_SETTINGS)")
     ap.add_argument("--held-systems", default=None, metavar="NAMES",

@@ -28,10 +28,10 @@ import psycopg
 
 HARNESS = "/*relaybus-bench-harness*/"
 
-HELD_SYSTEMS = ["relaybus 0.2.0 loop", "relaybus loop, VERSION 0.2.0", "relaybus loop, VERSION 0.3.0", "positions prototype", "floor",
+HELD_SYSTEMS = ["relaybus 0.2.0 loop", "relaybus loop, VERSION 0.2.0", "relaybus loop, VERSION 0.3.0", "floor",
                 "PgQ (tuned ticker)", "graphile-worker (tuned)", "pg-boss (tuned)"]
 # The mixed scenario's PgQ: pgqd's defaults (peers_bench.plans says why not the tuned ticker).
-STEADY_SYSTEMS = ["relaybus 0.2.0 loop", "relaybus loop, VERSION 0.2.0", "relaybus loop, VERSION 0.3.0", "positions prototype", "floor",
+STEADY_SYSTEMS = ["relaybus 0.2.0 loop", "relaybus loop, VERSION 0.2.0", "relaybus loop, VERSION 0.3.0", "floor",
                   "PgQ (pgqd defaults)", "graphile-worker (tuned)", "pg-boss (tuned)"]
 
 # variant: what the held transaction runs after BEGIN ISOLATION LEVEL REPEATABLE READ. Its
@@ -43,7 +43,7 @@ VARIANTS = {
 
 COLORS = {"relaybus 0.2.0 loop": "#2a6fdb", "relaybus loop, VERSION 0.2.0": "#8fb3ee",
           "relaybus loop, VERSION 0.3.0": "#0b3d91",
-          "positions prototype": "#1b9e77", "floor": "#b0b0b0", "PgQ (tuned ticker)": "#d95f02",
+          "floor": "#b0b0b0", "PgQ (tuned ticker)": "#d95f02",
           "PgQ (pgqd defaults)": "#d95f02", "graphile-worker (tuned)": "#7570b3", "pg-boss (tuned)": "#e7298a"}
 
 

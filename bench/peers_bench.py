@@ -28,14 +28,6 @@ SYSTEMS = {
     # The same loop on relaybus 0.3.0 (positions and cursors), while it is not the default.
     "relaybus loop, VERSION 0.3.0": ("db_loop030", "relaybus_loop.py", None),
     "floor": ("db_floor", "floor.py", None),
-    # Not relaybus: the next storage phase's design, measured before it is built (positions.py).
-    "positions prototype": ("db_positions", "positions.py", None),
-    # The same, its positions handed out by the commit log (src/pg/commit_order.hpp) instead
-    # of a counter row per lane (positions_log.py).
-    "positions prototype (commit log)": ("db_positions_log", "positions_log.py", None),
-    # The same, its deliveries staged in backend memory and inserted at commit with their
-    # positions (commit_order::stage), with no counter row (positions_staged.py).
-    "positions prototype (staged)": ("db_positions_staged", "positions_staged.py", None),
     "PgQ (tuned ticker)": ("db_pgq", "pgq.py", "tuned"),
     "PgQ (pgqd defaults)": ("db_pgq", "pgq.py", "defaults"),
     "graphile-worker (tuned)": ("db_graphile", "graphile.mjs", "tuned"),
@@ -54,8 +46,7 @@ def plans(mode):
     """(scenario, config, params, systems, reference): the peer comparisons of a mode."""
     if mode == "validity":
         return [("drain", "peers validity drain", dict(events=300, consumers=1, batch=50),
-                 ["relaybus 0.2.0 loop", "relaybus loop, VERSION 0.3.0", "floor", "positions prototype",
-                  "positions prototype (commit log)", "positions prototype (staged)", "PgQ (tuned ticker)",
+                 ["relaybus 0.2.0 loop", "relaybus loop, VERSION 0.3.0", "floor", "PgQ (tuned ticker)",
                   "graphile-worker (tuned)", "pg-boss (tuned)"],
                  "relaybus 0.2.0 loop")]
     n = 20000
@@ -63,14 +54,14 @@ def plans(mode):
     one = dict(events=n, consumers=1, batch=500)
     return [
         ("drain", "one consumer, batch 500", one,
-         ["relaybus 0.2.0 loop", "relaybus loop, VERSION 0.3.0", "floor", "positions prototype", "positions prototype (commit log)",
-          "positions prototype (staged)", "PgQ (tuned ticker)", "graphile-worker (tuned)", "pg-boss (tuned)"],
+         ["relaybus 0.2.0 loop", "relaybus loop, VERSION 0.3.0", "floor", "PgQ (tuned ticker)",
+          "graphile-worker (tuned)", "pg-boss (tuned)"],
          "relaybus 0.2.0 loop"),
         # PgQ's two consumers are two registered consumers, each reading every batch and
         # handling its half (README.md).
         ("drain", "two consumers, batch 500", dict(one, consumers=2),
-         ["relaybus 0.2.0 loop", "relaybus loop, VERSION 0.3.0", "floor", "positions prototype", "positions prototype (commit log)",
-          "positions prototype (staged)", "PgQ (tuned ticker)", "graphile-worker (tuned)"], "relaybus 0.2.0 loop"),
+         ["relaybus 0.2.0 loop", "relaybus loop, VERSION 0.3.0", "floor", "PgQ (tuned ticker)",
+          "graphile-worker (tuned)"], "relaybus 0.2.0 loop"),
         # The dispatcher as the harness's TUNED (bench/harness.py): c200 b200 t2 poll 50 ms.
         ("drain", "1 process, tuned", dict(events=n, dispatchers=1, concurrency=200, batch=200, poll_ms=50,
                                            handler_threads=2, consumers=1),
@@ -83,16 +74,12 @@ def plans(mode):
         # PgQ do, so their ratios compare servers, not clients; "relaybus 0.2.0" is the tool
         # (C++, libpq). Single publish is 20,000 events in both modes: the goal (0.95x the
         # floor) is a 5% margin, and rounds of 5,000 (about a second) differed by 15%.
-        # The positions prototype publishes too: what its lane-row counter costs a publisher
-        # (docs/design.md, "The next storage phase").
         ("publish", "single publish, P=1", dict(publishers=1, batch=1, events=20000),
-         ["relaybus 0.2.0 loop", "relaybus 0.2.0", "relaybus loop, VERSION 0.3.0", "floor", "positions prototype",
-          "positions prototype (commit log)", "positions prototype (staged)", "PgQ (pgqd defaults)",
+         ["relaybus 0.2.0 loop", "relaybus 0.2.0", "relaybus loop, VERSION 0.3.0", "floor", "PgQ (pgqd defaults)",
           "graphile-worker (defaults)", "pg-boss (defaults)"],
          "relaybus 0.2.0 loop"),
         ("publish", "100 per statement, P=1", dict(publishers=1, batch=100, events=20000 if mode == "quick" else 100000),
-         ["relaybus 0.2.0 loop", "relaybus 0.2.0", "relaybus loop, VERSION 0.3.0", "floor", "positions prototype",
-          "positions prototype (commit log)", "positions prototype (staged)", "PgQ (pgqd defaults)",
+         ["relaybus 0.2.0 loop", "relaybus 0.2.0", "relaybus loop, VERSION 0.3.0", "floor", "PgQ (pgqd defaults)",
           "graphile-worker (defaults)", "pg-boss (defaults)"],
          "relaybus 0.2.0 loop"),
         ("mixed", f"1000/s for {dur} s, defaults", dict(rate=1000, duration_s=dur, dispatchers=1, concurrency=10,

@@ -6,8 +6,8 @@ one cluster, each in a schema of its own:
 
 - relaybus: the installed extension's relaybus.publish (0.2.x: a counter row per key,
   locked until commit);
-- counter: bench/peers/positions.py's counter row per lane, bumped by the publish and
-  locked until commit;
+- counter: a counter row per lane (the design of the first positions prototype, removed
+  since 0.3.0 superseded it), bumped by the publish and locked until commit;
 - log: the commit log (src/pg/commit_order.hpp): the publish writes the event and its
   delivery with the transaction's id and an ordinal; the positions are handed out at
   commit, under a lock per lane held from PRE_COMMIT to the end of the commit;

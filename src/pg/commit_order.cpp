@@ -114,9 +114,9 @@ bool has_column(Oid table, const char* column) {
 }
 
 // The staged deliveries of one table at the positions write_staged computed. available_at
-// and created_at only where the table has them: relaybus 0.3.0's deliveries have both, the
-// prototypes' tables (bench/peers/positions_staged.py, test/integration/commit_order_check.py)
-// neither. The statement reads no table, so its plan has nothing for the planner to choose.
+// and created_at only where the table has them: relaybus 0.3.0's deliveries have both,
+// test/integration/commit_order_check.py's table neither, bench/ab/commit_order.py's only
+// available_at. The statement reads no table, so its plan has nothing for the planner to choose.
 SPIPlanPtr staged_plan_for(Oid table, const std::string& name) {
   LogStatement& statement = statement_of(staged_statements, table, name);
   if (statement.plan != nullptr) return statement.plan;
@@ -472,7 +472,8 @@ std::int32_t note(Oid log, const std::string& handler, std::int16_t lane) {
 
 namespace {
 
-// For measurements of the commit order beside the extension (bench/peers/positions.py):
+// For checks and measurements of the commit order beside the extension
+// (test/integration/commit_order_check.py, bench/ab/commit_order.py):
 // no version of the extension's SQL declares it. A superuser who declares it gets nothing
 // a caller could not do itself: the row is inserted as the caller, under its privileges.
 Datum commit_order_note_body(FunctionCallInfo fcinfo) {
