@@ -128,7 +128,15 @@ db_b_rounds() {
   q "SELECT string_agg(state_change::text, ',' ORDER BY pid) FROM pg_stat_activity
       WHERE datname = 'db_b' AND backend_type = 'relaybus sql handler'"
 }
+# Settled first: after its wake-up, a db_b worker may end one more round of its own (seen
+# 1 s after the wake-up); what must not come is a round caused by db_a's publish.
 before=$(db_b_rounds)
+for _ in $(seq 1 10); do
+  sleep 1.2
+  now=$(db_b_rounds)
+  [ "$now" = "$before" ] && break
+  before=$now
+done
 qd db_a "SELECT relaybus.publish('t', '{}', event_id => 'db_a-wake')" >/dev/null
 wait_ford "a publish in db_a wakes db_a's worker" db_a \
   "SELECT EXISTS (SELECT 1 FROM handled WHERE event_id = 'db_a-wake')" 2
