@@ -12,18 +12,27 @@ using tool::open_store;
 
 namespace {
 
-// Deliveries not finished yet (pending, in flight, waiting for a retry), in either version.
+// Deliveries not finished yet (pending, in flight, waiting for a retry): by their status
+// up to 0.2, where a delivery row lives until it is finished; from statistics() from 0.3.0
+// on, where delivery rows stay and cursors finish them.
 const std::string kUnfinished = std::string("SELECT ") + kHarness +
                                 " count(*) FROM relaybus.deliveries "
                                 "WHERE status NOT IN ('dead', 'completed')";
+const std::string kUnfinishedFromPositions = std::string("SELECT ") + kHarness +
+                                             " coalesce(sum(pending + processing), 0)"
+                                             " FROM relaybus.statistics()";
+const std::string kHasPositions =
+    std::string("SELECT ") + kHarness + " to_regclass('relaybus.exceptions') IS NOT NULL";
 const std::string kLsn = std::string("SELECT ") + kHarness + " pg_current_wal_insert_lsn()::text";
 const std::string kLsnDiff =
     std::string("SELECT ") + kHarness + " pg_wal_lsn_diff($1::pg_lsn, $2::pg_lsn)::bigint";
 
 class PgMeter final : public BenchMeter {
  public:
-  explicit PgMeter(const std::string& conninfo) : db_(conninfo) {}
-  long long unfinished() override { return std::stoll(db_.scalar(kUnfinished)); }
+  explicit PgMeter(const std::string& conninfo)
+      : db_(conninfo),
+        unfinished_(db_.scalar(kHasPositions) == "t" ? kUnfinishedFromPositions : kUnfinished) {}
+  long long unfinished() override { return std::stoll(db_.scalar(unfinished_)); }
   void mark() override { lsn_ = db_.scalar(kLsn); }
   LogUse since_mark() override {
     LogUse use;
@@ -34,6 +43,7 @@ class PgMeter final : public BenchMeter {
 
  private:
   Connection db_;
+  std::string unfinished_;
   std::string lsn_;
 };
 
