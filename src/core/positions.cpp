@@ -135,7 +135,7 @@ LanePlan plan_lane(const LaneProgress& progress, const std::vector<WindowEntry>&
       finished.push_back(position);
       continue;
     }
-    const bool due = entry.available_at_us <= now_us;
+    const bool due = entry.due_when_visible || entry.available_at_us <= now_us;
     if (entry.key) {
       const std::string& key = *entry.key;
       if (unknown_below || blocked.count(key) != 0) {

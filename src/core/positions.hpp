@@ -91,6 +91,12 @@ struct WindowEntry {
   bool exists = true;                // false: no delivery at this position (ABSENT)
   std::optional<std::string> key;    // nullopt: unordered delivery
   std::int64_t available_at_us = 0;  // due when <= now
+  // Published without a delay: its available_at is its publisher's transaction start, so
+  // it is due as soon as a claim can see it, even when the claim's clock (its own
+  // transaction start) is earlier than the publisher's. Judged by the clock instead, a
+  // delivery committed while a claim ran would move to an exception row (DEFER) and wait
+  // for a later claim: a write and a delay for a delivery that was never delayed.
+  bool due_when_visible = false;
 };
 
 // What a claim does with one position of the window.
@@ -137,7 +143,8 @@ struct LanePlan {
 //  5. keyed, and its key has a pending exception row (`keys_with_pending_exceptions`, or
 //     DEFERred earlier in this plan): PARK. Dead exception rows block nothing; the caller
 //     leaves their keys out.
-//  6. not due (available_at > now): DEFER; a keyed one adds its key to the pending
+//  6. not due (available_at > now, and not due_when_visible): DEFER; a keyed one adds its key to
+//  the pending
 //     exception keys for the later positions of this plan.
 //  7. room left: PICK; a keyed one blocks its key for the rest of the plan.
 //  8. otherwise: WAIT (and a keyed one blocks its key, as in 4).

@@ -222,82 +222,95 @@ class PositionsClaim {
     lanes_.push_back(std::move(l));
   }
 
+  // The held lanes, read unlocked with their probes (held_lanes), and locked only where the
+  // claim acts on them: those to take over, those due for lease renewal, and those with room
+  // whose probe found work, in one statement (in the one lane order, as before any other
+  // lock of the claim: a claim never waits for a lane while it holds another one out of
+  // order). The others (idle, or full and fresh) are left as they are, unlocked and
+  // unwritten: a worker may hold every lane of a handler while a claim needs a few, and a
+  // lock per lane per claim is a WAL record and a step each.
   void keep_held_lanes() {
-    std::vector<LaneRef> take_over;
+    std::vector<LaneRef> to_lock;
+    std::map<std::pair<std::string, std::int16_t>, std::optional<std::int64_t>> probed_since;
     for (auto& held : store_.held_lanes(handlers_)) {
       const LaneOrigin origin = classify_held_lane(held.binding, caller_has_holder_);
-      if (origin == LaneOrigin::kHeld) {
-        add_lane(std::move(held.lane), origin);
-      } else if (charges_in_flight(origin)) {
-        take_over.push_back({held.lane.handler, held.lane.lane});
-      }  // kOthers: another live incarnation's, left alone
+      if (origin == LaneOrigin::kOthers) continue;  // another live incarnation's
+      const LaneRef ref{held.lane.handler, held.lane.lane};
+      if (origin == LaneOrigin::kHeld && !held.lane.lease_renewal_due) {
+        const LaneProgress& g = held.lane.progress;
+        // Without room it runs something and stays as it is.
+        if (lane_room(g.in_flight.size() + held.lane.retrying.size()) == 0) continue;
+        const auto since = work_since(held.probe.window_since_us, held.probe.due_exception_us);
+        if (!since) continue;  // no work: left alone
+        probed_since[{ref.handler, ref.lane}] = since;
+      }
+      to_lock.push_back(ref);
     }
-    if (!take_over.empty())
-      for (auto& lane : store_.lock_for_takeover(take_over))
-        add_lane(std::move(lane), LaneOrigin::kOrphaned);
-    process_held();
-  }
-
-  // The held lanes (and those taken over from the worker's other incarnations), oldest work
-  // first. Lanes taken over and lanes due for lease renewal are read whatever they hold (a
-  // takeover charges what they ran; an idle lane due for renewal goes back, which takes its
-  // contents to know). The others are probed (probe_held, which says what held_lane_probe
-  // would), and only those with work are read, in that order, a few at a time, until the
-  // batch is full: a worker may hold every lane of a handler while a batch needs a tenth of
-  // them. A lane not read stays as it is (held, unwritten unless its renewal is due).
-  void process_held() {
+    // Lanes to take over and lanes due for renewal are read whatever they hold (a takeover
+    // charges what they ran; an idle lane due for renewal goes back, which takes its
+    // contents to know); a held one without room is not read, only renewed. The others are
+    // read by their probe's order, a few at a time, until the batch is full.
     std::vector<std::size_t> must_read, probed;
-    for (std::size_t i = 0; i < lanes_.size(); ++i) {
+    for (const std::size_t i : lock_held(to_lock)) {
       const LaneInClaim& l = lanes_[i];
-      // A held lane without room runs something and stays as it is: no need to read it.
-      if (l.origin == LaneOrigin::kHeld &&
-          lane_room(l.lane.progress.in_flight.size() + l.lane.retrying.size()) == 0)
-        continue;
-      (charges_in_flight(l.origin) || l.lane.lease_renewal_due ? must_read : probed).push_back(i);
-    }
-    read(must_read);
-    std::vector<std::optional<std::int64_t>> since(lanes_.size());
-    std::vector<bool> candidate(lanes_.size(), false);
-    for (std::size_t i : must_read) {
-      const HeldLaneProbe p = held_lane_probe(lanes_[i].lane, lanes_[i].contents, now_us_);
-      since[i] = work_since(p.window_since_us, p.due_exception_us);
-      candidate[i] = true;
-    }
-    if (!probed.empty()) {
-      std::vector<const PositionsLane*> asked;
-      for (std::size_t i : probed) asked.push_back(&lanes_[i].lane);
-      const std::vector<HeldLaneProbe> probes = store_.probe_held(asked);
-      if (probes.size() != probed.size())
-        throw Error(ErrorCode::kInternal, "relaybus: the store probed " +
-                                              std::to_string(probes.size()) + " lanes of " +
-                                              std::to_string(probed.size()));
-      for (std::size_t n = 0; n < probed.size(); ++n) {
-        since[probed[n]] = work_since(probes[n].window_since_us, probes[n].due_exception_us);
-        candidate[probed[n]] = since[probed[n]].has_value();  // no work: not read
+      const auto it = probed_since.find({l.lane.handler, l.lane.lane});
+      if (l.origin == LaneOrigin::kHeld && it != probed_since.end() && !l.lane.lease_renewal_due) {
+        probed.push_back(i);
+      } else if (l.origin != LaneOrigin::kHeld ||
+                 lane_room(l.lane.progress.in_flight.size() + l.lane.retrying.size()) != 0) {
+        must_read.push_back(i);
       }
     }
-    std::vector<std::size_t> order;
-    for (std::size_t i = 0; i < lanes_.size(); ++i)
-      if (candidate[i]) order.push_back(i);
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-      const auto sa = since[a].value_or(std::numeric_limits<std::int64_t>::max());
-      const auto sb = since[b].value_or(std::numeric_limits<std::int64_t>::max());
-      return sa < sb;
+    read(must_read);
+    std::vector<std::pair<std::optional<std::int64_t>, std::size_t>> order;
+    for (std::size_t i : must_read) {
+      const HeldLaneProbe p = held_lane_probe(lanes_[i].lane, lanes_[i].contents, now_us_);
+      order.push_back({work_since(p.window_since_us, p.due_exception_us), i});
+    }
+    for (std::size_t i : probed)
+      order.push_back({probed_since.at({lanes_[i].lane.handler, lanes_[i].lane.lane}), i});
+    std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+      const auto max = std::numeric_limits<std::int64_t>::max();
+      return a.first.value_or(max) < b.first.value_or(max);
     });
     // Unread lanes are read in chunks along the order: enough for the batch at a full lane's
     // room each, at least 8, doubling while the batch still has room.
     std::size_t chunk = std::max<std::size_t>(
         8, static_cast<std::size_t>(std::max(remaining_, 0)) / kMaxInFlightPerLane + 1);
     for (std::size_t k = 0; k < order.size() && remaining_ > 0; ++k) {
-      if (!lanes_[order[k]].read) {
+      if (!lanes_[order[k].second].read) {
         std::vector<std::size_t> next;
         for (std::size_t j = k; j < order.size() && next.size() < chunk; ++j)
-          if (!lanes_[order[j]].read) next.push_back(order[j]);
+          if (!lanes_[order[j].second].read) next.push_back(order[j].second);
         read(next);
         chunk *= 2;
       }
-      plan(lanes_[order[k]]);
+      plan(lanes_[order[k].second]);
     }
+  }
+
+  // Locks held lanes (store_.lock_held), adds those still the caller's incarnation's to the
+  // claim, and takes over those of its other incarnations (lock_for_takeover). Returns the
+  // indexes in lanes_ of the lanes added.
+  std::vector<std::size_t> lock_held(const std::vector<LaneRef>& refs) {
+    std::vector<std::size_t> added;
+    if (refs.empty()) return added;
+    std::vector<LaneRef> take_over;
+    for (auto& held : store_.lock_held(refs)) {
+      const LaneOrigin origin = classify_held_lane(held.binding, caller_has_holder_);
+      if (origin == LaneOrigin::kHeld) {
+        add_lane(std::move(held.lane), origin);
+        added.push_back(lanes_.size() - 1);
+      } else if (charges_in_flight(origin)) {
+        take_over.push_back({held.lane.handler, held.lane.lane});
+      }  // kOthers: another live incarnation's, left alone
+    }
+    if (!take_over.empty())
+      for (auto& lane : store_.lock_for_takeover(take_over)) {
+        add_lane(std::move(lane), LaneOrigin::kOrphaned);
+        added.push_back(lanes_.size() - 1);
+      }
+    return added;
   }
 
   // Reads the lanes at `indexes` (into their contents) and takes over those that need it.
@@ -427,6 +440,7 @@ class PositionsClaim {
       if (found) {
         e.key = next->key;
         e.available_at_us = next->available_at_us;
+        e.due_when_visible = next->due_when_visible;
       }
       entries.push_back(std::move(e));
       rows.push_back(found ? &*next : nullptr);
@@ -447,13 +461,16 @@ class PositionsClaim {
           --remaining_;
           break;
         case WindowAction::kDefer:
-        case WindowAction::kPark:
+        case WindowAction::kPark: {
+          // A delivery due when visible is due now by this claim's clock too, whatever its
+          // publisher's clock said, so that its row is not skipped as not yet due.
+          const std::int64_t due =
+              d->due_when_visible ? std::min(d->available_at_us, now_us_) : d->available_at_us;
           new_rows_.push_back({l.lane.handler, l.lane.lane, d->position, /*dead=*/false,
-                               /*attempts=*/0, /*claims=*/0, d->available_at_us,
-                               /*lease_lost=*/false});
-          put_pending(l.contents.pending,
-                      {d->position, d->event_id, d->key, d->available_at_us, 0, 0});
+                               /*attempts=*/0, /*claims=*/0, due, /*lease_lost=*/false});
+          put_pending(l.contents.pending, {d->position, d->event_id, d->key, due, 0, 0});
           break;
+        }
         default:
           break;
       }

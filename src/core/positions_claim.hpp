@@ -65,10 +65,20 @@ struct PositionsLane {
   bool lease_renewal_due = true;
 };
 
-// A lane held under the caller's worker name, with the incarnation it is bound to.
+// Whether and since when a held lane has work, read without its window: its first window
+// delivery neither finished nor in flight, and its earliest due head of pending exception
+// rows not being retried, as held_lane_probe says of a read lane.
+struct HeldLaneProbe {
+  std::optional<std::int64_t> window_since_us;   // that delivery's available_at
+  std::optional<std::int64_t> due_exception_us;  // the earliest of those rows' available_at
+};
+
+// A lane held under the caller's worker name, with the incarnation it is bound to. From
+// held_lanes, also its probe (held_lane_probe of the lane as read, unlocked).
 struct HeldPositionsLane {
   PositionsLane lane;
   LaneBinding binding;
+  HeldLaneProbe probe;
 };
 
 // A free or expired lane a claim locked from a window of lanes_with_work().
@@ -97,20 +107,13 @@ struct LaneWorkProbe {
   std::optional<std::int64_t> due_exception_us;
 };
 
-// Whether and since when a held lane has work, read without its window (probe_held): its
-// first window delivery neither finished nor in flight, and its earliest due head of
-// pending exception rows not being retried, as held_lane_probe says of a read lane.
-struct HeldLaneProbe {
-  std::optional<std::int64_t> window_since_us;   // that delivery's available_at
-  std::optional<std::int64_t> due_exception_us;  // the earliest of those rows' available_at
-};
-
 // A delivery of a lane's window, as read.
 struct WindowDelivery {
   Position position = 0;
   std::string event_id;
   std::optional<std::string> key;
   std::int64_t available_at_us = 0;
+  bool due_when_visible = false;  // published without a delay (WindowEntry)
 };
 
 // A pending exception row, as read (or as a takeover of this claim made it).
@@ -190,9 +193,14 @@ class PositionsClaimStore : public PositionsWriteStore {
   // are subscribed, sorted, each with whether it is paused and its retry policy.
   virtual std::vector<PositionsHandler> subscribed_handlers(
       const std::optional<std::vector<std::string>>& requested) = 0;
-  // The lanes of `handlers` held under the worker's name, locked against other claims of
-  // it (in the one lane order), read after the lock.
+  // The lanes of `handlers` held under the worker's name, as they are now, unlocked, each
+  // with its probe (held_lane_probe of what was read, with the claim's now_us). A worker
+  // may hold every lane of a handler while a claim acts on a few: only those are locked.
   virtual std::vector<HeldPositionsLane> held_lanes(const std::vector<std::string>& handlers) = 0;
+  // Locks these lanes (from held_lanes) against other claims and completions of the worker,
+  // in the one lane order, and re-reads them after the lock: those no longer held under
+  // the worker's name are left out. Their probe is not read again.
+  virtual std::vector<HeldPositionsLane> lock_held(const std::vector<LaneRef>& lanes) = 0;
   // Locks lanes to take over (waiting for a completion in progress in an open
   // transaction) and re-reads them.
   virtual std::vector<PositionsLane> lock_for_takeover(const std::vector<LaneRef>& lanes) = 0;
@@ -206,10 +214,6 @@ class PositionsClaimStore : public PositionsWriteStore {
   // The contents of these locked lanes (as they are now: read after the locks and after
   // this claim's earlier writes), one per lane in the order given.
   virtual std::vector<LaneContents> read_lanes(const std::vector<const PositionsLane*>& lanes) = 0;
-  // What held_lane_probe says of each of these locked lanes (with the claim's now_us), one
-  // per lane in the order given, without reading their windows: a claim reads the windows
-  // of only as many held lanes, oldest work first, as its batch needs.
-  virtual std::vector<HeldLaneProbe> probe_held(const std::vector<const PositionsLane*>& lanes) = 0;
 };
 
 // A delivery a claim hands out.
@@ -241,7 +245,7 @@ bool acquirable_lane_has_work(const LaneWorkProbe& probe) noexcept;
 std::optional<std::int64_t> work_since(std::optional<std::int64_t> window_since_us,
                                        std::optional<std::int64_t> due_exception_us) noexcept;
 
-// A held lane's probe from its contents, the rule probe_held follows: the first window
+// A held lane's probe from its contents, the rule held_lanes' probes follow: the first window
 // delivery above the cursor neither in done nor in in_flight, and the earliest due
 // (available_at <= now_us) head of its pending exception rows not in retrying, a head being
 // the lowest row of a key, or an unkeyed row. `contents.pending` may hold every pending row

@@ -52,6 +52,7 @@ class PgPositionsClaimStore final : public core::PositionsClaimStore {
       const std::optional<std::vector<std::string>>& requested) override;
   std::vector<core::HeldPositionsLane> held_lanes(
       const std::vector<std::string>& handlers) override;
+  std::vector<core::HeldPositionsLane> lock_held(const std::vector<core::LaneRef>& lanes) override;
   std::vector<core::PositionsLane> lock_for_takeover(
       const std::vector<core::LaneRef>& lanes) override;
   std::vector<core::LaneWorkProbe> lanes_with_work(
@@ -60,11 +61,13 @@ class PgPositionsClaimStore final : public core::PositionsClaimStore {
                                                            int wanted) override;
   std::vector<core::LaneContents> read_lanes(
       const std::vector<const core::PositionsLane*>& lanes) override;
-  std::vector<core::HeldLaneProbe> probe_held(
-      const std::vector<const core::PositionsLane*>& lanes) override;
   // Per lane, the earliest due head of its pending exception rows (exception_heads.hpp),
   // leaving out the lane's retrying positions if `skip_retrying`.
   std::vector<std::optional<std::int64_t>> due_heads(
+      const std::vector<const core::PositionsLane*>& lanes, bool skip_retrying);
+  // due_heads of the lanes that have pending exception rows at all (found one step a lane:
+  // usually none has), nullopt for the others, which is what due_heads says of them.
+  std::vector<std::optional<std::int64_t>> due_heads_where_pending(
       const std::vector<const core::PositionsLane*>& lanes, bool skip_retrying);
   void insert_exceptions(const std::vector<core::NewException>& rows) override {
     writes_.insert_exceptions(rows);
@@ -77,7 +80,12 @@ class PgPositionsClaimStore final : public core::PositionsClaimStore {
   }
 
  private:
+  // Binds $1..$7 of held_lanes' and lock_held's statements (worker, handlers, this backend,
+  // holder, lease renewal bounds).
+  void bind_held(Params& params);
+
   LaneHolder holder_;
+  std::vector<std::string> handlers_;  // held_lanes' handlers, for lock_held
   PositionsWrites writes_;
 };
 
@@ -106,30 +114,23 @@ std::vector<core::PositionsHandler> PgPositionsClaimStore::subscribed_handlers(
   return handlers;
 }
 
-std::vector<core::HeldPositionsLane> PgPositionsClaimStore::held_lanes(
-    const std::vector<std::string>& handlers) {
-  // FOR NO KEY UPDATE, in the one order every statement that waits for lanes takes them
-  // (lane_order.hpp), so this never deadlocks with the worker's other connections renewing,
-  // relinquishing or completing. A lane this waits for is returned as it is after the wait
-  // (the lock re-reads the row); the windows are read by a later statement. Whose
-  // incarnation each lane is (core::LaneBinding) is for core to judge.
-  static Statement lock_held(
-      "SELECT " RELAYBUS_POSITIONS_LANE_COLUMNS_SQL ", l.holder IS NOT NULL,"
-      " coalesce(l.holder = $5, false), " RELAYBUS_HOLDER_ALIVE_SQL("$3", "$4") ","
-      // core::LeaseRenewal::due, set-based.
-      " l.lease_expires_at <= now(),"
-      " coalesce(l.lease_expires_at < $6 OR l.lease_expires_at > $7, true)"
-      " FROM relaybus.lanes l WHERE l.lease_owner = $1 AND l.handler = ANY ($2)"
-      " ORDER BY " RELAYBUS_LANE_LOCK_ORDER_SQL " FOR NO KEY UPDATE OF l",
-      {TEXTOID, TEXTARRAYOID, INT4OID, TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID,
-       TIMESTAMPTZOID});
+// Columns of a held lane after RELAYBUS_POSITIONS_LANE_COLUMNS_SQL: its binding and whether
+// its lease is due for renewal ($3, $4: this backend's pid and start; $5: the holder; $6,
+// $7: core::LeaseRenewal), for held_lanes and lock_held.
+#define RELAYBUS_HELD_LANE_COLUMNS_SQL \
+  ", l.holder IS NOT NULL, coalesce(l.holder = $5, false), " RELAYBUS_HOLDER_ALIVE_SQL( \
+      "$3", "$4") ", l.lease_expires_at <= now(),"                                       \
+                  /* core::LeaseRenewal::due, set-based. */                              \
+                  " coalesce(l.lease_expires_at < $6 OR l.lease_expires_at > $7, true)"
+constexpr int kHeldLaneColumns = kPositionsLaneColumns + 5;
+
+void PgPositionsClaimStore::bind_held(Params& params) {
   // Whether a lane's backend is alive is read from backend activity, which PostgreSQL
   // reads once per transaction: a claim in a transaction that had already read it would
   // take a connection opened since then for dead, and its lanes over.
   fresh_backend_activity();
-  Params params;
   params.text(holder_.worker);
-  params.text_array(handlers);
+  params.text_array(handlers_);
   params.int4(current_holder_pid());
   params.timestamptz(current_holder_started());
   params.text(holder_.holder);
@@ -137,22 +138,108 @@ std::vector<core::HeldPositionsLane> PgPositionsClaimStore::held_lanes(
       core::lease_renewal(GetCurrentTransactionStartTimestamp(), holder_.lease_us);
   params.timestamptz(renewal.renew_before_us);
   params.timestamptz(renewal.expires_at_us);
-  const std::uint64_t n = lock_held.run(params);
+}
+
+core::HeldPositionsLane held_lane_of_row(std::uint64_t r) {
+  core::HeldPositionsLane lane;
+  lane.lane = positions_lane_of_row(r);
+  lane.binding.to_holder = row::boolean(r, kPositionsLaneColumns + 1);
+  lane.binding.same_holder = row::boolean(r, kPositionsLaneColumns + 2);
+  lane.binding.backend_alive = row::boolean(r, kPositionsLaneColumns + 3);
+  lane.binding.lease_expired = row::boolean(r, kPositionsLaneColumns + 4);
+  lane.lane.lease_renewal_due = row::boolean(r, kPositionsLaneColumns + 5);
+  return lane;
+}
+
+std::vector<core::HeldPositionsLane> PgPositionsClaimStore::held_lanes(
+    const std::vector<std::string>& handlers) {
+  // Unlocked, in one statement: each held lane with its binding, its progress (the newest
+  // lane_progress row, probed from the lane's hint as lanes_with_work does) and the window
+  // half of core::held_lane_probe (the first delivery of the window neither done nor in
+  // flight: one range scan of deliveries_pkey); then the exception half (due heads not
+  // being retried) for the lanes that have pending rows. Nothing is locked: lock_held locks
+  // the lanes core acts on and reads their progress again.
+  static Statement read(
+      "SELECT " RELAYBUS_POSITIONS_LANE_COLUMNS_SQL RELAYBUS_HELD_LANE_COLUMNS_SQL
+      ","
+      " p.seq, coalesce(p.acked_upto, 0), p.done, p.in_flight, p.retrying, f.available_at"
+      " FROM relaybus.lanes l"
+      " LEFT JOIN LATERAL ("
+      "  (SELECT p.seq, p.acked_upto, p.done, p.in_flight, p.retrying"
+      "   FROM relaybus.lane_progress p WHERE p.handler = l.handler AND p.lane = l.lane"
+      "   AND p.seq >= coalesce(($8::int8[])[(array_position($2, l.handler) - 1) * $9 + l.lane"
+      "                                       + 1], 0)"
+      "   ORDER BY p.seq DESC LIMIT 1)"
+      "  UNION ALL"
+      "  (SELECT p.seq, p.acked_upto, p.done, p.in_flight, p.retrying"
+      "   FROM relaybus.lane_progress p WHERE p.handler = l.handler AND p.lane = l.lane"
+      "   ORDER BY p.seq DESC LIMIT 1)"
+      "  LIMIT 1) p ON true"
+      " LEFT JOIN LATERAL (SELECT d.available_at FROM relaybus.deliveries d"
+      "  WHERE d.handler = l.handler AND d.lane = l.lane"
+      "  AND d.position > coalesce(p.acked_upto, 0) AND d.position <= coalesce(p.acked_upto, 0) + "
+      "$10"
+      "  AND d.position <> ALL (coalesce(p.done, '{}') || coalesce(p.in_flight, '{}'))"
+      "  ORDER BY d.position LIMIT 1) f ON true"
+      " WHERE l.lease_owner = $1 AND l.handler = ANY ($2)",
+      {TEXTOID, TEXTARRAYOID, INT4OID, TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+       INT8ARRAYOID, INT4OID, INT8OID});
+  handlers_ = handlers;
+  Params params;
+  bind_held(params);
+  params.int8_array(progress_hints::get_by_handler(handlers));
+  params.int4(core::kLaneCount);
+  params.int8(core::kPositionWindow);
+  const std::uint64_t n = read.run(params);
   std::vector<core::HeldPositionsLane> out;
   out.reserve(n);
+  constexpr int c = kHeldLaneColumns;
   for (std::uint64_t r = 0; r < n; ++r) {
-    core::HeldPositionsLane lane;
-    lane.lane = positions_lane_of_row(r);
-    lane.binding.to_holder = row::boolean(r, kPositionsLaneColumns + 1);
-    lane.binding.same_holder = row::boolean(r, kPositionsLaneColumns + 2);
-    lane.binding.backend_alive = row::boolean(r, kPositionsLaneColumns + 3);
-    lane.binding.lease_expired = row::boolean(r, kPositionsLaneColumns + 4);
-    lane.lane.lease_renewal_due = row::boolean(r, kPositionsLaneColumns + 5);
+    core::HeldPositionsLane lane = held_lane_of_row(r);
+    if (!row::is_null(r, c + 1))
+      progress_hints::note(lane.lane.handler, lane.lane.lane, row::int8(r, c + 1));
+    lane.lane.progress.acked_upto = row::int8(r, c + 2);
+    lane.lane.progress.done = position_set(r, c + 3);
+    lane.lane.progress.in_flight = position_set(r, c + 4);
+    lane.lane.retrying = position_set(r, c + 5);
+    if (!row::is_null(r, c + 6)) lane.probe.window_since_us = timestamp_of_row(r, c + 6);
     out.push_back(std::move(lane));
   }
-  std::vector<core::PositionsLane*> lanes;
-  for (auto& l : out) lanes.push_back(&l.lane);
-  writes_.load_progress(lanes);
+  std::vector<const core::PositionsLane*> lanes;
+  for (const auto& l : out) lanes.push_back(&l.lane);
+  const std::vector<std::optional<std::int64_t>> due =
+      due_heads_where_pending(lanes, /*skip_retrying=*/true);
+  for (std::size_t i = 0; i < out.size(); ++i) out[i].probe.due_exception_us = due[i];
+  return out;
+}
+
+std::vector<core::HeldPositionsLane> PgPositionsClaimStore::lock_held(
+    const std::vector<core::LaneRef>& lanes) {
+  // FOR NO KEY UPDATE, in the one order every statement that waits for lanes takes them
+  // (lane_order.hpp), so this never deadlocks with the worker's other connections renewing,
+  // relinquishing or completing. A lane this waits for is returned as it is after the wait
+  // (the lock re-reads the row, and a lane that changed hands meanwhile fails the
+  // re-checked owner); its progress is read by a later statement, after the lock. Whose
+  // incarnation each lane is (core::LaneBinding) is for core to judge.
+  static Statement lock(
+      "SELECT " RELAYBUS_POSITIONS_LANE_COLUMNS_SQL RELAYBUS_HELD_LANE_COLUMNS_SQL
+      " FROM relaybus.lanes l JOIN unnest($8::text[], $9::int2[]) AS o(handler, lane)"
+      "  ON l.handler = o.handler AND l.lane = o.lane"
+      " WHERE l.lease_owner = $1 AND l.handler = ANY ($2)"
+      " ORDER BY " RELAYBUS_LANE_LOCK_ORDER_SQL " FOR NO KEY UPDATE OF l",
+      {TEXTOID, TEXTARRAYOID, INT4OID, TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+       TEXTARRAYOID, INT2ARRAYOID});
+  if (lanes.empty()) return {};
+  Params params;
+  bind_held(params);
+  lane_list_of(lanes).bind(params);
+  const std::uint64_t n = lock.run(params);
+  std::vector<core::HeldPositionsLane> out;
+  out.reserve(n);
+  for (std::uint64_t r = 0; r < n; ++r) out.push_back(held_lane_of_row(r));
+  std::vector<core::PositionsLane*> locked;
+  for (auto& l : out) locked.push_back(&l.lane);
+  writes_.load_progress(locked);
   return out;
 }
 
@@ -239,29 +326,48 @@ std::vector<core::LaneWorkProbe> PgPositionsClaimStore::lanes_with_work(
     if (!row::is_null(r, 10)) progress_hints::note(p.lane.handler, p.lane.lane, row::int8(r, 10));
     out.push_back(std::move(p));
   }
-  // The earliest due head of pending exception rows (exception_heads.hpp) of each lane that
-  // has pending rows (usually none: one step finds that). A lane's retried rows count too:
-  // of an acquirable lane only an expired one has any, and its takeover makes them due.
-  static Statement with_exceptions(RELAYBUS_LANES_WITH_EXCEPTIONS_SQL, {TEXTARRAYOID});
-  Params lane_params;
-  lane_params.text_array(handlers);
-  std::set<std::pair<std::string, std::int16_t>> have;
-  const std::uint64_t m = with_exceptions.run(lane_params);
-  for (std::uint64_t r = 0; r < m; ++r) have.insert({row::text(r, 1), row::int2(r, 2)});
-  std::vector<std::size_t> indexes;
+  // The earliest due head of pending exception rows (exception_heads.hpp) of each lane. A
+  // lane's retried rows count too: of an acquirable lane only an expired one has any, and
+  // its takeover makes them due.
   std::vector<core::PositionsLane> lanes;
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    if (have.count({out[i].lane.handler, out[i].lane.lane}) == 0) continue;
-    indexes.push_back(i);
+  for (const auto& p : out) {
     core::PositionsLane l;
-    l.handler = out[i].lane.handler;
-    l.lane = out[i].lane.lane;
+    l.handler = p.lane.handler;
+    l.lane = p.lane.lane;
     lanes.push_back(std::move(l));
   }
   std::vector<const core::PositionsLane*> asked;
   for (const auto& l : lanes) asked.push_back(&l);
-  const std::vector<std::optional<std::int64_t>> due = due_heads(asked, /*skip_retrying=*/false);
-  for (std::size_t k = 0; k < indexes.size(); ++k) out[indexes[k]].due_exception_us = due[k];
+  const std::vector<std::optional<std::int64_t>> due =
+      due_heads_where_pending(asked, /*skip_retrying=*/false);
+  for (std::size_t i = 0; i < out.size(); ++i) out[i].due_exception_us = due[i];
+  return out;
+}
+
+std::vector<std::optional<std::int64_t>> PgPositionsClaimStore::due_heads_where_pending(
+    const std::vector<const core::PositionsLane*>& lanes, bool skip_retrying) {
+  std::vector<std::optional<std::int64_t>> out(lanes.size());
+  std::vector<std::string> handlers;
+  for (const core::PositionsLane* l : lanes) handlers.push_back(l->handler);
+  std::sort(handlers.begin(), handlers.end());
+  handlers.erase(std::unique(handlers.begin(), handlers.end()), handlers.end());
+  if (handlers.empty()) return out;
+  static Statement with_exceptions(RELAYBUS_LANES_WITH_EXCEPTIONS_SQL, {TEXTARRAYOID});
+  Params params;
+  params.text_array(handlers);
+  std::set<std::pair<std::string, std::int16_t>> have;
+  const std::uint64_t m = with_exceptions.run(params);
+  for (std::uint64_t r = 0; r < m; ++r) have.insert({row::text(r, 1), row::int2(r, 2)});
+  std::vector<std::size_t> indexes;
+  std::vector<const core::PositionsLane*> asked;
+  for (std::size_t i = 0; i < lanes.size(); ++i) {
+    if (have.count({lanes[i]->handler, lanes[i]->lane}) == 0) continue;
+    indexes.push_back(i);
+    asked.push_back(lanes[i]);
+  }
+  if (asked.empty()) return out;
+  const std::vector<std::optional<std::int64_t>> due = due_heads(asked, skip_retrying);
+  for (std::size_t k = 0; k < indexes.size(); ++k) out[indexes[k]] = due[k];
   return out;
 }
 
@@ -311,14 +417,15 @@ std::vector<core::LaneContents> PgPositionsClaimStore::read_lanes(
   // 30 us a lane once the lane fills its pages) where this one stops at the cursor.
   static Statement read(
       RELAYBUS_EXCEPTION_HEADS_CTE
-      "SELECT 0, u.n, d.position, d.event_id, d.key, d.available_at, 0, 0"
+      "SELECT 0, u.n, d.position, d.event_id, d.key, d.available_at, 0, 0,"
+      " d.available_at <= d.created_at"
       " FROM unnest($1::text[], $2::int2[], $3::int8[]) WITH ORDINALITY AS u(handler, lane, acked, "
       "n)"
-      " CROSS JOIN LATERAL (SELECT d.position, d.event_id, d.key, d.available_at"
+      " CROSS JOIN LATERAL (SELECT d.position, d.event_id, d.key, d.available_at, d.created_at"
       "  FROM relaybus.deliveries d WHERE d.handler = u.handler AND d.lane = u.lane"
       "  AND d.position > u.acked AND d.position <= u.acked + $4 ORDER BY d.position) d"
       " UNION ALL"
-      " SELECT 1, u.n, t.position, NULL, NULL, NULL, 0, 0"
+      " SELECT 1, u.n, t.position, NULL, NULL, NULL, 0, 0, false"
       " FROM unnest($1::text[], $2::int2[], $3::int8[]) WITH ORDINALITY AS u(handler, lane, acked, "
       "n)"
       " CROSS JOIN LATERAL (SELECT d.position FROM relaybus.deliveries d"
@@ -326,13 +433,13 @@ std::vector<core::LaneContents> PgPositionsClaimStore::read_lanes(
       "  ORDER BY d.position DESC LIMIT 1) t"
       " UNION ALL"
       // The lowest pending row of each key (a loose scan: exception_heads.hpp).
-      " SELECT 2, h.n, x.position, x.event_id, x.key, x.available_at, x.attempts, x.claims"
+      " SELECT 2, h.n, x.position, x.event_id, x.key, x.available_at, x.attempts, x.claims, false"
       " FROM heads h JOIN relaybus.exceptions x"
       "  ON x.handler = h.handler AND x.lane = h.lane AND x.position = h.position"
       " UNION ALL"
       // The rows being retried, the lowest unkeyed row, and the due unkeyed rows not being
       // retried, earliest due first, up to a lane's room ($8).
-      " SELECT 2, u.n, x.position, x.event_id, x.key, x.available_at, x.attempts, x.claims"
+      " SELECT 2, u.n, x.position, x.event_id, x.key, x.available_at, x.attempts, x.claims, false"
       " FROM unnest($1::text[], $2::int2[], $6::int4[], $7::int4[]) WITH ORDINALITY"
       "  AS u(handler, lane, rf, rc, n)"
       " CROSS JOIN LATERAL ("
@@ -379,8 +486,10 @@ std::vector<core::LaneContents> PgPositionsClaimStore::read_lanes(
     if (kind == 1) {
       c.tail = position;
     } else if (kind == 0) {
-      c.window.push_back(
-          {position, row::text(r, 4), row::text_or_null(r, 5), timestamp_of_row(r, 6)});
+      // Column 9: published without a delay (core::WindowEntry::due_when_visible): its
+      // available_at is its publish's now(), as created_at is.
+      c.window.push_back({position, row::text(r, 4), row::text_or_null(r, 5),
+                          timestamp_of_row(r, 6), row::boolean(r, 9)});
     } else {
       c.pending.push_back({position, row::text(r, 4), row::text_or_null(r, 5),
                            timestamp_of_row(r, 6), row::int4(r, 7), row::int4(r, 8)});
@@ -428,55 +537,6 @@ std::vector<std::optional<std::int64_t>> PgPositionsClaimStore::due_heads(
       throw core::Error(core::ErrorCode::kInternal, "relaybus: due heads of a lane not asked for");
     if (!row::is_null(r, 2)) out[static_cast<std::size_t>(lane) - 1] = timestamp_of_row(r, 2);
   }
-  return out;
-}
-
-std::vector<core::HeldLaneProbe> PgPositionsClaimStore::probe_held(
-    const std::vector<const core::PositionsLane*>& lanes) {
-  // core::held_lane_probe, set-based: per lane, the first delivery of its window (one range
-  // scan of deliveries_pkey, stopping at the first position neither done nor in flight,
-  // $4: done and in_flight, sliced), then its earliest due head of exception rows not
-  // being retried (due_heads).
-  static Statement probe(
-      "SELECT u.n, d.available_at"
-      " FROM unnest($1::text[], $2::int2[], $3::int8[], $5::int4[], $6::int4[]) WITH ORDINALITY"
-      "  AS u(handler, lane, acked, skip_first, skip_count, n)"
-      " CROSS JOIN LATERAL (SELECT d.available_at FROM relaybus.deliveries d"
-      "   WHERE d.handler = u.handler AND d.lane = u.lane"
-      "   AND d.position > u.acked AND d.position <= u.acked + $7"
-      "   AND d.position <> ALL (coalesce(($4::int8[])[u.skip_first:u.skip_first + u.skip_count"
-      "                                                - 1], '{}'))"
-      "   ORDER BY d.position LIMIT 1) d",
-      {TEXTARRAYOID, INT2ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT4ARRAYOID, INT4ARRAYOID,
-       INT8OID});
-  LaneList list;
-  std::vector<std::int64_t> acked, skip;
-  std::vector<std::int32_t> skip_firsts, skip_counts;
-  for (const core::PositionsLane* l : lanes) {
-    list.add(l->handler, l->lane);
-    acked.push_back(l->progress.acked_upto);
-    skip_firsts.push_back(static_cast<std::int32_t>(skip.size()) + 1);  // SQL arrays: from 1
-    skip.insert(skip.end(), l->progress.done.begin(), l->progress.done.end());
-    skip.insert(skip.end(), l->progress.in_flight.begin(), l->progress.in_flight.end());
-    skip_counts.push_back(static_cast<std::int32_t>(skip.size()) + 1 - skip_firsts.back());
-  }
-  Params params;
-  list.bind(params);
-  params.int8_array(acked);
-  params.int8_array(skip);
-  params.int4_array(skip_firsts);
-  params.int4_array(skip_counts);
-  params.int8(core::kPositionWindow);
-  const std::uint64_t n = probe.run(params);
-  std::vector<core::HeldLaneProbe> out(lanes.size());
-  for (std::uint64_t r = 0; r < n; ++r) {
-    const std::int64_t lane = row::int8(r, 1);
-    if (lane < 1 || static_cast<std::size_t>(lane) > out.size())
-      throw core::Error(core::ErrorCode::kInternal, "relaybus: a probe of a lane not asked for");
-    out[static_cast<std::size_t>(lane) - 1].window_since_us = timestamp_of_row(r, 2);
-  }
-  const std::vector<std::optional<std::int64_t>> due = due_heads(lanes, /*skip_retrying=*/true);
-  for (std::size_t i = 0; i < out.size(); ++i) out[i].due_exception_us = due[i];
   return out;
 }
 

@@ -17,7 +17,7 @@
 --    lane); a new delivery E arrives in the same lane; A claims again and waits for B's
 --    lock; B commits. A's claim must return E and leave exactly E in flight.
 -- 2. The other way round: what committed while a claim waited must count as in flight
---    too. A holds a lane and, in an open transaction, claims again (locking it); B's
+--    too. A holds a lane and, in an open transaction, claims H from it (locking it); B's
 --    claim waits; F is published into the lane and A claims it, then commits. B must not
 --    get F: its look at the lane's deliveries must see F, though F did not exist when
 --    B's claim began.
@@ -77,12 +77,17 @@ SELECT min(id) AS f_id FROM (SELECT 'sw2-f-' || i AS id FROM generate_series(1, 
  WHERE relaybus.lane_of(c.id) = :lane2 \gset
 SELECT is((SELECT array_agg(e) FROM dblink('sw_a', $$SELECT event_id FROM relaybus.claim('shared2',
   10, '30 seconds', ARRAY['sw2'])$$) AS r(e text)), ARRAY['sw2-g'], 'A claims G and holds its lane');
+SELECT min(id) AS h_id FROM (SELECT 'sw2-h-' || i AS id FROM generate_series(1, 20000) i) c
+ WHERE relaybus.lane_of(c.id) = :lane2 \gset
+-- H, for A's next claim: a claim locks a held lane only when it acts on it.
+SELECT relaybus.publish('sw2.event', '{}', event_id => :'h_id');
 -- F's publish takes this transaction's now(), older than A's: F is due for A at once
 -- (a due time in the past would count as now, since 0.2.1).
 BEGIN;
 SELECT dblink_exec('sw_a', 'BEGIN');
-SELECT is((SELECT count(*)::int FROM dblink('sw_a', $$SELECT event_id FROM relaybus.claim('shared2',
-  10, '30 seconds', ARRAY['sw2'])$$) AS r(e text)), 0, 'A claims again in an open transaction: nothing new');
+SELECT is((SELECT array_agg(e) FROM dblink('sw_a', $$SELECT event_id FROM relaybus.claim('shared2',
+  10, '30 seconds', ARRAY['sw2'])$$) AS r(e text)), ARRAY[:'h_id'],
+  'A claims H in an open transaction, which locks the lane');
 SELECT dblink_send_query('sw_b', $$SELECT event_id FROM relaybus.claim('shared2', 10,
   '30 seconds', ARRAY['sw2'])$$);
 SELECT ok(rb_waits_for_lock(:b_pid), 'B''s claim waits for A''s lock on the lane');
@@ -92,13 +97,13 @@ SELECT is((SELECT array_agg(e) FROM dblink('sw_a', $$SELECT event_id FROM relayb
   10, '30 seconds', ARRAY['sw2'])$$) AS r(e text)), ARRAY[:'f_id'], 'A claims F, published meanwhile');
 SELECT dblink_exec('sw_a', 'COMMIT');
 SELECT is((SELECT count(*)::int FROM dblink_get_result('sw_b') AS r(e text)), 0,
-          'B''s claim gets nothing: G and F are in flight');
+          'B''s claim gets nothing: G, H and F are in flight');
 SELECT is((SELECT count(*)::int FROM dblink_get_result('sw_b') AS r(e text)), 0,
           '(no further result)');
 SELECT is((SELECT in_flight FROM relaybus.lane_state WHERE handler = 'sw2' AND lane = :lane2),
           (SELECT array_agg(position ORDER BY position) FROM relaybus.deliveries
-            WHERE handler = 'sw2' AND event_id IN ('sw2-g', :'f_id')),
-          'the lane lists G''s and F''s positions in flight, once each');
+            WHERE handler = 'sw2' AND event_id IN ('sw2-g', :'h_id', :'f_id')),
+          'the lane lists G''s, H''s and F''s positions in flight, once each');
 
 --------------------------------------------------------------------------------
 -- 3. (0.3.0) The same for the retrying list: A runs R again from its exception row; B

@@ -3,6 +3,8 @@
 CREATE EXTENSION pgtap;
 CREATE EXTENSION relaybus VERSION '0.3.0';
 CREATE EXTENSION dblink;
+-- Which rows a transaction has locked (test/pgtap-0.3.0/135_claim_clock_and_locks.sql).
+CREATE EXTENSION pgrowlocks;
 
 -- Every suite starts from an empty bus: suites commit through dblink, so a rollback alone
 -- would not isolate them.

@@ -17,6 +17,7 @@
 #include <string>
 #include <tuple>
 #include <utility>
+#include <functional>
 #include <vector>
 
 namespace relaybus::core {
@@ -43,6 +44,7 @@ struct FakeDelivery {
   std::string event_id;
   std::optional<std::string> key;
   std::int64_t available_at = kNow;
+  bool due_when_visible = false;
 };
 
 struct FakeException {
@@ -75,6 +77,8 @@ class FakeStore final : public PositionsClaimStore, public PositionsTakeoverStor
   std::vector<std::pair<std::vector<LaneRef>, int>> acquire_calls;
   std::vector<std::vector<LaneKey>> reads;
   std::vector<std::vector<LaneKey>> probes;
+  std::vector<std::vector<LaneKey>> locks;  // lock_held's lanes, per call
+  std::function<void()> before_lock;        // runs as lock_held begins (a concurrent change)
   std::vector<PositionsLaneWrite> lane_writes;
 
   // ---- setup helpers ----
@@ -133,11 +137,28 @@ class FakeStore final : public PositionsClaimStore, public PositionsTakeoverStor
     for (auto& [k, l] : lanes) {
       if (!l.owner || *l.owner != worker) continue;
       if (std::find(handlers.begin(), handlers.end(), k.first) == handlers.end()) continue;
-      LaneBinding b = l.binding;
-      b.lease_expired = l.expired;
-      out.push_back({snapshot(k, l), b});
-      out.back().lane.lease_renewal_due = l.renewal_due;
+      out.push_back(held(k, l));
     }
+    std::vector<const PositionsLane*> asked;
+    for (const auto& h : out) asked.push_back(&h.lane);
+    const std::vector<HeldLaneProbe> found = probe_held(asked);
+    for (std::size_t i = 0; i < out.size(); ++i) out[i].probe = found[i];
+    return out;
+  }
+
+  std::vector<HeldPositionsLane> lock_held(const std::vector<LaneRef>& refs) override {
+    calls.push_back("lock_held");
+    if (before_lock) before_lock();
+    std::vector<LaneKey> keys;
+    std::vector<HeldPositionsLane> out;
+    for (const auto& r : refs) {
+      const LaneKey k{r.handler, r.lane};
+      keys.push_back(k);
+      const FakeLane& l = lanes.at(k);
+      if (!l.owner || *l.owner != worker) continue;
+      out.push_back(held(k, l));
+    }
+    locks.push_back(keys);
     return out;
   }
 
@@ -208,7 +229,7 @@ class FakeStore final : public PositionsClaimStore, public PositionsTakeoverStor
         const Position p = std::get<2>(k);
         c.tail = std::max(c.tail, p);
         if (p > acked && p <= acked + kPositionWindow)
-          c.window.push_back({p, d.event_id, d.key, d.available_at});
+          c.window.push_back({p, d.event_id, d.key, d.available_at, d.due_when_visible});
       }
       for (const auto& [k, x] : exceptions)
         if (std::get<0>(k) == l->handler && std::get<1>(k) == l->lane && !x.dead)
@@ -220,10 +241,9 @@ class FakeStore final : public PositionsClaimStore, public PositionsTakeoverStor
     return out;
   }
 
-  // Written from the maps, apart from core::held_lane_probe (HeldLaneProbeAgreesWithTheRule
-  // checks the two agree).
-  std::vector<HeldLaneProbe> probe_held(const std::vector<const PositionsLane*>& asked) override {
-    calls.push_back("probe_held");
+  // held_lanes' probes, written from the maps apart from core::held_lane_probe
+  // (HeldLaneProbeAgreesWithTheRule checks the two agree).
+  std::vector<HeldLaneProbe> probe_held(const std::vector<const PositionsLane*>& asked) {
     std::vector<LaneKey> keys;
     std::vector<HeldLaneProbe> out;
     for (const PositionsLane* l : asked) {
@@ -327,6 +347,12 @@ class FakeStore final : public PositionsClaimStore, public PositionsTakeoverStor
   }
   static PositionsLane snapshot(const LaneKey& k, const FakeLane& l) {
     return {k.first, k.second, l.epoch, l.progress, l.retrying};
+  }
+  static HeldPositionsLane held(const LaneKey& k, const FakeLane& l) {
+    HeldPositionsLane h{snapshot(k, l), l.binding, {}};
+    h.binding.lease_expired = l.expired;
+    h.lane.lease_renewal_due = l.renewal_due;
+    return h;
   }
 };
 
@@ -815,9 +841,9 @@ TEST(PositionsClaimTest, StepsRunInOrderAndWritesComeLast) {
   store.publish("h", 0, "a", std::nullopt, kNow + 1);  // deferred
   store.publish("h", 1, "b");
   Claim(store, 10);
-  EXPECT_EQ(store.calls,
-            (Names{"subscribed_handlers", "held_lanes", "read_lanes", "lanes_with_work",
-                   "lock_acquirable", "read_lanes", "insert_exceptions", "write_lanes"}));
+  EXPECT_EQ(store.calls, (Names{"subscribed_handlers", "held_lanes", "lock_held", "read_lanes",
+                                "lanes_with_work", "lock_acquirable", "read_lanes",
+                                "insert_exceptions", "write_lanes"}));
 }
 
 // ---- writes and hand-backs ----
@@ -872,11 +898,67 @@ TEST(PositionsClaimTest, AClaimReadsOnlyTheHeldLanesItsBatchNeedsOldestWorkFirst
   std::vector<LaneKey> first_eight;
   for (std::int16_t lane = 39; lane >= 32; --lane) first_eight.push_back({"h", lane});
   EXPECT_EQ(store.reads[0], first_eight) << "only a chunk of 8 is read, oldest work first";
+  ASSERT_EQ(store.locks.size(), 1u);
+  EXPECT_EQ(store.locks[0].size(), 40u)
+      << "every lane with work is locked in one statement (one lock order), read as needed";
   EXPECT_EQ(store.calls,
-            (Names{"subscribed_handlers", "held_lanes", "probe_held", "read_lanes", "write_lanes"}))
+            (Names{"subscribed_handlers", "held_lanes", "lock_held", "read_lanes", "write_lanes"}))
       << "the held lanes filled the batch: no free lane is looked for";
   for (const auto& w : store.lane_writes)
     EXPECT_TRUE(w.lane == 39 || w.lane == 38) << "lane " << w.lane << " was not touched";
+}
+
+TEST(PositionsClaimTest, IdleHeldLanesAreNeitherLockedNorWritten) {
+  FakeStore store;
+  // 20 held lanes with fresh leases: 19 idle (everything completed), lane 7 with a new
+  // delivery, lane 3 due for renewal.
+  for (std::int16_t lane = 0; lane < 20; ++lane)
+    store.publish("h", lane, "old" + std::to_string(lane));
+  Claim(store, 100);
+  for (std::int16_t lane = 0; lane < 20; ++lane) {
+    store.complete_all("h", lane);
+    store.lane("h", lane).renewal_due = lane == 3;
+  }
+  store.publish("h", 7, "new");
+  store.locks.clear();
+  store.lane_writes.clear();
+  EXPECT_EQ(EventIds(Claim(store, 100)), (Names{"new"}));
+  ASSERT_EQ(store.locks.size(), 1u);
+  EXPECT_EQ(store.locks[0], (std::vector<LaneKey>{{"h", 3}, {"h", 7}}))
+      << "the lane due for renewal and the one with work, nothing else";
+  for (const auto& w : store.lane_writes)
+    EXPECT_TRUE(w.lane == 3 || w.lane == 7) << "lane " << w.lane << " was written";
+  EXPECT_FALSE(store.lane("h", 3).owner) << "idle and due for renewal: handed back";
+  EXPECT_EQ(store.lane("h", 0).owner, "w") << "idle with a fresh lease: kept as it is";
+}
+
+TEST(PositionsClaimTest, AnUndelayedDeliveryParkedBehindItsKeyIsDueByTheClaimsClock) {
+  FakeStore store;
+  store.publish("h", 0, "a", "K");
+  store.exceptions[{"h", 0, 1}] = {"a", "K", false, 1, 1, kNow + 3'600'000'000LL};
+  FakeLane& l = store.lane("h", 0);
+  l.progress = finish_positions(l.progress, {1}).progress;  // a failed: retried in an hour
+  // b was published by a transaction that began after the claim's.
+  store.publish("h", 0, "b", "K", kNow + 50);
+  store.deliveries[{"h", 0, 2}].due_when_visible = true;
+  EXPECT_TRUE(Claim(store, 10).empty());
+  const RowKey b{"h", 0, 2};
+  ASSERT_EQ(store.exceptions.count(b), 1u) << "parked behind a";
+  EXPECT_EQ(store.exceptions[b].available_at, kNow) << "due by the claim's clock";
+}
+
+TEST(PositionsClaimTest, AHeldLaneTakenMeanwhileIsPassedOver) {
+  FakeStore store;
+  store.hold("h", 0, "w", Mine());
+  store.hold("h", 1, "w", Mine());
+  store.lane("h", 0).renewal_due = false;
+  store.lane("h", 1).renewal_due = false;
+  store.publish("h", 0, "a", std::nullopt, kNow - 10);
+  store.publish("h", 1, "b", std::nullopt, kNow - 5);
+  // lane 0 changes hands between the unlocked read and the lock.
+  store.before_lock = [&] { store.lane("h", 0).owner = "other"; };
+  EXPECT_EQ(EventIds(Claim(store, 10)), (Names{"b"}));
+  for (const auto& w : store.lane_writes) EXPECT_NE(w.lane, 0) << "not ours: not written";
 }
 
 TEST(PositionsClaimTest, ChunksOfHeldLanesGrowUntilTheBatchIsFull) {

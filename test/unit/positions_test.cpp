@@ -281,6 +281,16 @@ TEST(PlanLaneTest, DueMeansAvailableAtOrBeforeNow) {
   EXPECT_EQ(plan.actions, (Actions{PICK, DEFER}));
 }
 
+TEST(PlanLaneTest, ADeliveryPublishedWithoutADelayIsDueOnceVisibleWhateverTheClaimsClock) {
+  // Published by a transaction that began after the claim's: its available_at (the
+  // publisher's now()) is later than the claim's now, yet it was never delayed.
+  WindowEntry undelayed = NotDue(Keyed(1, "k"));
+  undelayed.due_when_visible = true;
+  const auto plan = Plan(Progress(0), {undelayed, NotDue(Unkeyed(2))});
+  EXPECT_EQ(plan.actions, (Actions{PICK, DEFER})) << "picked, not moved to an exception row";
+  EXPECT_EQ(plan.progress, Progress(0, {2}, {1}));
+}
+
 TEST(PlanLaneTest, ANotDueKeyedPositionDefersAndParksTheLaterOnesOfItsKey) {
   const auto plan = Plan(Progress(0), {NotDue(Keyed(1, "k")), Keyed(2, "k"), Keyed(3, "other"),
                                        NotDue(Keyed(4, "k"))});
