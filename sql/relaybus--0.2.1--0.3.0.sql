@@ -390,6 +390,15 @@ CREATE FUNCTION relaybus_internal.finish_position(handler text, lane smallint, l
   SET enable_seqscan = off SET enable_bitmapscan = off
   SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
+-- lane_changed: requeue's note that it made work in handler's lane without a publish, so
+-- that a claim that passes over the lanes it found idle (src/pg/lane_changes.hpp) looks at
+-- it again once the transaction commits. Returns true. Internal.
+--
+-- Touches no table.
+CREATE FUNCTION relaybus_internal.lane_changed(handler text, lane smallint) RETURNS boolean
+  AS 'MODULE_PATHNAME', 'relaybus_lane_changed' LANGUAGE C VOLATILE STRICT
+  SET search_path = pg_catalog, pg_temp;
+
 -- A new function grants EXECUTE to PUBLIC: only the owner calls these.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA relaybus_internal FROM PUBLIC;
 
@@ -771,27 +780,34 @@ $fn$;
 -- requeue: moves one dead delivery back to pending with a fresh attempt budget, due now.
 -- Returns false when (event_id, handler) is not a dead delivery.
 --
--- Writes exceptions (its claims counter moves: a token of its last attempt stays dead).
+-- Writes exceptions (its claims counter moves: a token of its last attempt stays dead), and
+-- notes the lane as changed (relaybus_internal.lane_changed).
 CREATE OR REPLACE FUNCTION relaybus.requeue(event_id text, handler text) RETURNS boolean
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+  n bigint;
 BEGIN
   IF event_id IS NULL OR handler IS NULL THEN
     RAISE EXCEPTION 'event_id and handler must not be NULL' USING ERRCODE = 'null_value_not_allowed';
   END IF;
   -- core::requeues (src/core/attempt_end.hpp): only a dead delivery moves.
-  UPDATE relaybus.exceptions x
-     SET status = 'pending', attempts = 0, claims = x.claims + 1, available_at = now(),
-         updated_at = now()
-   WHERE x.event_id = requeue.event_id AND x.handler = requeue.handler AND x.status = 'dead';
-  RETURN FOUND;
+  WITH moved AS (
+    UPDATE relaybus.exceptions x
+       SET status = 'pending', attempts = 0, claims = x.claims + 1, available_at = now(),
+           updated_at = now()
+     WHERE x.event_id = requeue.event_id AND x.handler = requeue.handler AND x.status = 'dead'
+    RETURNING x.handler, x.lane)
+  SELECT count(*) FILTER (WHERE relaybus_internal.lane_changed(m.handler, m.lane)) INTO n
+    FROM moved m;
+  RETURN n > 0;
 END
 $fn$;
 
 -- requeue_dead: requeue for every dead delivery of handler (NULL: of every handler).
 -- Returns how many.
 --
--- Writes exceptions.
+-- Writes exceptions, and notes each lane as changed (relaybus_internal.lane_changed).
 CREATE OR REPLACE FUNCTION relaybus.requeue_dead(handler text DEFAULT NULL) RETURNS bigint
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -804,11 +820,15 @@ BEGIN
     RAISE EXCEPTION 'handler "%" is not subscribed and has no deliveries', handler
       USING ERRCODE = 'undefined_object';
   END IF;
-  UPDATE relaybus.exceptions x
-     SET status = 'pending', attempts = 0, claims = x.claims + 1, available_at = now(),
-         updated_at = now()
-   WHERE x.status = 'dead' AND (requeue_dead.handler IS NULL OR x.handler = requeue_dead.handler);
-  GET DIAGNOSTICS n = ROW_COUNT;
+  WITH moved AS (
+    UPDATE relaybus.exceptions x
+       SET status = 'pending', attempts = 0, claims = x.claims + 1, available_at = now(),
+           updated_at = now()
+     WHERE x.status = 'dead' AND (requeue_dead.handler IS NULL OR x.handler = requeue_dead.handler)
+    RETURNING x.handler, x.lane),
+  lanes AS (SELECT m.handler, m.lane, count(*) AS rows FROM moved m GROUP BY m.handler, m.lane)
+  SELECT coalesce(sum(l.rows) FILTER (WHERE relaybus_internal.lane_changed(l.handler, l.lane)), 0)
+    INTO n FROM lanes l;
   RETURN n;
 END
 $fn$;
@@ -1060,6 +1080,10 @@ COMMENT ON FUNCTION relaybus_internal.finish_position(handler text, lane smallin
   'in flight nor finished, through core::finish_positions (the cursor moves over it when it '
   'is the next one). Returns whether it did. Internal: cancel''s finish of a delivery that '
   'has no exception row.';
+COMMENT ON FUNCTION relaybus_internal.lane_changed(handler text, lane smallint) IS
+  'requeue''s note that it made work in handler''s lane without a publish, so '
+  'that a claim that passes over the lanes it found idle (src/pg/lane_changes.hpp) looks at '
+  'it again once the transaction commits. Returns true. Internal.';
 COMMENT ON FUNCTION relaybus.lane_of(key_or_event_id text) IS
   'the lane (0..255) a delivery with that ordering key, or with '
   'that event id when it has no key, lives in: FNV-1a of the UTF-8 bytes, modulo 256.';

@@ -294,27 +294,34 @@ $fn$;
 -- requeue: moves one dead delivery back to pending with a fresh attempt budget, due now.
 -- Returns false when (event_id, handler) is not a dead delivery.
 --
--- Writes exceptions (its claims counter moves: a token of its last attempt stays dead).
+-- Writes exceptions (its claims counter moves: a token of its last attempt stays dead), and
+-- notes the lane as changed (relaybus_internal.lane_changed).
 CREATE OR REPLACE FUNCTION relaybus.requeue(event_id text, handler text) RETURNS boolean
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+  n bigint;
 BEGIN
   IF event_id IS NULL OR handler IS NULL THEN
     RAISE EXCEPTION 'event_id and handler must not be NULL' USING ERRCODE = 'null_value_not_allowed';
   END IF;
   -- core::requeues (src/core/attempt_end.hpp): only a dead delivery moves.
-  UPDATE relaybus.exceptions x
-     SET status = 'pending', attempts = 0, claims = x.claims + 1, available_at = now(),
-         updated_at = now()
-   WHERE x.event_id = requeue.event_id AND x.handler = requeue.handler AND x.status = 'dead';
-  RETURN FOUND;
+  WITH moved AS (
+    UPDATE relaybus.exceptions x
+       SET status = 'pending', attempts = 0, claims = x.claims + 1, available_at = now(),
+           updated_at = now()
+     WHERE x.event_id = requeue.event_id AND x.handler = requeue.handler AND x.status = 'dead'
+    RETURNING x.handler, x.lane)
+  SELECT count(*) FILTER (WHERE relaybus_internal.lane_changed(m.handler, m.lane)) INTO n
+    FROM moved m;
+  RETURN n > 0;
 END
 $fn$;
 
 -- requeue_dead: requeue for every dead delivery of handler (NULL: of every handler).
 -- Returns how many.
 --
--- Writes exceptions.
+-- Writes exceptions, and notes each lane as changed (relaybus_internal.lane_changed).
 CREATE OR REPLACE FUNCTION relaybus.requeue_dead(handler text DEFAULT NULL) RETURNS bigint
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -327,11 +334,15 @@ BEGIN
     RAISE EXCEPTION 'handler "%" is not subscribed and has no deliveries', handler
       USING ERRCODE = 'undefined_object';
   END IF;
-  UPDATE relaybus.exceptions x
-     SET status = 'pending', attempts = 0, claims = x.claims + 1, available_at = now(),
-         updated_at = now()
-   WHERE x.status = 'dead' AND (requeue_dead.handler IS NULL OR x.handler = requeue_dead.handler);
-  GET DIAGNOSTICS n = ROW_COUNT;
+  WITH moved AS (
+    UPDATE relaybus.exceptions x
+       SET status = 'pending', attempts = 0, claims = x.claims + 1, available_at = now(),
+           updated_at = now()
+     WHERE x.status = 'dead' AND (requeue_dead.handler IS NULL OR x.handler = requeue_dead.handler)
+    RETURNING x.handler, x.lane),
+  lanes AS (SELECT m.handler, m.lane, count(*) AS rows FROM moved m GROUP BY m.handler, m.lane)
+  SELECT coalesce(sum(l.rows) FILTER (WHERE relaybus_internal.lane_changed(l.handler, l.lane)), 0)
+    INTO n FROM lanes l;
   RETURN n;
 END
 $fn$;

@@ -130,5 +130,14 @@ CREATE FUNCTION relaybus_internal.finish_position(handler text, lane smallint, l
   SET enable_seqscan = off SET enable_bitmapscan = off
   SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
+-- lane_changed: requeue's note that it made work in handler's lane without a publish, so
+-- that a claim that passes over the lanes it found idle (src/pg/lane_changes.hpp) looks at
+-- it again once the transaction commits. Returns true. Internal.
+--
+-- Touches no table.
+CREATE FUNCTION relaybus_internal.lane_changed(handler text, lane smallint) RETURNS boolean
+  AS 'MODULE_PATHNAME', 'relaybus_lane_changed' LANGUAGE C VOLATILE STRICT
+  SET search_path = pg_catalog, pg_temp;
+
 -- A new function grants EXECUTE to PUBLIC: only the owner calls these.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA relaybus_internal FROM PUBLIC;

@@ -223,15 +223,17 @@ class PositionsClaim {
   }
 
   // The held lanes, read unlocked with their probes (held_lanes), and locked only where the
-  // claim acts on them: those to take over, those due for lease renewal, and those with room
-  // whose probe found work, in one statement (in the one lane order, as before any other
-  // lock of the claim: a claim never waits for a lane while it holds another one out of
-  // order). The others (idle, or full and fresh) are left as they are, unlocked and
-  // unwritten: a worker may hold every lane of a handler while a claim needs a few, and a
-  // lock per lane per claim is a WAL record and a step each.
+  // claim acts on them. First, waiting for them, those to take over and those due for lease
+  // renewal (the claim's first lock statement: it holds no lane yet). Then those with room
+  // whose probe found work, oldest work first, a chunk at a time as the batch needs them,
+  // without waiting: a lane another transaction holds (a completion in progress) is left for
+  // a later claim, so the claim never waits while it holds lanes out of the one order. The
+  // others (idle, or full and fresh) are left as they are, unlocked and unwritten: a worker
+  // may hold every lane of a handler while a claim needs a few, and a lock per lane per
+  // claim is a WAL record and a step each.
   void keep_held_lanes() {
-    std::vector<LaneRef> to_lock;
-    std::map<std::pair<std::string, std::int16_t>, std::optional<std::int64_t>> probed_since;
+    std::vector<LaneRef> at_once;
+    std::vector<std::pair<std::int64_t, LaneRef>> later;
     for (auto& held : store_.held_lanes(handlers_)) {
       const LaneOrigin origin = classify_held_lane(held.binding, caller_has_holder_);
       if (origin == LaneOrigin::kOthers) continue;  // another live incarnation's
@@ -241,62 +243,77 @@ class PositionsClaim {
         // Without room it runs something and stays as it is.
         if (lane_room(g.in_flight.size() + held.lane.retrying.size()) == 0) continue;
         const auto since = work_since(held.probe.window_since_us, held.probe.due_exception_us);
-        if (!since) continue;  // no work: left alone
-        probed_since[{ref.handler, ref.lane}] = since;
+        if (since) later.push_back({*since, ref});  // no work: left alone
+        continue;
       }
-      to_lock.push_back(ref);
+      at_once.push_back(ref);
     }
     // Lanes to take over and lanes due for renewal are read whatever they hold (a takeover
     // charges what they ran; an idle lane due for renewal goes back, which takes its
-    // contents to know); a held one without room is not read, only renewed. The others are
-    // read by their probe's order, a few at a time, until the batch is full.
-    std::vector<std::size_t> must_read, probed;
-    for (const std::size_t i : lock_held(to_lock)) {
+    // contents to know); a held one without room is not read, only renewed.
+    std::vector<std::size_t> must_read;
+    for (const std::size_t i : lock_held(at_once, /*wait=*/true)) {
       const LaneInClaim& l = lanes_[i];
-      const auto it = probed_since.find({l.lane.handler, l.lane.lane});
-      if (l.origin == LaneOrigin::kHeld && it != probed_since.end() && !l.lane.lease_renewal_due) {
-        probed.push_back(i);
-      } else if (l.origin != LaneOrigin::kHeld ||
-                 lane_room(l.lane.progress.in_flight.size() + l.lane.retrying.size()) != 0) {
+      if (l.origin != LaneOrigin::kHeld ||
+          lane_room(l.lane.progress.in_flight.size() + l.lane.retrying.size()) != 0)
         must_read.push_back(i);
-      }
     }
     read(must_read);
-    std::vector<std::pair<std::optional<std::int64_t>, std::size_t>> order;
+    // In one order, oldest work first: the lanes read (by what they hold) and those to lock
+    // (by their probe). kNotLocked: not locked yet; kPassed: not locked by this claim.
+    constexpr std::size_t kNotLocked = static_cast<std::size_t>(-1);
+    constexpr std::size_t kPassed = static_cast<std::size_t>(-2);
+    struct Entry {
+      std::optional<std::int64_t> since;
+      std::size_t index;
+      LaneRef ref;
+    };
+    std::vector<Entry> order;
     for (std::size_t i : must_read) {
       const HeldLaneProbe p = held_lane_probe(lanes_[i].lane, lanes_[i].contents, now_us_);
-      order.push_back({work_since(p.window_since_us, p.due_exception_us), i});
+      order.push_back({work_since(p.window_since_us, p.due_exception_us), i, {}});
     }
-    for (std::size_t i : probed)
-      order.push_back({probed_since.at({lanes_[i].lane.handler, lanes_[i].lane.lane}), i});
-    std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    for (const auto& [since, ref] : later) order.push_back({since, kNotLocked, ref});
+    std::stable_sort(order.begin(), order.end(), [](const Entry& a, const Entry& b) {
       const auto max = std::numeric_limits<std::int64_t>::max();
-      return a.first.value_or(max) < b.first.value_or(max);
+      return a.since.value_or(max) < b.since.value_or(max);
     });
-    // Unread lanes are read in chunks along the order: enough for the batch at a full lane's
-    // room each, at least 8, doubling while the batch still has room.
+    // Locked and read in chunks along the order: enough for the batch at a full lane's room
+    // each, at least 8, doubling while the batch still has room.
     std::size_t chunk = std::max<std::size_t>(
         8, static_cast<std::size_t>(std::max(remaining_, 0)) / kMaxInFlightPerLane + 1);
     for (std::size_t k = 0; k < order.size() && remaining_ > 0; ++k) {
-      if (!lanes_[order[k].second].read) {
-        std::vector<std::size_t> next;
-        for (std::size_t j = k; j < order.size() && next.size() < chunk; ++j)
-          if (!lanes_[order[j].second].read) next.push_back(order[j].second);
-        read(next);
+      if (order[k].index == kNotLocked) {
+        std::vector<std::size_t> at;
+        std::vector<LaneRef> refs;
+        for (std::size_t j = k; j < order.size() && refs.size() < chunk; ++j) {
+          if (order[j].index != kNotLocked) continue;
+          at.push_back(j);
+          refs.push_back(order[j].ref);
+          order[j].index = kPassed;  // unless it is locked now
+        }
+        const std::vector<std::size_t> added = lock_held(refs, /*wait=*/false);
+        for (std::size_t i : added)
+          for (std::size_t j : at)
+            if (order[j].ref.handler == lanes_[i].lane.handler &&
+                order[j].ref.lane == lanes_[i].lane.lane)
+              order[j].index = i;
+        read(added);
         chunk *= 2;
       }
-      plan(lanes_[order[k].second]);
+      if (order[k].index == kPassed) continue;
+      plan(lanes_[order[k].index]);
     }
   }
 
   // Locks held lanes (store_.lock_held), adds those still the caller's incarnation's to the
   // claim, and takes over those of its other incarnations (lock_for_takeover). Returns the
   // indexes in lanes_ of the lanes added.
-  std::vector<std::size_t> lock_held(const std::vector<LaneRef>& refs) {
+  std::vector<std::size_t> lock_held(const std::vector<LaneRef>& refs, bool wait) {
     std::vector<std::size_t> added;
     if (refs.empty()) return added;
     std::vector<LaneRef> take_over;
-    for (auto& held : store_.lock_held(refs)) {
+    for (auto& held : store_.lock_held(refs, wait)) {
       const LaneOrigin origin = classify_held_lane(held.binding, caller_has_holder_);
       if (origin == LaneOrigin::kHeld) {
         add_lane(std::move(held.lane), origin);

@@ -199,8 +199,11 @@ class PositionsClaimStore : public PositionsWriteStore {
   virtual std::vector<HeldPositionsLane> held_lanes(const std::vector<std::string>& handlers) = 0;
   // Locks these lanes (from held_lanes) against other claims and completions of the worker,
   // in the one lane order, and re-reads them after the lock: those no longer held under
-  // the worker's name are left out. Their probe is not read again.
-  virtual std::vector<HeldPositionsLane> lock_held(const std::vector<LaneRef>& lanes) = 0;
+  // the worker's name are left out. Their probe is not read again. `wait`: waits for a lane
+  // another transaction has locked; otherwise leaves it out (a claim waits only in its
+  // first lock statement, so it never waits while it holds a lane out of order).
+  virtual std::vector<HeldPositionsLane> lock_held(const std::vector<LaneRef>& lanes,
+                                                   bool wait) = 0;
   // Locks lanes to take over (waiting for a completion in progress in an open
   // transaction) and re-reads them.
   virtual std::vector<PositionsLane> lock_for_takeover(const std::vector<LaneRef>& lanes) = 0;

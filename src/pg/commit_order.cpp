@@ -1,5 +1,7 @@
 #include "commit_order.hpp"
 
+#include "lane_changes.hpp"
+
 #include "guard.hpp"
 #include "spi.hpp"
 
@@ -415,6 +417,12 @@ void at_transaction_event(XactEvent event, void*) {
       break;
     case XACT_EVENT_COMMIT:
     case XACT_EVENT_PARALLEL_COMMIT:
+      // Visible now, and before the wake-ups (wakeup.cpp's callback runs after this one,
+      // registered before it; NOTIFY is sent after every callback).
+      for (const auto& entry : noted.deliveries)
+        lane_changes::published(std::get<2>(entry.first), std::get<1>(entry.first));
+      forget();
+      break;
     case XACT_EVENT_ABORT:
     case XACT_EVENT_PARALLEL_ABORT:
     case XACT_EVENT_PREPARE:

@@ -1,6 +1,7 @@
 // The shared library's entry: PostgreSQL's magic block and _PG_init.
 #include "background.hpp"
 #include "commit_order.hpp"
+#include "lane_changes.hpp"
 #include "counters.hpp"
 #include "drop_warning.hpp"
 #include "handler_turns.hpp"
@@ -24,6 +25,7 @@ void _PG_init(void) {
   relaybus::pg::subscription_cache::install();
   relaybus::pg::subscription_changes::install(preloading);
   relaybus::pg::commit_order::install();
+  relaybus::pg::lane_changes::install(preloading);
   if (preloading) relaybus::pg::background::register_workers();
 }
 }

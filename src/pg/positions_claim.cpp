@@ -11,6 +11,7 @@
 #include "exception_heads.hpp"
 #include "holder.hpp"
 #include "lane_lease_sql.hpp"
+#include "lane_changes.hpp"
 #include "lane_list.hpp"
 #include "lane_order.hpp"
 #include "position_lanes.hpp"
@@ -52,7 +53,8 @@ class PgPositionsClaimStore final : public core::PositionsClaimStore {
       const std::optional<std::vector<std::string>>& requested) override;
   std::vector<core::HeldPositionsLane> held_lanes(
       const std::vector<std::string>& handlers) override;
-  std::vector<core::HeldPositionsLane> lock_held(const std::vector<core::LaneRef>& lanes) override;
+  std::vector<core::HeldPositionsLane> lock_held(const std::vector<core::LaneRef>& lanes,
+                                                 bool wait) override;
   std::vector<core::PositionsLane> lock_for_takeover(
       const std::vector<core::LaneRef>& lanes) override;
   std::vector<core::LaneWorkProbe> lanes_with_work(
@@ -67,8 +69,10 @@ class PgPositionsClaimStore final : public core::PositionsClaimStore {
       const std::vector<const core::PositionsLane*>& lanes, bool skip_retrying);
   // due_heads of the lanes that have pending exception rows at all (found one step a lane:
   // usually none has), nullopt for the others, which is what due_heads says of them.
+  // has_rows (if given): per lane, whether it has pending rows at all.
   std::vector<std::optional<std::int64_t>> due_heads_where_pending(
-      const std::vector<const core::PositionsLane*>& lanes, bool skip_retrying);
+      const std::vector<const core::PositionsLane*>& lanes, bool skip_retrying,
+      std::vector<bool>* has_rows = nullptr);
   void insert_exceptions(const std::vector<core::NewException>& rows) override {
     writes_.insert_exceptions(rows);
   }
@@ -82,7 +86,7 @@ class PgPositionsClaimStore final : public core::PositionsClaimStore {
  private:
   // Binds $1..$7 of held_lanes' and lock_held's statements (worker, handlers, this backend,
   // holder, lease renewal bounds).
-  void bind_held(Params& params);
+  void bind_held(Params& params, bool refresh);
 
   LaneHolder holder_;
   std::vector<std::string> handlers_;  // held_lanes' handlers, for lock_held
@@ -124,11 +128,12 @@ std::vector<core::PositionsHandler> PgPositionsClaimStore::subscribed_handlers(
                   " coalesce(l.lease_expires_at < $6 OR l.lease_expires_at > $7, true)"
 constexpr int kHeldLaneColumns = kPositionsLaneColumns + 5;
 
-void PgPositionsClaimStore::bind_held(Params& params) {
+void PgPositionsClaimStore::bind_held(Params& params, bool refresh) {
   // Whether a lane's backend is alive is read from backend activity, which PostgreSQL
   // reads once per transaction: a claim in a transaction that had already read it would
-  // take a connection opened since then for dead, and its lanes over.
-  fresh_backend_activity();
+  // take a connection opened since then for dead, and its lanes over. Read again once per
+  // claim (held_lanes): lock_held, a moment later, judges by the same reading.
+  if (refresh) fresh_backend_activity();
   params.text(holder_.worker);
   params.text_array(handlers_);
   params.int4(current_holder_pid());
@@ -158,44 +163,60 @@ std::vector<core::HeldPositionsLane> PgPositionsClaimStore::held_lanes(
   // half of core::held_lane_probe (the first delivery of the window neither done nor in
   // flight: one range scan of deliveries_pkey); then the exception half (due heads not
   // being retried) for the lanes that have pending rows. Nothing is locked: lock_held locks
-  // the lanes core acts on and reads their progress again.
+  // the lanes core acts on and reads their progress again. A lane this backend found idle
+  // and that no publish has changed since (lane_changes.hpp, $11) is not probed: it is
+  // returned idle, at the cursor it had.
   static Statement read(
       "SELECT " RELAYBUS_POSITIONS_LANE_COLUMNS_SQL RELAYBUS_HELD_LANE_COLUMNS_SQL
       ","
-      " p.seq, coalesce(p.acked_upto, 0), p.done, p.in_flight, p.retrying, f.available_at"
+      " p.seq, coalesce(p.acked_upto, 0), p.done, p.in_flight, p.retrying, f.available_at, s.at"
       " FROM relaybus.lanes l"
+      // The lane's place in the flattened per-lane arrays ($8, $11), and whether to pass it over.
+      " CROSS JOIN LATERAL (SELECT (array_position($2, l.handler) - 1) * $9 + l.lane + 1 AS at) a"
+      " CROSS JOIN LATERAL (SELECT coalesce(($11::bool[])[a.at], false) AS pass, a.at) s"
       " LEFT JOIN LATERAL ("
       "  (SELECT p.seq, p.acked_upto, p.done, p.in_flight, p.retrying"
-      "   FROM relaybus.lane_progress p WHERE p.handler = l.handler AND p.lane = l.lane"
-      "   AND p.seq >= coalesce(($8::int8[])[(array_position($2, l.handler) - 1) * $9 + l.lane"
-      "                                       + 1], 0)"
+      "   FROM relaybus.lane_progress p WHERE NOT s.pass AND p.handler = l.handler"
+      "   AND p.lane = l.lane AND p.seq >= coalesce(($8::int8[])[s.at], 0)"
       "   ORDER BY p.seq DESC LIMIT 1)"
       "  UNION ALL"
       "  (SELECT p.seq, p.acked_upto, p.done, p.in_flight, p.retrying"
-      "   FROM relaybus.lane_progress p WHERE p.handler = l.handler AND p.lane = l.lane"
-      "   ORDER BY p.seq DESC LIMIT 1)"
+      "   FROM relaybus.lane_progress p WHERE NOT s.pass AND p.handler = l.handler"
+      "   AND p.lane = l.lane ORDER BY p.seq DESC LIMIT 1)"
       "  LIMIT 1) p ON true"
       " LEFT JOIN LATERAL (SELECT d.available_at FROM relaybus.deliveries d"
-      "  WHERE d.handler = l.handler AND d.lane = l.lane"
+      "  WHERE NOT s.pass AND d.handler = l.handler AND d.lane = l.lane"
       "  AND d.position > coalesce(p.acked_upto, 0) AND d.position <= coalesce(p.acked_upto, 0) + "
       "$10"
       "  AND d.position <> ALL (coalesce(p.done, '{}') || coalesce(p.in_flight, '{}'))"
       "  ORDER BY d.position LIMIT 1) f ON true"
       " WHERE l.lease_owner = $1 AND l.handler = ANY ($2)",
       {TEXTOID, TEXTARRAYOID, INT4OID, TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
-       INT8ARRAYOID, INT4OID, INT8OID});
+       INT8ARRAYOID, INT4OID, INT8OID, BOOLARRAYOID});
   handlers_ = handlers;
+  // Before the statement's snapshot: a publish that commits after it moves a counter.
+  const std::vector<std::uint64_t> changes = lane_changes::counters(handlers);
+  const std::int64_t clock_us = GetCurrentTimestamp();
+  const lane_changes::PassOver pass = lane_changes::idle_lanes(handlers, changes, clock_us);
   Params params;
-  bind_held(params);
+  bind_held(params, /*refresh=*/true);
   params.int8_array(progress_hints::get_by_handler(handlers));
   params.int4(core::kLaneCount);
   params.int8(core::kPositionWindow);
+  params.bool_array(pass.pass);
   const std::uint64_t n = read.run(params);
   std::vector<core::HeldPositionsLane> out;
   out.reserve(n);
   constexpr int c = kHeldLaneColumns;
+  std::vector<std::size_t> at;  // each lane's place in the flattened arrays, from 0
   for (std::uint64_t r = 0; r < n; ++r) {
     core::HeldPositionsLane lane = held_lane_of_row(r);
+    at.push_back(static_cast<std::size_t>(row::int4(r, c + 7)) - 1);
+    if (pass.pass[at.back()]) {  // idle, unchanged since this backend probed it
+      lane.lane.progress.acked_upto = pass.acked_upto[at.back()];
+      out.push_back(std::move(lane));
+      continue;
+    }
     if (!row::is_null(r, c + 1))
       progress_hints::note(lane.lane.handler, lane.lane.lane, row::int8(r, c + 1));
     lane.lane.progress.acked_upto = row::int8(r, c + 2);
@@ -206,34 +227,70 @@ std::vector<core::HeldPositionsLane> PgPositionsClaimStore::held_lanes(
     out.push_back(std::move(lane));
   }
   std::vector<const core::PositionsLane*> lanes;
-  for (const auto& l : out) lanes.push_back(&l.lane);
+  std::vector<std::size_t> probed;
+  for (std::size_t i = 0; i < out.size(); ++i)
+    if (!pass.pass[at[i]]) {
+      lanes.push_back(&out[i].lane);
+      probed.push_back(i);
+    }
+  std::vector<bool> has_rows;
   const std::vector<std::optional<std::int64_t>> due =
-      due_heads_where_pending(lanes, /*skip_retrying=*/true);
-  for (std::size_t i = 0; i < out.size(); ++i) out[i].probe.due_exception_us = due[i];
+      due_heads_where_pending(lanes, /*skip_retrying=*/true, &has_rows);
+  for (std::size_t k = 0; k < probed.size(); ++k) {
+    core::HeldPositionsLane& l = out[probed[k]];
+    l.probe.due_exception_us = due[k];
+    // Idle: nothing above the cursor, nothing running, no exception row pending at all
+    // (a row not yet due becomes work without a publish).
+    const core::LaneProgress& g = l.lane.progress;
+    const bool idle = !l.probe.window_since_us && !has_rows[k] && g.done.empty() &&
+                      g.in_flight.empty() && l.lane.retrying.empty();
+    // Under REPEATABLE READ the snapshot predates the counters read: not remembered.
+    if (!changes.empty() && !IsolationUsesXactSnapshot())
+      lane_changes::probed(l.lane.handler, l.lane.lane, changes[at[probed[k]]], idle, g.acked_upto,
+                           clock_us);
+  }
   return out;
 }
 
 std::vector<core::HeldPositionsLane> PgPositionsClaimStore::lock_held(
-    const std::vector<core::LaneRef>& lanes) {
+    const std::vector<core::LaneRef>& lanes, bool wait) {
   // FOR NO KEY UPDATE, in the one order every statement that waits for lanes takes them
   // (lane_order.hpp), so this never deadlocks with the worker's other connections renewing,
-  // relinquishing or completing. A lane this waits for is returned as it is after the wait
-  // (the lock re-reads the row, and a lane that changed hands meanwhile fails the
-  // re-checked owner); its progress is read by a later statement, after the lock. Whose
-  // incarnation each lane is (core::LaneBinding) is for core to judge.
-  static Statement lock(
-      "SELECT " RELAYBUS_POSITIONS_LANE_COLUMNS_SQL RELAYBUS_HELD_LANE_COLUMNS_SQL
-      " FROM relaybus.lanes l JOIN unnest($8::text[], $9::int2[]) AS o(handler, lane)"
-      "  ON l.handler = o.handler AND l.lane = o.lane"
-      " WHERE l.lease_owner = $1 AND l.handler = ANY ($2)"
-      " ORDER BY " RELAYBUS_LANE_LOCK_ORDER_SQL " FOR NO KEY UPDATE OF l",
-      {TEXTOID, TEXTARRAYOID, INT4OID, TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
-       TEXTARRAYOID, INT2ARRAYOID});
+  // relinquishing or completing; without `wait`, SKIP LOCKED. A lane this waits for is
+  // returned as it is after the wait (the lock re-reads the row, and a lane that changed
+  // hands meanwhile fails the re-checked owner); its progress is read by a later statement,
+  // after the lock. Whose incarnation each lane is (core::LaneBinding) is for core to judge.
+  // The lanes to lock are flagged in a bool[] laid out as the hints are ($8: handler i, lane
+  // l at i * kLaneCount + l + 1), so the statement is a scan of the worker's lanes with a
+  // filter: a join with the list, planned as a nested loop over a function scan, cost a
+  // step per lane per lane listed (7 ms a claim with 160 lanes to lock).
+#define RELAYBUS_LOCK_HELD_SQL(skip_locked)                                                   \
+  "SELECT " RELAYBUS_POSITIONS_LANE_COLUMNS_SQL RELAYBUS_HELD_LANE_COLUMNS_SQL                \
+  " FROM relaybus.lanes l"                                                                    \
+  " WHERE l.lease_owner = $1 AND l.handler = ANY ($2)"                                        \
+  " AND coalesce(($8::bool[])[(array_position($2, l.handler) - 1) * $9 + l.lane + 1], false)" \
+  " ORDER BY " RELAYBUS_LANE_LOCK_ORDER_SQL " FOR NO KEY UPDATE OF l" skip_locked
+  static Statement lock(RELAYBUS_LOCK_HELD_SQL(""),
+                        {TEXTOID, TEXTARRAYOID, INT4OID, TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID,
+                         TIMESTAMPTZOID, BOOLARRAYOID, INT4OID});
+  static Statement lock_unlocked(RELAYBUS_LOCK_HELD_SQL(" SKIP LOCKED"),
+                                 {TEXTOID, TEXTARRAYOID, INT4OID, TIMESTAMPTZOID, TEXTOID,
+                                  TIMESTAMPTZOID, TIMESTAMPTZOID, BOOLARRAYOID, INT4OID});
+#undef RELAYBUS_LOCK_HELD_SQL
   if (lanes.empty()) return {};
+  std::vector<bool> wanted(handlers_.size() * core::kLaneCount, false);
+  for (const core::LaneRef& l : lanes) {
+    const auto h = std::find(handlers_.begin(), handlers_.end(), l.handler);
+    if (h == handlers_.end() || l.lane < 0 || l.lane >= core::kLaneCount)
+      throw core::Error(core::ErrorCode::kInternal, "relaybus: a lane to lock not held_lanes'");
+    wanted[static_cast<std::size_t>(h - handlers_.begin()) * core::kLaneCount +
+           static_cast<std::size_t>(l.lane)] = true;
+  }
   Params params;
-  bind_held(params);
-  lane_list_of(lanes).bind(params);
-  const std::uint64_t n = lock.run(params);
+  bind_held(params, /*refresh=*/false);
+  params.bool_array(wanted);
+  params.int4(core::kLaneCount);
+  const std::uint64_t n = (wait ? lock : lock_unlocked).run(params);
   std::vector<core::HeldPositionsLane> out;
   out.reserve(n);
   for (std::uint64_t r = 0; r < n; ++r) out.push_back(held_lane_of_row(r));
@@ -345,8 +402,10 @@ std::vector<core::LaneWorkProbe> PgPositionsClaimStore::lanes_with_work(
 }
 
 std::vector<std::optional<std::int64_t>> PgPositionsClaimStore::due_heads_where_pending(
-    const std::vector<const core::PositionsLane*>& lanes, bool skip_retrying) {
+    const std::vector<const core::PositionsLane*>& lanes, bool skip_retrying,
+    std::vector<bool>* has_rows) {
   std::vector<std::optional<std::int64_t>> out(lanes.size());
+  if (has_rows != nullptr) has_rows->assign(lanes.size(), false);
   std::vector<std::string> handlers;
   for (const core::PositionsLane* l : lanes) handlers.push_back(l->handler);
   std::sort(handlers.begin(), handlers.end());
@@ -362,6 +421,7 @@ std::vector<std::optional<std::int64_t>> PgPositionsClaimStore::due_heads_where_
   std::vector<const core::PositionsLane*> asked;
   for (std::size_t i = 0; i < lanes.size(); ++i) {
     if (have.count({lanes[i]->handler, lanes[i]->lane}) == 0) continue;
+    if (has_rows != nullptr) (*has_rows)[i] = true;
     indexes.push_back(i);
     asked.push_back(lanes[i]);
   }

@@ -6,6 +6,7 @@
 #include "../core/error.hpp"
 #include "../core/positions_cancel.hpp"
 
+#include "lane_changes.hpp"
 #include "lane_progress.hpp"
 #include "spi.hpp"
 
@@ -66,3 +67,22 @@ Datum finish_position_body(FunctionCallInfo fcinfo) {
 }  // namespace relaybus::pg
 
 RELAYBUS_SQL_FUNCTION(relaybus_finish_position, relaybus::pg::finish_position_body)
+
+namespace relaybus::pg {
+
+namespace {
+
+// lane_changed(handler, lane): requeue's note that it made work in the lane
+// (lane_changes.hpp). Returns true.
+Datum lane_changed_body(FunctionCallInfo fcinfo) {
+  if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+    throw core::Error(core::ErrorCode::kNullValue, "handler and lane must not be NULL");
+  lane_changes::changed_at_commit(text_of(PG_GETARG_DATUM(0)), PG_GETARG_INT16(1));
+  return BoolGetDatum(true);
+}
+
+}  // namespace
+
+}  // namespace relaybus::pg
+
+RELAYBUS_SQL_FUNCTION(relaybus_lane_changed, relaybus::pg::lane_changed_body)

@@ -149,13 +149,14 @@ SELECT is(pg_temp.starts(pg_temp.description('relaybus_internal.create_lanes(tex
 SELECT is((SELECT array_agg(name ORDER BY name) FROM rb_api
             WHERE name IN ('create_lanes', 'list_deliveries_impl', 'delivery_counts', 'set_paused',
                            'subscriptions_changed', 'right_privileges', 'held_rights', 'set_rights',
-                           'checked_rights', 'unfinished', 'finish_position')
+                           'checked_rights', 'unfinished', 'finish_position', 'lane_changed')
                OR name LIKE '\_%'),
           NULL, 'no internal helper is in schema relaybus');
 SELECT is((SELECT array_agg(signature ORDER BY signature) FROM rb_helpers),
           ARRAY['relaybus_internal.checked_rights(regrole,text[])', 'relaybus_internal.create_lanes(text)',
                 'relaybus_internal.delivery_counts()',
                 'relaybus_internal.finish_position(text,smallint,bigint)', 'relaybus_internal.held_rights(oid)',
+                'relaybus_internal.lane_changed(text,smallint)',
                 'relaybus_internal.list_deliveries_impl(text,text,integer)',
                 'relaybus_internal.right_privileges(text)', 'relaybus_internal.set_paused(text,boolean)',
                 'relaybus_internal.set_rights(regrole,text[],text[])', 'relaybus_internal.subscriptions_changed()',

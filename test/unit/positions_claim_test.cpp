@@ -78,6 +78,7 @@ class FakeStore final : public PositionsClaimStore, public PositionsTakeoverStor
   std::vector<std::vector<LaneKey>> reads;
   std::vector<std::vector<LaneKey>> probes;
   std::vector<std::vector<LaneKey>> locks;  // lock_held's lanes, per call
+  std::vector<bool> lock_waits;             // and whether it waited
   std::function<void()> before_lock;        // runs as lock_held begins (a concurrent change)
   std::vector<PositionsLaneWrite> lane_writes;
 
@@ -146,7 +147,7 @@ class FakeStore final : public PositionsClaimStore, public PositionsTakeoverStor
     return out;
   }
 
-  std::vector<HeldPositionsLane> lock_held(const std::vector<LaneRef>& refs) override {
+  std::vector<HeldPositionsLane> lock_held(const std::vector<LaneRef>& refs, bool wait) override {
     calls.push_back("lock_held");
     if (before_lock) before_lock();
     std::vector<LaneKey> keys;
@@ -154,11 +155,13 @@ class FakeStore final : public PositionsClaimStore, public PositionsTakeoverStor
     for (const auto& r : refs) {
       const LaneKey k{r.handler, r.lane};
       keys.push_back(k);
+      if (!wait && locked_elsewhere.count(k) != 0) continue;  // SKIP LOCKED
       const FakeLane& l = lanes.at(k);
       if (!l.owner || *l.owner != worker) continue;
       out.push_back(held(k, l));
     }
     locks.push_back(keys);
+    lock_waits.push_back(wait);
     return out;
   }
 
@@ -899,8 +902,8 @@ TEST(PositionsClaimTest, AClaimReadsOnlyTheHeldLanesItsBatchNeedsOldestWorkFirst
   for (std::int16_t lane = 39; lane >= 32; --lane) first_eight.push_back({"h", lane});
   EXPECT_EQ(store.reads[0], first_eight) << "only a chunk of 8 is read, oldest work first";
   ASSERT_EQ(store.locks.size(), 1u);
-  EXPECT_EQ(store.locks[0].size(), 40u)
-      << "every lane with work is locked in one statement (one lock order), read as needed";
+  EXPECT_EQ(store.locks[0], first_eight) << "and only that chunk is locked";
+  EXPECT_EQ(store.lock_waits, std::vector<bool>{false}) << "without waiting";
   EXPECT_EQ(store.calls,
             (Names{"subscribed_handlers", "held_lanes", "lock_held", "read_lanes", "write_lanes"}))
       << "the held lanes filled the batch: no free lane is looked for";
@@ -923,9 +926,11 @@ TEST(PositionsClaimTest, IdleHeldLanesAreNeitherLockedNorWritten) {
   store.locks.clear();
   store.lane_writes.clear();
   EXPECT_EQ(EventIds(Claim(store, 100)), (Names{"new"}));
-  ASSERT_EQ(store.locks.size(), 1u);
-  EXPECT_EQ(store.locks[0], (std::vector<LaneKey>{{"h", 3}, {"h", 7}}))
-      << "the lane due for renewal and the one with work, nothing else";
+  ASSERT_EQ(store.locks.size(), 2u);
+  EXPECT_EQ(store.locks[0], (std::vector<LaneKey>{{"h", 3}})) << "due for renewal: at once";
+  EXPECT_EQ(store.locks[1], (std::vector<LaneKey>{{"h", 7}})) << "work: as the batch needs it";
+  EXPECT_EQ(store.lock_waits, (std::vector<bool>{true, false}))
+      << "only the first lock statement waits";
   for (const auto& w : store.lane_writes)
     EXPECT_TRUE(w.lane == 3 || w.lane == 7) << "lane " << w.lane << " was written";
   EXPECT_FALSE(store.lane("h", 3).owner) << "idle and due for renewal: handed back";
@@ -959,6 +964,20 @@ TEST(PositionsClaimTest, AHeldLaneTakenMeanwhileIsPassedOver) {
   store.before_lock = [&] { store.lane("h", 0).owner = "other"; };
   EXPECT_EQ(EventIds(Claim(store, 10)), (Names{"b"}));
   for (const auto& w : store.lane_writes) EXPECT_NE(w.lane, 0) << "not ours: not written";
+}
+
+TEST(PositionsClaimTest, AHeldLaneLockedElsewhereIsLeftForALaterClaim) {
+  FakeStore store;
+  store.hold("h", 0, "w", Mine());
+  store.hold("h", 1, "w", Mine());
+  store.lane("h", 0).renewal_due = false;
+  store.lane("h", 1).renewal_due = false;
+  store.publish("h", 0, "a", std::nullopt, kNow - 10);
+  store.publish("h", 1, "b", std::nullopt, kNow - 5);
+  store.locked_elsewhere.insert({"h", 0});  // a completion of the lane in progress
+  EXPECT_EQ(EventIds(Claim(store, 10)), (Names{"b"}));
+  store.locked_elsewhere.clear();
+  EXPECT_EQ(EventIds(Claim(store, 10)), (Names{"a"})) << "the next claim takes it";
 }
 
 TEST(PositionsClaimTest, ChunksOfHeldLanesGrowUntilTheBatchIsFull) {
