@@ -12,18 +12,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 a=$1 b=$2 repeats=${3:-2} rounds=${4:-8} version=${5:-} port=${6:-54496}
-lib=$(pg_config --pkglibdir)
+. bench/ab/use_build.sh
 dir=/tmp/relaybus-ab-held-$port
 trap 'scripts/cluster stop "$dir" >/dev/null 2>&1 || true' EXIT
 scripts/cluster start "$dir" "$port" >/dev/null
 for ((r = 1; r <= repeats; r++)); do
   order="A B"; [ $((r % 2)) = 0 ] && order="B A"
   for build in $order; do
-    so=$a sql=${SQL_A:-}; [ "$build" = B ] && so=$b sql=${SQL_B:-}
-    [ -n "$sql" ] && cp "$sql"/relaybus--*.sql "$(pg_config --sharedir)/extension/"
-    # A new file, then a rename: the running server keeps the library it has mapped.
-    cp "$so" "$lib/relaybus.so.new" && mv "$lib/relaybus.so.new" "$lib/relaybus.so"
-    scripts/cluster restart "$dir" >/dev/null
+    if [ "$build" = A ]; then use_build "$a" "${SQL_A:-}" "$dir"; else use_build "$b" "${SQL_B:-}" "$dir"; fi
     psql -qX -h "$dir" -p "$port" -U postgres -c "DROP DATABASE IF EXISTS ab" -c "CREATE DATABASE ab" >/dev/null
     psql -qX -h "$dir" -p "$port" -U postgres -d ab \
       -c "CREATE EXTENSION relaybus ${version:+VERSION '$version'}" >/dev/null

@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 a=$1 b=$2 repeats=${3:-2} rate=${4:-1000} dur=${5:-20} version=${6:-0.3.0} port=${7:-54497}
-lib=$(pg_config --pkglibdir)
+. bench/ab/use_build.sh
 dir=/tmp/relaybus-ab-latency-$port
 out=$(mktemp -d)
 trap 'scripts/cluster stop "$dir" >/dev/null 2>&1 || true; rm -rf "$out"' EXIT
@@ -21,11 +21,7 @@ conn="host=$dir port=$port dbname=ab user=postgres"
 for ((r = 1; r <= repeats; r++)); do
   order="A B"; [ $((r % 2)) = 0 ] && order="B A"
   for build in $order; do
-    so=$a sql=${SQL_A:-}; [ "$build" = B ] && so=$b sql=${SQL_B:-}
-    [ -n "$sql" ] && cp "$sql"/relaybus--*.sql "$(pg_config --sharedir)/extension/"
-    # A new file, then a rename: the running server keeps the library it has mapped.
-    cp "$so" "$lib/relaybus.so.new" && mv "$lib/relaybus.so.new" "$lib/relaybus.so"
-    scripts/cluster restart "$dir" >/dev/null
+    if [ "$build" = A ]; then use_build "$a" "${SQL_A:-}" "$dir"; else use_build "$b" "${SQL_B:-}" "$dir"; fi
     for runner in loop runtime; do
       psql -qX -h "$dir" -p "$port" -U postgres -c "DROP DATABASE IF EXISTS ab" -c "CREATE DATABASE ab" >/dev/null
       psql -qX -h "$dir" -p "$port" -U postgres -d ab -c "CREATE EXTENSION relaybus VERSION '$version'" \
