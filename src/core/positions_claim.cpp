@@ -308,7 +308,11 @@ class PositionsClaim {
 
   // Locks held lanes (store_.lock_held), adds those still the caller's incarnation's to the
   // claim, and takes over those of its other incarnations (lock_for_takeover). Returns the
-  // indexes in lanes_ of the lanes added.
+  // indexes in lanes_ of the lanes added. lock_for_takeover waits, but only for lanes this
+  // claim has just locked itself: it strengthens its own lock, which nothing else holding
+  // the lane can block (no other lock on lanes' rows is weaker than FOR NO KEY UPDATE).
+  // A lane reached through a SKIP LOCKED chunk is the caller's own incarnation's when read,
+  // so it is taken over only if that incarnation's lease expired meanwhile.
   std::vector<std::size_t> lock_held(const std::vector<LaneRef>& refs, bool wait) {
     std::vector<std::size_t> added;
     if (refs.empty()) return added;

@@ -405,7 +405,13 @@ void run_write_log(void*) {
 void at_transaction_event(XactEvent event, void*) {
   switch (event) {
     case XACT_EVENT_PRE_COMMIT:
-      if (!noted.deliveries.empty()) run_guarded_callback(run_write_log, nullptr);
+      if (!noted.deliveries.empty()) {
+        run_guarded_callback(run_write_log, nullptr);
+        // Before the rows and this transaction's NOTIFY become visible, and again after
+        // (lane_changes.hpp says why both).
+        for (const auto& entry : noted.deliveries)
+          lane_changes::published(std::get<2>(entry.first), std::get<1>(entry.first));
+      }
       break;
     case XACT_EVENT_PRE_PREPARE:
       if (!noted.deliveries.empty())

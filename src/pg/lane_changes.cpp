@@ -6,6 +6,7 @@
 
 #include <array>
 #include <functional>
+#include <set>
 #include <unordered_map>
 
 extern "C" {
@@ -67,16 +68,19 @@ void published(const std::string& handler, std::int16_t lane) noexcept;
 
 namespace {
 
-// Lanes changed by the open transaction (changed_at_commit), counted at its commit.
-std::vector<std::pair<std::string, std::int16_t>>& changed() {
-  static std::vector<std::pair<std::string, std::int16_t>> lanes;
+// Lanes changed by the open transaction (changed_at_commit), counted at its commit; each
+// once, however many rows a transaction requeues.
+std::set<std::pair<std::string, std::int16_t>>& changed() {
+  static std::set<std::pair<std::string, std::int16_t>> lanes;
   return lanes;
 }
 
-// Runs in every backend at the end of every transaction: must not fail.
+// Runs in every backend at the end of every transaction: must not fail. Counted twice, as
+// a publish's lanes are (commit_order.cpp): before the commit and after it.
 void at_transaction_end(XactEvent event, void*) {
   if (changed().empty()) return;
-  if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT)
+  if (event == XACT_EVENT_PRE_COMMIT || event == XACT_EVENT_PARALLEL_PRE_COMMIT ||
+      event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT)
     for (const auto& [handler, lane] : changed()) published(handler, lane);
   if (event != XACT_EVENT_PRE_COMMIT && event != XACT_EVENT_PARALLEL_PRE_COMMIT &&
       event != XACT_EVENT_PRE_PREPARE)
@@ -93,7 +97,7 @@ void install(bool preloading) {
 
 void changed_at_commit(const std::string& handler, std::int16_t lane) {
   if (shared == nullptr || !valid_lane(lane)) return;
-  changed().emplace_back(handler, lane);
+  changed().emplace(handler, lane);
 }
 
 void published(const std::string& handler, std::int16_t lane) noexcept {

@@ -6,15 +6,22 @@
 //
 // A lane that a probe found idle (nothing above its cursor, nothing running, no exception
 // row at all) stays idle until a publish commits a delivery into it, or an operator
-// requeues one of its dead rows. Publishes are counted: one counter per (database, handler,
-// lane) in shared memory, moved when a transaction that wrote deliveries into the lane (or
-// requeued one of its rows) has committed (its XACT_EVENT_COMMIT, after the deliveries became
-// visible and before any wake-up of the workers it sends). A claim reads the counter before its
-// probe's snapshot and remembers, in backend memory, the lanes the probe found idle with the
-// counter it read. A later claim passes over such a lane while its counter has not moved, for at
-// most kIdleFor: a change that moves no counter (a row written by hand) is seen by the next claim
-// after that. Handlers whose counters share a slot move each other's, which only costs probes.
-// Without shared memory (the library not preloaded) every lane is probed, as before.
+// requeues one of its dead rows. These are counted: one counter per (database, handler,
+// lane) in shared memory, moved twice by each transaction that wrote deliveries into the
+// lane (or requeued one of its rows): at XACT_EVENT_PRE_COMMIT, before its rows become
+// visible and before any session can read its NOTIFY (PostgreSQL makes that readable with
+// the commit), and at XACT_EVENT_COMMIT, after its rows became visible and before it
+// signals listeners or sets the in-database workers' latches. A claim reads the counters
+// before its probe's snapshot and remembers, in backend memory, the lanes the probe found
+// idle with the counter it read; a later claim passes over such a lane while its counter
+// has not moved, for at most kIdleFor. So a claim that sees a publish's NOTIFY sees a moved
+// counter; one that read the counter between the two moves sees the second at its next
+// claim, which the publish's own wake-up starts. Not remembered: what a claim found under
+// REPEATABLE READ (its snapshot predates the counters it read) or in a transaction that
+// has written (a rollback could undo what it saw). A change that moves no counter (a row
+// written by hand, a requeue in a prepared transaction) is seen within kIdleFor. Handlers
+// whose counters share a slot move each other's, which only costs probes. Without shared
+// memory (the library not preloaded) every lane is probed, as before.
 #pragma once
 
 #include "postgres.hpp"
@@ -32,12 +39,12 @@ constexpr std::int64_t kIdleForUs = 1'000'000;
 // From _PG_init: reserves the counters when preloading.
 void install(bool preloading);
 
-// From commit_order at XACT_EVENT_COMMIT: the transaction wrote deliveries into (handler,
-// lane) of this database. Must not fail.
+// From commit_order at XACT_EVENT_PRE_COMMIT and XACT_EVENT_COMMIT: the transaction wrote
+// deliveries into (handler, lane) of this database. Must not fail.
 void published(const std::string& handler, std::int16_t lane) noexcept;
 
 // The transaction made work in (handler, lane) without a publish (requeue moved a dead row
-// back to pending): its counter moves when the transaction commits, as a publish's does.
+// back to pending): its counter moves as the transaction commits, as a publish's does.
 void changed_at_commit(const std::string& handler, std::int16_t lane);
 
 // The counters of every lane of each handler, flattened as progress_hints::get_by_handler

@@ -244,8 +244,10 @@ std::vector<core::HeldPositionsLane> PgPositionsClaimStore::held_lanes(
     const core::LaneProgress& g = l.lane.progress;
     const bool idle = !l.probe.window_since_us && !has_rows[k] && g.done.empty() &&
                       g.in_flight.empty() && l.lane.retrying.empty();
-    // Under REPEATABLE READ the snapshot predates the counters read: not remembered.
-    if (!changes.empty() && !IsolationUsesXactSnapshot())
+    // Not remembered under REPEATABLE READ (the snapshot predates the counters read) nor in a
+    // transaction that has written (a rollback could bring back what it finished).
+    if (!changes.empty() && !IsolationUsesXactSnapshot() &&
+        !TransactionIdIsValid(GetTopTransactionIdIfAny()))
       lane_changes::probed(l.lane.handler, l.lane.lane, changes[at[probed[k]]], idle, g.acked_upto,
                            clock_us);
   }

@@ -1,11 +1,12 @@
 -- Guarantee: a claim that passes over the idle lanes its worker holds (src/pg/lane_changes.hpp:
--- lanes this backend found idle, whose publish counter has not moved since) never misses
--- work that arrives in them. A publish that commits in another session, and a requeue of a
--- dead row, move the lane's counter at commit: the very next claim looks at the lane again.
--- Without the counters moving, each claim below would pass over the lane for a second and
--- return nothing.
+-- lanes this backend found idle, whose publish counter has not moved since) misses no work
+-- that a publish or a requeue brings into them: both move the lane's counter as they
+-- commit, and the very next claim looks at the lane again (without the counters moving,
+-- parts 1 and 2 fail). Work that moves no counter (part 3: a row written by hand) is seen
+-- within a second, and what a claim saw in a transaction that has written is not
+-- remembered, so a rollback brings its work back at once (part 4).
 SELECT rb_reset();
-SELECT plan(7);
+SELECT plan(12);
 
 SELECT relaybus.subscribe('lc', ARRAY['lc.event'], max_attempts => 1);
 SELECT rb_connect('lc_pub');
@@ -35,8 +36,40 @@ SELECT is((SELECT count(*)::int FROM relaybus.claim('lw', 10, '1 hour', ARRAY['l
           'nothing to claim: the lane is idle again');
 SELECT ok((SELECT r FROM dblink('lc_pub', $$SELECT relaybus.requeue('lc-2', 'lc')$$) AS t(r boolean)),
           'another session requeues it');
+CREATE TEMP TABLE c4 AS
+  SELECT lease_token, event_id FROM relaybus.claim('lw', 10, '1 hour', ARRAY['lc']);
+SELECT is((SELECT array_agg(event_id) FROM c4), ARRAY['lc-2'],
+          'the next claim takes the requeued delivery');
+
+-- 3. A delivery written by hand into the idle lane moves no counter: passed over, for at
+-- most a second.
+SELECT relaybus.complete(lease_token) AS done FROM c4 \gset
+SELECT is((SELECT count(*)::int FROM relaybus.claim('lw', 10, '1 hour', ARRAY['lc'])), 0,
+          'the lane is idle once more');
+INSERT INTO relaybus.events (id, type, key, payload, handlers)
+  VALUES ('lc-hand', 'lc.event', 'k', '{}', ARRAY['lc']);
+INSERT INTO relaybus.deliveries (handler, lane, position, event_id, key, available_at, created_at)
+  SELECT 'lc', :lane, max(position) + 1, 'lc-hand', 'k', now(), now()
+    FROM relaybus.deliveries WHERE handler = 'lc' AND lane = :lane;
+SELECT is((SELECT count(*)::int FROM relaybus.claim('lw', 10, '1 hour', ARRAY['lc'])), 0,
+          'a claim passes over the idle lane: nothing moved its counter');
+SELECT pg_sleep(1.1) AS slept \gset
+CREATE TEMP TABLE c3 AS
+  SELECT lease_token, event_id FROM relaybus.claim('lw', 10, '1 hour', ARRAY['lc']);
+SELECT is((SELECT array_agg(event_id) FROM c3), ARRAY['lc-hand'],
+          'a second later the lane is looked at again');
+SELECT relaybus.complete(lease_token) AS done FROM c3 \gset
+
+-- 4. In a transaction that writes, a claim that finds the lane idle is not remembered.
+SELECT relaybus.publish('lc.event', '{}', 'k', 'lc-3') AS published \gset
+BEGIN;
+SELECT relaybus.complete(lease_token) AS done
+  FROM relaybus.claim('lw', 10, '1 hour', ARRAY['lc']) \gset
+SELECT is((SELECT count(*)::int FROM relaybus.claim('lw', 10, '1 hour', ARRAY['lc'])), 0,
+          'in the transaction, the lane is idle after lc-3''s completion');
+ROLLBACK;
 SELECT is((SELECT array_agg(event_id) FROM relaybus.claim('lw', 10, '1 hour', ARRAY['lc'])),
-          ARRAY['lc-2'], 'the next claim takes the requeued delivery');
+          ARRAY['lc-3'], 'after the rollback the next claim takes lc-3 again at once');
 
 SELECT dblink_disconnect('lc_pub');
 SELECT * FROM finish();
