@@ -46,6 +46,12 @@ HeldLaneProbe held_lane_probe(const PositionsLane& lane, const LaneContents& con
   return probe;
 }
 
+bool held_lane_quiet(const PositionsLane& lane, const HeldLaneProbe& probe,
+                     bool has_pending_rows) noexcept {
+  return !probe.window_since_us && !has_pending_rows && lane.progress.done.empty() &&
+         lane.progress.in_flight.empty() && lane.retrying.empty();
+}
+
 std::vector<LaneRef> lanes_to_try(std::vector<LaneWorkProbe> probes) {
   struct Ranked {
     std::int64_t since;

@@ -256,6 +256,14 @@ std::optional<std::int64_t> work_since(std::optional<std::int64_t> window_since_
 HeldLaneProbe held_lane_probe(const PositionsLane& lane, const LaneContents& contents,
                               std::int64_t now_us);
 
+// Whether a held lane, as held_lanes read it with its probe, can get work only from a
+// publish or a requeue: no window delivery left to decide, nothing running or finished
+// above its cursor, and no pending exception row at all (`has_pending_rows`: a row not yet
+// due becomes work with time alone). A store may pass over such a lane until one of those
+// changes it (src/pg/lane_changes.hpp).
+bool held_lane_quiet(const PositionsLane& lane, const HeldLaneProbe& probe,
+                     bool has_pending_rows) noexcept;
+
 // The acquirable lanes with work, oldest work first (lanes without a known time last), then
 // by handler and lane.
 std::vector<LaneRef> lanes_to_try(std::vector<LaneWorkProbe> probes);

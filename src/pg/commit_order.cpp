@@ -405,13 +405,7 @@ void run_write_log(void*) {
 void at_transaction_event(XactEvent event, void*) {
   switch (event) {
     case XACT_EVENT_PRE_COMMIT:
-      if (!noted.deliveries.empty()) {
-        run_guarded_callback(run_write_log, nullptr);
-        // Before the rows and this transaction's NOTIFY become visible, and again after
-        // (lane_changes.hpp says why both).
-        for (const auto& entry : noted.deliveries)
-          lane_changes::published(std::get<2>(entry.first), std::get<1>(entry.first));
-      }
+      if (!noted.deliveries.empty()) run_guarded_callback(run_write_log, nullptr);
       break;
     case XACT_EVENT_PRE_PREPARE:
       if (!noted.deliveries.empty())
@@ -423,10 +417,6 @@ void at_transaction_event(XactEvent event, void*) {
       break;
     case XACT_EVENT_COMMIT:
     case XACT_EVENT_PARALLEL_COMMIT:
-      // Visible now, and before the wake-ups (wakeup.cpp's callback runs after this one,
-      // registered before it; NOTIFY is sent after every callback).
-      for (const auto& entry : noted.deliveries)
-        lane_changes::published(std::get<2>(entry.first), std::get<1>(entry.first));
       forget();
       break;
     case XACT_EVENT_ABORT:
@@ -470,7 +460,8 @@ void stage(Oid table, const std::string& handler, std::int16_t lane, const std::
   if (lane < 0) throw core::Error(core::ErrorCode::kInvalidParameter, "relaybus: lane is negative");
   refuse_while_writing();
   noted.writer.emplace(table, GetUserId());
-  noted.deliveries[Key{table, lane, handler}]++;
+  if (noted.deliveries[Key{table, lane, handler}]++ == 0)
+    lane_changes::changed_at_commit(handler, lane);
   noted.staged[table].push_back(
       StagedRow{handler, lane, event_id, key, available_at, GetCurrentSubTransactionId()});
 }
@@ -479,7 +470,9 @@ std::int32_t note(Oid log, const std::string& handler, std::int16_t lane) {
   if (lane < 0) throw core::Error(core::ErrorCode::kInvalidParameter, "relaybus: lane is negative");
   refuse_while_writing();
   noted.writer.emplace(log, GetUserId());
-  return noted.deliveries[Key{log, lane, handler}]++;
+  const std::int32_t ordinal = noted.deliveries[Key{log, lane, handler}]++;
+  if (ordinal == 0) lane_changes::changed_at_commit(handler, lane);
+  return ordinal;
 }
 
 }  // namespace relaybus::pg::commit_order

@@ -62,21 +62,23 @@ std::unordered_map<std::string, LaneIdles>& idles() {
   return map;
 }
 
-}  // namespace
-
-void published(const std::string& handler, std::int16_t lane) noexcept;
-
-namespace {
+// Moves the lane's counter. Must not fail: called from the transaction callback.
+void published(const std::string& handler, std::int16_t lane) noexcept {
+  if (shared == nullptr || !valid_lane(lane)) return;
+  pg_atomic_fetch_add_u64(&shared->lanes[slot_of(handler)][lane], 1);
+}
 
 // Lanes changed by the open transaction (changed_at_commit), counted at its commit; each
-// once, however many rows a transaction requeues.
+// once, however many rows a transaction publishes or requeues.
 std::set<std::pair<std::string, std::int16_t>>& changed() {
   static std::set<std::pair<std::string, std::int16_t>> lanes;
   return lanes;
 }
 
-// Runs in every backend at the end of every transaction: must not fail. Counted twice, as
-// a publish's lanes are (commit_order.cpp): before the commit and after it.
+// Runs in every backend at the end of every transaction: must not fail. Counted twice:
+// before the commit (before the rows and the transaction's NOTIFY become visible) and after
+// it (before the transaction signals listeners and sets the in-database workers' latches:
+// this callback is registered after wakeup.cpp's, so PostgreSQL calls it first).
 void at_transaction_end(XactEvent event, void*) {
   if (changed().empty()) return;
   if (event == XACT_EVENT_PRE_COMMIT || event == XACT_EVENT_PARALLEL_PRE_COMMIT ||
@@ -98,11 +100,6 @@ void install(bool preloading) {
 void changed_at_commit(const std::string& handler, std::int16_t lane) {
   if (shared == nullptr || !valid_lane(lane)) return;
   changed().emplace(handler, lane);
-}
-
-void published(const std::string& handler, std::int16_t lane) noexcept {
-  if (shared == nullptr || !valid_lane(lane)) return;
-  pg_atomic_fetch_add_u64(&shared->lanes[slot_of(handler)][lane], 1);
 }
 
 std::vector<std::uint64_t> counters(const std::vector<std::string>& handlers) {

@@ -39,12 +39,10 @@ constexpr std::int64_t kIdleForUs = 1'000'000;
 // From _PG_init: reserves the counters when preloading.
 void install(bool preloading);
 
-// From commit_order at XACT_EVENT_PRE_COMMIT and XACT_EVENT_COMMIT: the transaction wrote
-// deliveries into (handler, lane) of this database. Must not fail.
-void published(const std::string& handler, std::int16_t lane) noexcept;
-
-// The transaction made work in (handler, lane) without a publish (requeue moved a dead row
-// back to pending): its counter moves as the transaction commits, as a publish's does.
+// The open transaction makes work in (handler, lane) of this database: it publishes into
+// it (commit_order, once per lane) or requeues one of its dead rows. The lane's counter
+// moves at the transaction's XACT_EVENT_PRE_COMMIT and XACT_EVENT_COMMIT; a rollback
+// forgets it.
 void changed_at_commit(const std::string& handler, std::int16_t lane);
 
 // The counters of every lane of each handler, flattened as progress_hints::get_by_handler

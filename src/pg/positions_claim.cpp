@@ -239,17 +239,13 @@ std::vector<core::HeldPositionsLane> PgPositionsClaimStore::held_lanes(
   for (std::size_t k = 0; k < probed.size(); ++k) {
     core::HeldPositionsLane& l = out[probed[k]];
     l.probe.due_exception_us = due[k];
-    // Idle: nothing above the cursor, nothing running, no exception row pending at all
-    // (a row not yet due becomes work without a publish).
-    const core::LaneProgress& g = l.lane.progress;
-    const bool idle = !l.probe.window_since_us && !has_rows[k] && g.done.empty() &&
-                      g.in_flight.empty() && l.lane.retrying.empty();
+    const bool idle = core::held_lane_quiet(l.lane, l.probe, has_rows[k]);
     // Not remembered under REPEATABLE READ (the snapshot predates the counters read) nor in a
     // transaction that has written (a rollback could bring back what it finished).
     if (!changes.empty() && !IsolationUsesXactSnapshot() &&
         !TransactionIdIsValid(GetTopTransactionIdIfAny()))
-      lane_changes::probed(l.lane.handler, l.lane.lane, changes[at[probed[k]]], idle, g.acked_upto,
-                           clock_us);
+      lane_changes::probed(l.lane.handler, l.lane.lane, changes[at[probed[k]]], idle,
+                           l.lane.progress.acked_upto, clock_us);
   }
   return out;
 }

@@ -966,6 +966,25 @@ TEST(PositionsClaimTest, AHeldLaneTakenMeanwhileIsPassedOver) {
   for (const auto& w : store.lane_writes) EXPECT_NE(w.lane, 0) << "not ours: not written";
 }
 
+TEST(PositionsClaimTest, AHeldLaneIsQuietOnlyWhenNothingButAPublishOrRequeueCanGiveItWork) {
+  PositionsLane lane;
+  lane.progress.acked_upto = 7;
+  EXPECT_TRUE(held_lane_quiet(lane, {}, false));
+  HeldLaneProbe window;
+  window.window_since_us = kNow;
+  EXPECT_FALSE(held_lane_quiet(lane, window, false)) << "a window delivery to decide";
+  EXPECT_FALSE(held_lane_quiet(lane, {}, true)) << "an exception row, due or not";
+  PositionsLane running = lane;
+  running.progress.in_flight = {8};
+  EXPECT_FALSE(held_lane_quiet(running, {}, false)) << "something in flight";
+  PositionsLane finished = lane;
+  finished.progress.done = {9};
+  EXPECT_FALSE(held_lane_quiet(finished, {}, false)) << "finished above the cursor: 8 is not";
+  PositionsLane retrying = lane;
+  retrying.retrying = {3};
+  EXPECT_FALSE(held_lane_quiet(retrying, {}, false)) << "an exception row being retried";
+}
+
 TEST(PositionsClaimTest, AHeldLaneLockedElsewhereIsLeftForALaterClaim) {
   FakeStore store;
   store.hold("h", 0, "w", Mine());
