@@ -174,7 +174,7 @@ def test_a_failure_is_sent_once_the_database_is_back_however_long_it_takes(
     wait_until(lambda: ran, what="the first attempt")
     time.sleep(2.5)  # longer than the old four tries (0.2 + 0.4 + 0.8 s)
     assert worker.in_flight == 1  # not settled: on the server it is still in flight
-    assert _status(admin, handler)[first] == ("pending", 0, None)
+    assert _status(admin, handler)[first] == ("processing", 0, None)
     network.down = False
     wait_until(lambda: second in ran and worker.in_flight == 0, timeout=10,
                what="the failure sent and the key's next event run")
@@ -202,7 +202,8 @@ def test_at_stop_an_unsendable_ending_is_given_up_and_logged(
     assert worker.in_flight == 1
     assert any("giving up on the fail of event" in r.getMessage() and "lease" in r.getMessage()
                for r in caplog.records if r.levelno == logging.ERROR)
-    assert _status(admin, handler)[event_id] == ("pending", 0, None)  # left to the lease
+    # Left to the lease: still in flight on the server, nothing charged.
+    assert _status(admin, handler)[event_id] == ("processing", 0, None)
 
 
 def test_a_connection_whose_listen_fails_is_closed(conninfo, subscribe, workers, monkeypatch):
