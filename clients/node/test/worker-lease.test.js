@@ -6,6 +6,7 @@ import { after, before, test } from 'node:test';
 
 import { Worker, publish, subscribe } from '../index.js';
 import { createDatabase } from './helpers/database.js';
+import { deliveryOf } from './helpers/deliveries.js';
 import { delay, recordingLogger, waitFor } from './helpers/wait.js';
 
 let db;
@@ -49,8 +50,7 @@ test('a handler slower than the lease keeps its lanes: no takeover, no second ru
     assert.equal(takenOver, 0, 'take_over_expired took the lane over');
     assert.equal(stolen, 0, 'another worker claimed the running delivery');
     assert.equal(expiredSeen, 0, 'the lane was seen with an expired lease');
-    await waitFor(async () => (await db.admin.query(
-      'SELECT count(*)::int AS n FROM relaybus.deliveries WHERE event_id = $1', [id])).rows[0].n === 0, { what: 'the completion' });
+    await waitFor(async () => (await deliveryOf(db.admin, id, 'slow')) === undefined, { what: 'the completion' });
   } finally {
     await worker.stop();
   }

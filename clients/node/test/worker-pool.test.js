@@ -9,6 +9,7 @@ import pg from 'pg';
 
 import { Worker, publishBatch, subscribe } from '../index.js';
 import { createDatabase } from './helpers/database.js';
+import { remaining } from './helpers/deliveries.js';
 import { delay, recordingLogger, waitFor } from './helpers/wait.js';
 
 let db;
@@ -50,9 +51,8 @@ test('a worker on a churning pg.Pool of several connections never takes over its
   });
   await worker.start();
   try {
-    await waitFor(async () => (await db.admin.query(
-      "SELECT count(*)::int AS n FROM relaybus.deliveries WHERE handler = 'pooled'")).rows[0].n === 0,
-    { timeout: 20000, what: 'every delivery completed' });
+    await waitFor(async () => (await remaining(db.admin, 'pooled')) === 0,
+      { timeout: 20000, what: 'every delivery completed' });
   } finally {
     await worker.stop();
   }

@@ -6,6 +6,7 @@ import { after, before, test } from 'node:test';
 
 import { Worker, publish, subscribe } from '../index.js';
 import { createDatabase } from './helpers/database.js';
+import { deliveriesOf, deliveriesOfEvent } from './helpers/deliveries.js';
 import { delay, recordingLogger, waitFor } from './helpers/wait.js';
 
 let db;
@@ -60,8 +61,7 @@ test('stop() finishes quick handlers, releases stuck ones, relinquishes the lane
   assert.equal(worker.state, 'stopped');
   assert.deepEqual(aborted.sort(), [...stuck].sort(), "the stuck handlers' signal was aborted");
 
-  const { rows } = await db.admin.query(
-    'SELECT event_id, status, attempts FROM relaybus.deliveries WHERE handler = $1 ORDER BY event_id', ['mixed']);
+  const rows = (await deliveriesOf(db.admin, 'mixed')).map(({ event_id, status, attempts }) => ({ event_id, status, attempts }));
   assert.deepEqual(rows, [...stuck].sort().map((id) => ({ event_id: id, status: 'pending', attempts: 0 })),
     'the quick ones completed, the stuck ones released without charging an attempt');
   assert.equal(worker.stats.released, 2);
@@ -105,7 +105,7 @@ test('a transactional handler abandoned at stop() is rolled back and released', 
   await worker.stop();
   await waitFor(async () => (await connectionsOf('tx-stuck-worker')) === 0, { what: 'the abandoned connection to close' });
   assert.deepEqual((await db.admin.query('SELECT * FROM stuck_writes')).rows, []);
-  const { rows } = await db.admin.query('SELECT status, attempts FROM relaybus.deliveries WHERE event_id = $1', [id]);
+  const rows = (await deliveriesOfEvent(db.admin, id)).map(({ status, attempts }) => ({ status, attempts }));
   assert.deepEqual(rows, [{ status: 'pending', attempts: 0 }]);
   assert.equal(await lanesHeldBy('tx-stuck-worker'), 0);
 });

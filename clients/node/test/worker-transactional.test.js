@@ -5,6 +5,7 @@ import { after, before, test } from 'node:test';
 
 import { Worker, publish, subscribe } from '../index.js';
 import { createDatabase } from './helpers/database.js';
+import { deliveryOf } from './helpers/deliveries.js';
 import { delay, recordingLogger, waitFor } from './helpers/wait.js';
 
 let db;
@@ -22,10 +23,9 @@ async function sentRows(id) {
   return (await db.admin.query('SELECT attempt FROM sent WHERE event_id = $1', [id])).rows;
 }
 
-async function delivery(id, handler) {
-  const { rows } = await db.admin.query(
-    'SELECT status, attempts, last_error FROM relaybus.deliveries WHERE event_id = $1 AND handler = $2', [id, handler]);
-  return rows[0];
+// { status, attempts, last_error }, or undefined once completed (list_deliveries).
+function delivery(id, handler) {
+  return deliveryOf(db.admin, id, handler);
 }
 
 function insertSent(client, event) {
