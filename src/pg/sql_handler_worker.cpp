@@ -425,16 +425,20 @@ void hand_back_at_exit(int, Datum) {
       Params lanes;
       lanes.text(*batch.worker);
       lock_lanes_nowait.run(lanes);
-      std::vector<std::string> event_ids, handlers;
-      for (std::size_t i = batch.first; i < jobs.size(); ++i) {
-        const core::LeaseToken token = core::parse_lease_token(jobs[i].token);
-        event_ids.push_back(token.event_id);
-        handlers.push_back(token.handler);
+      // 0.2 locks each delivery row as well; 0.3.0's release and fail write only under the
+      // lane's lock (and its tokens name no event).
+      if (worker::installed_schema() == worker::Installed::kLanes) {
+        std::vector<std::string> event_ids, handlers;
+        for (std::size_t i = batch.first; i < jobs.size(); ++i) {
+          const core::LeaseToken token = core::parse_lease_token(jobs[i].token);
+          event_ids.push_back(token.event_id);
+          handlers.push_back(token.handler);
+        }
+        Params deliveries;
+        deliveries.text_array(event_ids);
+        deliveries.text_array(handlers);
+        lock_deliveries_nowait.run(deliveries);
       }
-      Params deliveries;
-      deliveries.text_array(event_ids);
-      deliveries.text_array(handlers);
-      lock_deliveries_nowait.run(deliveries);
       for (std::size_t i = batch.first; i < jobs.size(); ++i) {
         Params params;
         params.text(jobs[i].token);

@@ -246,14 +246,24 @@ void abort_transaction() {
   });
 }
 
-bool extension_installed() {
-  // A lane-lease schema (0.2.0, 0.2.1): the row-lease 0.1.0 has no lanes and its own
-  // semantics.
+Installed installed_schema() {
+  // The row-lease 0.1.0 has no lanes and its own semantics: not run. Every other version
+  // is one of the two protocols the workers speak through the SQL API; a version this
+  // build does not know is not run either.
   static Statement installed(
-      "SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'relaybus'"
-      " AND extversion IN ('0.2.0', '0.2.1')",
+      "SELECT CASE WHEN extversion IN ('0.2.0', '0.2.1') THEN 1"
+      " WHEN extversion = '0.3.0' THEN 2 ELSE 0 END"
+      " FROM pg_catalog.pg_extension WHERE extname = 'relaybus'",
       {});
-  return installed.run() == 1;
+  if (installed.run() != 1) return Installed::kNone;
+  switch (row::int4(0, 1)) {
+    case 1:
+      return Installed::kLanes;
+    case 2:
+      return Installed::kPositions;
+    default:
+      return Installed::kNone;
+  }
 }
 
 void wait(int timeout_ms) {

@@ -72,9 +72,13 @@ void check_signals();
 template <typename Body>
 void in_transaction(const char* activity, Body&& body);
 
-// True when relaybus 0.2.0 or 0.2.1 is installed in this database (the workers wait until it is;
-// they leave a 0.1.0 installation alone).
-bool extension_installed();
+// Which relaybus the workers find in this database: none they run (not installed, or the
+// row-lease 0.1.0, which they leave alone), 0.2's lane leases (0.2.0, 0.2.1), or 0.3.0's
+// positions and cursors. The workers wait until one they run is installed. Read per
+// transaction: an ALTER EXTENSION UPDATE changes it between two rounds.
+enum class Installed { kNone, kLanes, kPositions };
+Installed installed_schema();
+inline bool extension_installed() { return installed_schema() != Installed::kNone; }
 
 // Waits for the latch, the timeout or postmaster death.
 void wait(int timeout_ms);
