@@ -1,5 +1,5 @@
--- Loaded once into the 0.3.0 pgTAP database by scripts/run-tests (relaybus 0.3.0 while it is
--- not the default version).
+-- Loaded once into the 0.3.0 pgTAP database by scripts/run-tests (the default version; named,
+-- so that the suite keeps testing 0.3.0 when a later one becomes the default).
 CREATE EXTENSION pgtap;
 CREATE EXTENSION relaybus VERSION '0.3.0';
 CREATE EXTENSION dblink;

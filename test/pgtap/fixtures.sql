@@ -1,6 +1,7 @@
--- Loaded once into the pgTAP database by scripts/run-tests.
+-- Loaded once into the 0.2.1 pgTAP database by scripts/run-tests: this suite is 0.2's lane
+-- leases (0.3.0's is test/pgtap-0.3.0), kept while 0.2.1 stays installable.
 CREATE EXTENSION pgtap;
-CREATE EXTENSION relaybus;
+CREATE EXTENSION relaybus VERSION '0.2.1';
 CREATE EXTENSION dblink;
 
 -- Every suite starts from an empty bus: suites commit through dblink, so a rollback alone
