@@ -99,7 +99,8 @@ def prepare(cluster):
     cluster.sql("postgres", "CREATE DATABASE db_010")
     cluster.sql("postgres", "CREATE DATABASE db_020")
     cluster.sql("db_010", "CREATE EXTENSION relaybus VERSION '0.1.0'")
-    cluster.sql("db_020", "CREATE EXTENSION relaybus")
+    # 0.2's lane leases, named: the default version is 0.3.0 since it replaced them.
+    cluster.sql("db_020", "CREATE EXTENSION relaybus VERSION '0.2.1'")
     for _, db in VERSIONS:
         cluster.sql(db, "CREATE EXTENSION pg_stat_statements")
 

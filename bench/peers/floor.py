@@ -14,7 +14,6 @@ DELETE them by primary key in one statement, in the same transaction.
 reset, unfinished, stored and left are those of the loop (relaybus_loop.py): same schema.
 """
 import os
-import re
 import sys
 import time
 
@@ -22,7 +21,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import runner  # noqa: E402
 from relaybus_loop import TYPE, RelaybusLoop  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 POLL_S = 0.01  # no LISTEN: a consumer that found nothing looks again 10 ms later
 
 # One event: the key's sequence (only when keyed), the event, its delivery; one statement,
@@ -87,12 +85,9 @@ SELECT d.event_id, d.key, e.payload->>'n', d.attempts
 COMPLETE = "DELETE FROM relaybus.deliveries WHERE handler = %s::text AND event_id = ANY(%s::text[])"
 
 
-def relaybus_version():
-    try:
-        with open(os.path.join(ROOT, "relaybus.control")) as f:
-            return re.search(r"default_version\s*=\s*'([^']+)'", f.read()).group(1)
-    except (OSError, AttributeError):
-        return "unknown"
+# 0.2's tables (lane leases, a key counter per key): the harness creates the floor's
+# database with this version (bench/peers_bench.py, EXTENSION_VERSIONS).
+SCHEMA_VERSION = "0.2.1"
 
 
 class Floor(RelaybusLoop):
@@ -100,7 +95,7 @@ class Floor(RelaybusLoop):
 
     def info(self):
         return dict(
-            name="floor of relaybus's schema", version=relaybus_version(), ordered_keys=True,
+            name="floor of relaybus's schema", version=SCHEMA_VERSION, ordered_keys=True,
             acknowledges="deliveries",
             notes="relaybus's tables and indexes, the fewest statements that write what publish and "
                   "complete write. Publish: one statement (writable CTEs): key_counters upsert when keyed, "
