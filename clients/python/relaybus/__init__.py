@@ -21,7 +21,7 @@ from .setup_checks import check_publisher
 from .stats import WorkerStats
 from .worker import Worker
 
-__version__ = "0.2.1"
+__version__ = "0.3.0"
 
 # A library leaves logging's configuration to the application; without this, records of
 # WARNING and above would reach stderr through logging's last-resort handler.
