@@ -514,6 +514,20 @@ CREATE FUNCTION relaybus_internal.lane_changed(handler text, lane smallint) RETU
   AS 'MODULE_PATHNAME', 'relaybus_lane_changed' LANGUAGE C VOLATILE STRICT
   SET search_path = pg_catalog, pg_temp;
 
+-- retire_unsubscribed: purge_expired's retention of handlers no longer subscribed, as 0.2
+-- deleted their pending deliveries: in their lanes that nobody leases, the deliveries
+-- published before cutoff are finished from the cursor up (core::retire_expired_positions),
+-- and the pending exception rows published before it deleted. Returns the positions
+-- finished plus the rows deleted. Internal.
+--
+-- Locks up to 1,000 such lanes (FOR NO KEY UPDATE SKIP LOCKED: it waits for nothing);
+-- writes lane_progress, exceptions (deletes).
+CREATE FUNCTION relaybus_internal.retire_unsubscribed(cutoff timestamptz) RETURNS bigint
+  AS 'MODULE_PATHNAME', 'relaybus_retire_unsubscribed' LANGUAGE C VOLATILE STRICT
+  SET search_path = pg_catalog, pg_temp
+  SET enable_seqscan = off SET enable_bitmapscan = off
+  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
+
 -- A new function grants EXECUTE to PUBLIC: only the owner calls these.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA relaybus_internal FROM PUBLIC;
 
@@ -726,19 +740,23 @@ CREATE OR REPLACE FUNCTION relaybus.take_over_expired() RETURNS integer
   SET enable_seqscan = off SET enable_bitmapscan = off
   SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
--- purge_expired: deletes events older than relaybus.retention_completed whose every
--- delivery is finished (below its lane's cursor or in its done set, with no exception row),
--- with those deliveries; dead letters older than relaybus.retention_dead; completion history
--- older than relaybus.retention_completed; lane progress rows superseded for a minute. Returns the rows deleted, at most 10,000 events
--- and 10,000 of each other kind: call it until it returns 0.
+-- purge_expired: applies retention, at most 10,000 rows of each kind a call (call it until
+-- it returns 0, the rows deleted and positions finished): events past
+-- relaybus.retention_completed whose deliveries are all finished, with them; dead letters,
+-- and the deliveries of handlers no longer subscribed, past relaybus.retention_dead;
+-- history past relaybus.retention_completed; lane progress rows superseded for a minute.
+--
+-- A handler no longer subscribed (relaybus_internal.retire_unsubscribed): its pending
+-- exception rows that old are deleted, and in each of its lanes nobody leases the cursor
+-- moves over the deliveries that old from the cursor up, stopping at a younger one.
 --
 -- Never a lane's last delivery: the next commit numbers the lane's deliveries from it
 -- (src/pg/commit_order.hpp). That row stays, finished, after its event is gone, and goes in
 -- a later call once the lane has a later delivery (the lowest delivery of each lane is
 -- looked at: one probe per lane). Events are locked SKIP LOCKED first (a republish adding
 -- a handler holds its event), so the call waits for nothing. Writes events, deliveries,
--- exceptions, completions, lane_progress. Interim: 0.3.0's retention is to rotate instead
--- of deleting (docs/design.md).
+-- exceptions, completions, lane_progress; locks lanes as retire_unsubscribed does. Interim:
+-- 0.3.0's retention is to rotate instead of deleting (docs/design.md).
 CREATE OR REPLACE FUNCTION relaybus.purge_expired() RETURNS bigint
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -752,6 +770,7 @@ DECLARE
   n bigint;
   deleted bigint := 0;
 BEGIN
+  deleted := relaybus_internal.retire_unsubscribed(now() - keep_dead);
   SELECT coalesce(array_agg(e.id), '{}') INTO ids FROM (
     SELECT e.id FROM relaybus.events e
      WHERE e.published_at < now() - keep_completed
@@ -1388,6 +1407,12 @@ COMMENT ON FUNCTION relaybus_internal.lane_changed(handler text, lane smallint) 
   'requeue''s note that it made work in handler''s lane without a publish, so '
   'that a claim that passes over the lanes it found idle (src/pg/lane_changes.hpp) looks at '
   'it again once the transaction commits. Returns true. Internal.';
+COMMENT ON FUNCTION relaybus_internal.retire_unsubscribed(cutoff timestamptz) IS
+  'purge_expired''s retention of handlers no longer subscribed, as 0.2 '
+  'deleted their pending deliveries: in their lanes that nobody leases, the deliveries '
+  'published before cutoff are finished from the cursor up (core::retire_expired_positions), '
+  'and the pending exception rows published before it deleted. Returns the positions '
+  'finished plus the rows deleted. Internal.';
 COMMENT ON FUNCTION relaybus.lane_of(key_or_event_id text) IS
   'the lane (0..255) a delivery with that ordering key, or with '
   'that event id when it has no key, lives in: FNV-1a of the UTF-8 bytes, modulo 256.';
@@ -1443,11 +1468,11 @@ COMMENT ON FUNCTION relaybus.take_over_expired() IS
   'in-flight delivery one attempt and dead-lettering those out of attempts. Returns how many '
   'lanes were taken over. The background worker calls it every relaybus.maintenance_interval.';
 COMMENT ON FUNCTION relaybus.purge_expired() IS
-  'deletes events older than relaybus.retention_completed whose every '
-  'delivery is finished (below its lane''s cursor or in its done set, with no exception row), '
-  'with those deliveries; dead letters older than relaybus.retention_dead; completion history '
-  'older than relaybus.retention_completed; lane progress rows superseded for a minute. Returns the rows deleted, at most 10,000 events '
-  'and 10,000 of each other kind: call it until it returns 0.';
+  'applies retention, at most 10,000 rows of each kind a call (call it until '
+  'it returns 0, the rows deleted and positions finished): events past '
+  'relaybus.retention_completed whose deliveries are all finished, with them; dead letters, '
+  'and the deliveries of handlers no longer subscribed, past relaybus.retention_dead; '
+  'history past relaybus.retention_completed; lane progress rows superseded for a minute.';
 COMMENT ON FUNCTION relaybus.requeue(event_id text, handler text) IS
   'moves one dead delivery back to pending with a fresh attempt budget, due now. '
   'Returns false when (event_id, handler) is not a dead delivery.';

@@ -207,19 +207,23 @@ CREATE OR REPLACE FUNCTION relaybus.take_over_expired() RETURNS integer
   SET enable_seqscan = off SET enable_bitmapscan = off
   SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
--- purge_expired: deletes events older than relaybus.retention_completed whose every
--- delivery is finished (below its lane's cursor or in its done set, with no exception row),
--- with those deliveries; dead letters older than relaybus.retention_dead; completion history
--- older than relaybus.retention_completed; lane progress rows superseded for a minute. Returns the rows deleted, at most 10,000 events
--- and 10,000 of each other kind: call it until it returns 0.
+-- purge_expired: applies retention, at most 10,000 rows of each kind a call (call it until
+-- it returns 0, the rows deleted and positions finished): events past
+-- relaybus.retention_completed whose deliveries are all finished, with them; dead letters,
+-- and the deliveries of handlers no longer subscribed, past relaybus.retention_dead;
+-- history past relaybus.retention_completed; lane progress rows superseded for a minute.
+--
+-- A handler no longer subscribed (relaybus_internal.retire_unsubscribed): its pending
+-- exception rows that old are deleted, and in each of its lanes nobody leases the cursor
+-- moves over the deliveries that old from the cursor up, stopping at a younger one.
 --
 -- Never a lane's last delivery: the next commit numbers the lane's deliveries from it
 -- (src/pg/commit_order.hpp). That row stays, finished, after its event is gone, and goes in
 -- a later call once the lane has a later delivery (the lowest delivery of each lane is
 -- looked at: one probe per lane). Events are locked SKIP LOCKED first (a republish adding
 -- a handler holds its event), so the call waits for nothing. Writes events, deliveries,
--- exceptions, completions, lane_progress. Interim: 0.3.0's retention is to rotate instead
--- of deleting (docs/design.md).
+-- exceptions, completions, lane_progress; locks lanes as retire_unsubscribed does. Interim:
+-- 0.3.0's retention is to rotate instead of deleting (docs/design.md).
 CREATE OR REPLACE FUNCTION relaybus.purge_expired() RETURNS bigint
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -233,6 +237,7 @@ DECLARE
   n bigint;
   deleted bigint := 0;
 BEGIN
+  deleted := relaybus_internal.retire_unsubscribed(now() - keep_dead);
   SELECT coalesce(array_agg(e.id), '{}') INTO ids FROM (
     SELECT e.id FROM relaybus.events e
      WHERE e.published_at < now() - keep_completed

@@ -143,5 +143,19 @@ CREATE FUNCTION relaybus_internal.lane_changed(handler text, lane smallint) RETU
   AS 'MODULE_PATHNAME', 'relaybus_lane_changed' LANGUAGE C VOLATILE STRICT
   SET search_path = pg_catalog, pg_temp;
 
+-- retire_unsubscribed: purge_expired's retention of handlers no longer subscribed, as 0.2
+-- deleted their pending deliveries: in their lanes that nobody leases, the deliveries
+-- published before cutoff are finished from the cursor up (core::retire_expired_positions),
+-- and the pending exception rows published before it deleted. Returns the positions
+-- finished plus the rows deleted. Internal.
+--
+-- Locks up to 1,000 such lanes (FOR NO KEY UPDATE SKIP LOCKED: it waits for nothing);
+-- writes lane_progress, exceptions (deletes).
+CREATE FUNCTION relaybus_internal.retire_unsubscribed(cutoff timestamptz) RETURNS bigint
+  AS 'MODULE_PATHNAME', 'relaybus_retire_unsubscribed' LANGUAGE C VOLATILE STRICT
+  SET search_path = pg_catalog, pg_temp
+  SET enable_seqscan = off SET enable_bitmapscan = off
+  SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
+
 -- A new function grants EXECUTE to PUBLIC: only the owner calls these.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA relaybus_internal FROM PUBLIC;

@@ -163,6 +163,7 @@ INSERT INTO attempts (statement) VALUES
   ('SELECT * FROM relaybus_internal.unfinished(NULL)'),
   ($$SELECT relaybus_internal.finish_position('sec', 0::smallint, 1)$$),
   ($$SELECT relaybus_internal.lane_changed('sec', 0::smallint)$$),
+  ($$SELECT relaybus_internal.retire_unsubscribed(now())$$),
   ($$SELECT * FROM relaybus_internal.list_deliveries_impl(NULL, NULL, 10)$$),
   ($$SELECT relaybus_internal.create_lanes('x')$$),
   ($$INSERT INTO relaybus.exceptions (handler, lane, position, event_id, available_at, created_at)

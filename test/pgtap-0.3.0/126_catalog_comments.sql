@@ -149,7 +149,8 @@ SELECT is(pg_temp.starts(pg_temp.description('relaybus_internal.create_lanes(tex
 SELECT is((SELECT array_agg(name ORDER BY name) FROM rb_api
             WHERE name IN ('create_lanes', 'list_deliveries_impl', 'delivery_counts', 'set_paused',
                            'subscriptions_changed', 'right_privileges', 'held_rights', 'set_rights',
-                           'checked_rights', 'unfinished', 'finish_position', 'lane_changed')
+                           'checked_rights', 'unfinished', 'finish_position', 'lane_changed',
+                           'retire_unsubscribed')
                OR name LIKE '\_%'),
           NULL, 'no internal helper is in schema relaybus');
 SELECT is((SELECT array_agg(signature ORDER BY signature) FROM rb_helpers),
@@ -158,6 +159,7 @@ SELECT is((SELECT array_agg(signature ORDER BY signature) FROM rb_helpers),
                 'relaybus_internal.finish_position(text,smallint,bigint)', 'relaybus_internal.held_rights(oid)',
                 'relaybus_internal.lane_changed(text,smallint)',
                 'relaybus_internal.list_deliveries_impl(text,text,integer)',
+                'relaybus_internal.retire_unsubscribed(timestamp with time zone)',
                 'relaybus_internal.right_privileges(text)', 'relaybus_internal.set_paused(text,boolean)',
                 'relaybus_internal.set_rights(regrole,text[],text[])', 'relaybus_internal.subscriptions_changed()',
                 'relaybus_internal.unfinished(text)'],
