@@ -3,8 +3,9 @@
 -- lane_state, its helpers over positions, its delivery path's C entry points). What
 -- changes: complete's and the lanes' descriptions say what 0.3.0 does (a completion moves
 -- the lane's cursor instead of deleting; lanes carry the leases, lane_progress the
--- progress); relaybus_internal holds two more helpers (unfinished, finish_position); the
--- SQL API and docs/sql-api.md are 0.2.1's, unchanged.
+-- progress); relaybus_internal holds more helpers (unfinished, finish_position,
+-- lane_changed, retire_unsubscribed); the SQL API is 0.2.1's, and docs/sql-api.md describes
+-- 0.3.0.
 --
 -- Guarantee: the catalog describes and delimits the API. Every object of the extension has
 -- a description (COMMENT ON, made by scripts/build-sql from the first paragraph of the
