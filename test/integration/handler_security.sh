@@ -22,10 +22,15 @@ trap '[ -n "${KEEP_CLUSTER:-}" ] || scripts/cluster stop "$dir"' EXIT
 export PGHOST=$dir PGPORT=$port PGUSER=postgres PGDATABASE=postgres
 
 . test/integration/lib/checks.bash
+# What is left of each delivery, read through the SQL API: list_deliveries lists the
+# unfinished ones (pending, processing or dead) on every storage version; 0.3.0 keeps a
+# finished delivery's row in relaybus.deliveries, and its status, attempts and last_error
+# elsewhere.
+deliveries="relaybus.list_deliveries(max_rows => 1000000)"
 # dead DELIVERY: SQL true once the delivery is a dead letter (most subscriptions here have
 # max_attempts 1).
-dead() { echo "SELECT EXISTS (SELECT 1 FROM relaybus.deliveries WHERE event_id = '$1' AND status = 'dead')"; }
-error_of() { q "SELECT last_error FROM relaybus.deliveries WHERE event_id = '$1'"; }
+dead() { echo "SELECT EXISTS (SELECT 1 FROM $deliveries WHERE event_id = '$1' AND status = 'dead')"; }
+error_of() { q "SELECT last_error FROM $deliveries WHERE event_id = '$1'"; }
 not_superuser() { echo "SELECT NOT rolsuper FROM pg_roles WHERE rolname = '$1'"; }
 # After each part, so that one escalation (on code that has the hole) cannot make the
 # next part pass or fail for the wrong reason.
@@ -61,7 +66,7 @@ wait_for "finding 1: a handler declaring a WITH HOLD cursor fails" "$(dead hold-
 [[ "$(error_of hold-1)" == *"WITH HOLD"*"42501"* ]] && ok "finding 1: ... with 42501, refused by the restriction" \
   || not_ok "finding 1: ... with 42501, refused by the restriction (got: $(error_of hold-1))"
 wait_for "finding 1: a handler that catches the refusal completes" \
-  "SELECT NOT EXISTS (SELECT 1 FROM relaybus.deliveries WHERE event_id = 'hold-2')
+  "SELECT NOT EXISTS (SELECT 1 FROM $deliveries WHERE event_id = 'hold-2')
       AND EXISTS (SELECT 1 FROM seen WHERE tag = 'hold_quietly' AND value = '42501')" 10
 sleep 0.3
 check "finding 1: mallory did not become a superuser" "$(not_superuser mallory)"
@@ -185,24 +190,32 @@ for call in "relaybus.claim('relaybus-sql-0', 1)" "relaybus.extend_lease('relayb
 done
 
 # The owner is read just before the call: a function handed to another owner after the
-# claim (here during the first call of the batch) runs as its new owner.
+# claim (here during the first call of the batch) runs as its new owner. Both events of the
+# batch sleep, so whichever the batch runs first is running when the function is handed
+# over: without a key, a claim returns its deliveries in no particular order (0.2 returned
+# them in publish order, 0.3.0 by lane). So the check is by when each call started, and
+# that both calls ran in one batch (one transaction), claimed before the hand-over.
 q "CREATE ROLE app LOGIN;
+   CREATE TABLE public.owner_calls (event_id text, who text, batch xid8, started timestamptz);
+   GRANT INSERT ON public.owner_calls TO PUBLIC;
    CREATE FUNCTION public.whoami(e jsonb) RETURNS void LANGUAGE plpgsql AS \$\$
+   DECLARE started timestamptz := clock_timestamp();
    BEGIN
-     IF e->'payload' ? 'sleep' THEN PERFORM pg_sleep((e->'payload'->>'sleep')::float8); END IF;
-     INSERT INTO public.seen VALUES ('whoami', (e->>'id') || ':' || current_user);
+     PERFORM pg_sleep(0.8);
+     INSERT INTO public.owner_calls VALUES (e->>'id', current_user, pg_current_xact_id(), started);
    END \$\$;
    ALTER FUNCTION public.whoami(jsonb) OWNER TO app;
    SELECT relaybus.subscribe('whoami', ARRAY['whoami.t'], sql_function => 'public.whoami(jsonb)');
    BEGIN;
-   SELECT relaybus.publish('whoami.t', '{\"sleep\": 0.8}', event_id => 'owner-1');
+   SELECT relaybus.publish('whoami.t', '{}', event_id => 'owner-1');
    SELECT relaybus.publish('whoami.t', '{}', event_id => 'owner-2');
    COMMIT" >/dev/null
 sleep 0.3
 q "ALTER FUNCTION public.whoami(jsonb) OWNER TO eve" >/dev/null
-wait_for "a handed-over function: the call after the hand-over runs as the new owner" \
-  "SELECT (SELECT value FROM seen WHERE tag = 'whoami' AND value LIKE 'owner-2:%') = 'owner-2:eve'
-      AND (SELECT value FROM seen WHERE tag = 'whoami' AND value LIKE 'owner-1:%') = 'owner-1:app'" 10
+wait_for "a handed-over function: the call after the hand-over runs as the new owner (the one before, of the same batch, as the old)" \
+  "SELECT count(*) = 2 AND count(DISTINCT batch) = 1 AND array_agg(who ORDER BY started) = ARRAY['app', 'eve']
+     FROM public.owner_calls" 10
+echo "# calls of the handed-over function, in the order they ran: $(q "SELECT string_agg(event_id || ' as ' || who, ', ' ORDER BY started) FROM public.owner_calls")"
 
 # random()'s seed and the sequence state lastval() reports outlive a rollback: both are reset
 # after each call, so no call can predict another's random() or learn what it used.
@@ -240,10 +253,12 @@ q "CREATE FUNCTION public.big(e jsonb) RETURNS void LANGUAGE sql AS
    SELECT relaybus.publish('big.t', '{}', event_id => 'big-2')" >/dev/null
 wait_for "an event too large for a jsonb fails its delivery (54000), once" \
   "SELECT status = 'dead' AND attempts = 1 AND last_error LIKE '%exceeds the maximum%54000%'
-     FROM relaybus.deliveries WHERE event_id = 'big-1'" 60
+     FROM $deliveries WHERE event_id = 'big-1'" 60
 check "... and the next event of the same handler is handled" \
   "SELECT EXISTS (SELECT 1 FROM seen WHERE tag = 'big' AND value = 'big-2')"
-q "DELETE FROM relaybus.deliveries WHERE event_id = 'big-1'; DELETE FROM relaybus.events WHERE id = 'big-1'" >/dev/null
+# Rid of the 260 MB event: its dead letter through the API (0.3.0 never deletes a delivery's
+# row by hand: its lane numbers the next delivery from it), then the event.
+q "SELECT relaybus.cancel('big-1', 'big'); DELETE FROM relaybus.events WHERE id = 'big-1'" >/dev/null
 
 # Finding 7: what a call leaves in the session must not outlive it, to be seen by or to
 # block a later handler (whose owner may be another role). PostgreSQL refuses PREPARE and
@@ -281,8 +296,8 @@ check "finding 7: ... every one of them found the session clean" \
 check "finding 7: ... PREPARE and LISTEN are refused inside the call (42501)" \
   "SELECT count(*) = 10 AND bool_and(value = '42501') FROM seen WHERE tag IN ('litter-prepare', 'litter-listen')"
 check "finding 7: ... five completed, and the failing one failed for its own reason" \
-  "SELECT (SELECT count(*) FROM relaybus.deliveries WHERE handler = 'litter') = 1
-      AND (SELECT last_error LIKE 'litter and fail%' FROM relaybus.deliveries WHERE event_id = 'litter-3')"
+  "SELECT (SELECT count(*) FROM $deliveries WHERE handler = 'litter') = 1
+      AND (SELECT last_error LIKE 'litter and fail%' FROM $deliveries WHERE event_id = 'litter-3')"
 check "finding 7: no session advisory lock is left with the workers (after a success or a failure)" \
   "SELECT NOT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND objid IN (4242, 4343))"
 
@@ -347,25 +362,36 @@ wait_for "finding 4: another handler's event is handled within timeout + grace +
   "SELECT EXISTS (SELECT 1 FROM seen WHERE tag = 'bystander' AND value = 'bystander-1')" 4
 echo "# bystander waited $(( ($(date +%s%N) - start) / 1000000 )) ms behind two handlers that ignore their 300 ms timeout"
 wait_for "finding 4: both overrunning deliveries count as a failed attempt, with the reason" \
-  "SELECT count(*) = 2 FROM relaybus.deliveries WHERE event_id IN ('stubborn-1', 'stubborn-2')
+  "SELECT count(*) = 2 FROM $deliveries WHERE event_id IN ('stubborn-1', 'stubborn-2')
       AND status = 'dead' AND attempts = 1 AND last_error LIKE '%after its sql_timeout cancelled it%57014%'" 5
 wait_for "finding 4: the rest of the stubborn batch ran exactly once, charged nothing" \
   "SELECT (SELECT count(*) FROM seen WHERE tag = 'stubborn' AND value IN ('polite-1', 'polite-2')) = 2
       AND (SELECT count(DISTINCT value) FROM seen WHERE tag = 'stubborn') = 2
-      AND NOT EXISTS (SELECT 1 FROM relaybus.deliveries WHERE event_id LIKE 'polite-%')" 5
+      AND NOT EXISTS (SELECT 1 FROM $deliveries WHERE event_id LIKE 'polite-%')" 5
 check "finding 4: the workers that ran them ended and were restarted" \
   "SELECT count(*) = 2 AND string_agg(pid::text, ',' ORDER BY pid) <> '$pids_before'
      FROM pg_stat_activity WHERE backend_type = 'relaybus sql handler'"
+# (In flight: list_deliveries' processing, a delivery in its leased lane's in-flight list.)
 check "finding 4: no lane is left leased to the ended workers" \
-  "SELECT NOT EXISTS (SELECT 1 FROM relaybus.lanes WHERE handler LIKE 'stubborn%' AND lease_owner IS NOT NULL
-                        AND cardinality(in_flight) > 0)"
+  "SELECT NOT EXISTS (SELECT 1 FROM relaybus.list_deliveries('processing', max_rows => 1000000)
+                       WHERE handler LIKE 'stubborn%')"
 check "finding 4: mallory never became a superuser along the way" "$(not_superuser mallory)"
 
 # The hand-back of an ending worker does not wait on a row somebody else keeps locked (a
-# worker role that completes a guessed token of the batch in an open transaction holds its
-# delivery row): it gives up at once and the worker ends; what it held is taken over when
-# its lease expires. Without that, the worker hung in its exit until the other transaction
-# ended, whatever the handler's timeout.
+# worker role that completes a guessed token of the batch in an open transaction holds a
+# row the hand-back locks): it gives up at once and the worker ends; what it held is taken
+# over when its lease expires. Without that, the worker hung in its exit until the other
+# transaction ended, whatever the handler's timeout.
+#
+# The hand-back first locks, with NOWAIT, every lane leased to the worker's name (and, on
+# 0.2, the batch's delivery rows, which this part used to lock; 0.3.0's release and fail
+# write only under the lane's lock and lock no delivery row). The batch's own lanes are
+# locked by the batch itself until the worker aborts it, so another transaction cannot
+# hold one beforehand: a completion waiting for one gets it at the abort only if it wins
+# the race with the hand-back (which, tried here, the hand-back won). So the other
+# transaction holds another lane leased to the worker's name, one that runs nothing and
+# that the batch does not lock (written here by hand, committed, then locked). Deterministic
+# on every version, and without the NOWAIT the hand-back waits the 6 s for it.
 q "SELECT relaybus.subscribe('stubborn3', ARRAY['stubborn3.t'], max_attempts => 1,
      sql_function => 'mallory.stubborn(jsonb)', sql_timeout => '300 ms');
    BEGIN;
@@ -373,15 +399,44 @@ q "SELECT relaybus.subscribe('stubborn3', ARRAY['stubborn3.t'], max_attempts => 
    SELECT relaybus.publish('stubborn3.t', '{}', event_id => 'stubborn-3b');
    COMMIT" >/dev/null
 wait_for "a worker runs the third stubborn handler" \
-  "SELECT EXISTS (SELECT 1 FROM relaybus.lanes WHERE handler = 'stubborn3' AND lease_owner LIKE 'relaybus-sql-%'
-                    AND 'stubborn-3a' = ANY (in_flight))" 5
-held_by=$(q "SELECT holder_pid FROM relaybus.lanes WHERE handler = 'stubborn3' AND 'stubborn-3a' = ANY (in_flight)")
-psql -qXAt -c "BEGIN" \
-  -c "SELECT count(*) FROM (SELECT 1 FROM relaybus.deliveries WHERE event_id = 'stubborn-3b' FOR UPDATE) d" \
-  -c "SELECT pg_sleep(6)" -c "COMMIT" >/dev/null 2>&1 &
+  "SELECT EXISTS (SELECT 1 FROM relaybus.list_deliveries('processing', 'stubborn3')
+                   WHERE event_id = 'stubborn-3a' AND lease_owner LIKE 'relaybus-sql-%')" 5
+# At once (the call is cancelled 300 ms after it started, its worker ended 1 s later), in
+# one session: the lease (committed, so that the worker's lock sees it), then the lock.
+psql -qXAt -v ON_ERROR_STOP=1 >/dev/null 2>&1 <<'SQL' &
+UPDATE relaybus.lanes l
+   SET lease_owner = w.lease_owner, lease_expires_at = now() + interval '1 minute',
+       holder_pid = w.holder_pid, holder_started = w.holder_started
+  FROM (SELECT h.lease_owner, h.holder_pid, h.holder_started
+          FROM relaybus.lanes h JOIN relaybus.deliveries d ON d.handler = h.handler AND d.lane = h.lane
+         WHERE d.event_id = 'stubborn-3a') w
+ WHERE l.handler = 'stubborn3'
+   AND l.lane = (SELECT min(s.lane) FROM relaybus.lanes s WHERE s.handler = 'stubborn3' AND s.lease_owner IS NULL)
+RETURNING l.lane AS spare \gset
+BEGIN;
+SELECT count(*) FROM (SELECT 1 FROM relaybus.lanes WHERE handler = 'stubborn3' AND lane = :spare
+                      FOR NO KEY UPDATE) l;
+SELECT pg_sleep(6);
+COMMIT;
+SQL
 locker=$!
-wait_for "its worker ends within the timeout and the grace, a row of its batch locked by another transaction" \
+# A delivery's (handler, lane) is a column pair of relaybus.deliveries on every version.
+held_by=$(q "SELECT l.holder_pid FROM relaybus.lanes l JOIN relaybus.deliveries d
+               ON d.handler = l.handler AND d.lane = l.lane WHERE d.event_id = 'stubborn-3a'")
+warnings_before=$(grep -c 'handler "stubborn3" went on after its timeout' "$dir/server.log" || true)
+# (Until the other transaction holds the lane: it sleeps once it has it.)
+for _ in $(seq 1 40); do
+  [ "$(q "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(6)%' AND state = 'active')")" = t ] && break
+  sleep 0.05
+done
+wait_for "its worker ends within the timeout and the grace, a lane it holds locked by another transaction" \
   "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $held_by)" 4
+# A hand-back that ran logs the overrun; one that gave up at its NOWAIT does not.
+if [ "$(grep -c 'handler "stubborn3" went on after its timeout' "$dir/server.log" || true)" = "$warnings_before" ]; then
+  echo "# the hand-back gave up (no overrun logged)"
+else
+  echo "# the hand-back ran (the overrun is logged): the locked lane did not stop it"
+fi
 wait $locker || true
 
 # Issue 14's admin functions from inside a handler. eve (no relaybus right) owns a handler
@@ -426,7 +481,7 @@ check "issue 14: pause, resume, cancel, reset_counters and counters are each ref
   "SELECT bool_and(value = '42501') AND count(*) = 5 FROM public.seen WHERE tag = 'steer'"
 check "issue 14: ... and nothing was paused or cancelled" \
   "SELECT NOT (SELECT paused FROM relaybus.statistics() WHERE handler = 'steer')
-      AND EXISTS (SELECT 1 FROM relaybus.deliveries WHERE event_id = 'onlooker-1')"
+      AND EXISTS (SELECT 1 FROM $deliveries WHERE event_id = 'onlooker-1' AND status = 'pending')"
 wait_for "issue 14: both deliveries of mallory's batch run" \
   "SELECT count(*) = 2 FROM public.seen WHERE tag = 'sibling ran'" 10
 check "issue 14: her handler could not cancel its sibling (in flight: 55006, or already gone: false)" \
