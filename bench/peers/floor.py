@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The floor of relaybus's own schema: the fewest statements that make the writes relaybus
-makes, on its tables and indexes (CREATE EXTENSION relaybus), without its checks, SECURITY
-DEFINER, SPI, notifications or lane leases. Every report can then say how close relaybus
+makes, on its tables and indexes (relaybus 0.2.1, which bench/peers_bench.py's
+EXTENSION_VERSIONS creates for it), without its checks, SECURITY DEFINER, SPI,
+notifications or lane leases. Every report can then say how close relaybus
 is to what its storage allows (issue 12). The runner protocol: README.md.
 
 publish (src/pg/publish.cpp): the event row, one delivery row for the bench handler in the
@@ -14,7 +15,6 @@ DELETE them by primary key in one statement, in the same transaction.
 reset, unfinished, stored and left are those of the loop (relaybus_loop.py): same schema.
 """
 import os
-import re
 import sys
 import time
 
@@ -22,7 +22,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import runner  # noqa: E402
 from relaybus_loop import TYPE, RelaybusLoop  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 POLL_S = 0.01  # no LISTEN: a consumer that found nothing looks again 10 ms later
 
 # One event: the key's sequence (only when keyed), the event, its delivery; one statement,
@@ -87,12 +86,8 @@ SELECT d.event_id, d.key, e.payload->>'n', d.attempts
 COMPLETE = "DELETE FROM relaybus.deliveries WHERE handler = %s::text AND event_id = ANY(%s::text[])"
 
 
-def relaybus_version():
-    try:
-        with open(os.path.join(ROOT, "relaybus.control")) as f:
-            return re.search(r"default_version\s*=\s*'([^']+)'", f.read()).group(1)
-    except (OSError, AttributeError):
-        return "unknown"
+# The schema it writes: the version peers_bench.EXTENSION_VERSIONS creates for it.
+SCHEMA_VERSION = "0.2.1"
 
 
 class Floor(RelaybusLoop):
@@ -100,7 +95,7 @@ class Floor(RelaybusLoop):
 
     def info(self):
         return dict(
-            name="floor of relaybus's schema", version=relaybus_version(), ordered_keys=True,
+            name="floor of relaybus's schema", version=SCHEMA_VERSION, ordered_keys=True,
             acknowledges="deliveries",
             notes="relaybus's tables and indexes, the fewest statements that write what publish and "
                   "complete write. Publish: one statement (writable CTEs): key_counters upsert when keyed, "
