@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The floor of relaybus's own schema: the fewest statements that make the writes relaybus
-makes, on its tables and indexes (CREATE EXTENSION relaybus), without its checks, SECURITY
-DEFINER, SPI, notifications or lane leases. Every report can then say how close relaybus
+makes, on its tables and indexes (relaybus 0.2.1, which bench/peers_bench.py's
+EXTENSION_VERSIONS creates for it), without its checks, SECURITY DEFINER, SPI,
+notifications or lane leases. Every report can then say how close relaybus
 is to what its storage allows (issue 12). The runner protocol: README.md.
 
 publish (src/pg/publish.cpp): the event row, one delivery row for the bench handler in the

@@ -263,19 +263,19 @@ fi
 run requeue $cli dead requeue e1 mailer
 expect "dead requeue e1 mailer requeues one delivery" 0 requeue "requeued 1"
 check "e1 for mailer is pending again with a fresh budget" \
-  "SELECT status = 'pending' AND attempts = 0 FROM relaybus.deliveries
-    WHERE event_id = 'e1' AND handler = 'mailer'"
+  "SELECT status = 'pending' AND attempts = 0 FROM relaybus.list_deliveries(NULL, 'mailer')
+    WHERE event_id = 'e1'"
 check "e2 for mailer is still dead, and audit's deliveries are untouched" \
-  "SELECT (SELECT status = 'dead' AND attempts = 1 FROM relaybus.deliveries
-            WHERE event_id = 'e2' AND handler = 'mailer')
+  "SELECT (SELECT status = 'dead' AND attempts = 1 FROM relaybus.list_deliveries(NULL, 'mailer')
+            WHERE event_id = 'e2')
       AND (SELECT count(*) = 3 AND bool_and(status = 'pending' AND attempts = 0)
-             FROM relaybus.deliveries WHERE handler = 'audit')"
+             FROM relaybus.list_deliveries(NULL, 'audit'))"
 run requeue-again $cli dead requeue e1 mailer
 expect "requeueing a delivery that is not dead exits 1 and says so" 1 requeue-again \
   'event "e1" has no dead delivery to handler "mailer"' "relaybus dead list --handler=mailer"
 check "... and changes nothing" \
-  "SELECT status = 'pending' AND attempts = 0 FROM relaybus.deliveries
-    WHERE event_id = 'e1' AND handler = 'mailer'"
+  "SELECT status = 'pending' AND attempts = 0 FROM relaybus.list_deliveries(NULL, 'mailer')
+    WHERE event_id = 'e1'"
 run requeue-all $cli dead requeue --handler mailer --json
 if [ "$code" = 0 ] && json requeue-all 'doc == {"requeued": 1}'; then
   ok "dead requeue --handler mailer --json requeues the one dead letter left"
@@ -381,7 +381,7 @@ expect "resuming again says so" 0 resume-again "pausable was not paused"
 run cancel $cli cancel p1 pausable
 expect "cancel removes p1" 0 cancel "cancelled p1 for pausable"
 check "p1 is gone and p2, behind it on key pk, is claimed now" \
-  "SELECT NOT EXISTS (SELECT 1 FROM relaybus.deliveries WHERE event_id = 'p1' AND handler = 'pausable')
+  "SELECT NOT EXISTS (SELECT 1 FROM relaybus.list_deliveries(NULL, 'pausable') WHERE event_id = 'p1')
       AND (SELECT array_agg(event_id) FROM relaybus.claim('cli-p', 10, '30 s', ARRAY['pausable'])) = ARRAY['p2']"
 run cancel-busy $cli cancel p2 pausable
 expect "cancel of a delivery in flight exits 1, saying so" 1 cancel-busy "is in flight"
@@ -449,7 +449,8 @@ fi
 run latin1-requeue $cli dead requeue "$(printf '\303\251')1" "h$(printf '\303\251')" --db "dbname=$latin1"
 expect "dead requeue é1 hé finds it in the LATIN1 database" 0 latin1-requeue "requeued 1"
 PGDATABASE=$latin1 check "... and it is pending again" \
-  "SELECT status = 'pending' FROM relaybus.deliveries WHERE event_id = chr(233) || '1'"
+  "SELECT status = 'pending' FROM relaybus.list_deliveries(NULL, 'h' || chr(233))
+    WHERE event_id = chr(233) || '1'"
 
 # --- output that cannot be written is a failure: exit 1, and why on stderr
 write_fails() {  # NAME REDIRECT ARGS...: runs ARGS with stdout to /dev/full or closed

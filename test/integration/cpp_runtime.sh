@@ -69,7 +69,7 @@ grep -q "ledger is closed for order 2" "$tmp/run1.err" && ok "the failure's text
   || not_ok "the failed attempt is not logged"
 check "each order has one ledger row" \
   "SELECT count(*) = 3 AND count(DISTINCT payload) = 3 FROM ledger_entries"
-check "no delivery is left" "SELECT count(*) = 0 FROM relaybus.deliveries"
+check "no delivery is left" "SELECT count(*) = 0 FROM relaybus.list_deliveries()"
 check "the worker's lanes are relinquished" \
   "SELECT count(*) = 0 FROM relaybus.lanes WHERE lease_owner LIKE 'order-mailer%'"
 
@@ -86,9 +86,11 @@ SQL
 # The signal comes once the mailer is done (its deliveries may take more than one claim)
 # and while both ledger handlers run.
 wait_for "the mailer is done and the worker holds the ledger's lanes while its handlers run" \
-  "SELECT count(*) = 2 FROM relaybus.lanes WHERE handler = 'ledger'
-     AND lease_owner LIKE 'order-mailer%' AND cardinality(in_flight) = 1
-     AND NOT EXISTS (SELECT 1 FROM relaybus.deliveries WHERE handler = 'mailer')" 10
+  "SELECT (SELECT count(*) = 2 FROM relaybus.lanes WHERE handler = 'ledger'
+             AND lease_owner LIKE 'order-mailer%')
+     AND (SELECT count(*) = 2 FROM relaybus.list_deliveries('processing', 'ledger')
+           WHERE lease_owner LIKE 'order-mailer%')
+     AND NOT EXISTS (SELECT 1 FROM relaybus.list_deliveries(NULL, 'mailer'))" 10
 kill -TERM $pid
 rc=0
 timeout 30 tail --pid=$pid -f /dev/null || rc=$?
@@ -97,12 +99,12 @@ wait $pid || rc=$?
 grep -q "^done: 3 handled, 2 failed, 0 released$" "$tmp/run2.out" && ok "SIGTERM: three handled, two failed" \
   || not_ok "SIGTERM counters: $(tail -1 "$tmp/run2.out")"
 check "SIGTERM: the running handlers ended before the exit" \
-  "SELECT count(*) = 3 AND sum(attempts) = 2 FROM relaybus.deliveries WHERE handler = 'ledger'
-     AND NOT EXISTS (SELECT 1 FROM relaybus.deliveries WHERE handler = 'mailer')"
+  "SELECT count(*) = 3 AND sum(attempts) = 2 FROM relaybus.list_deliveries(NULL, 'ledger')
+     WHERE NOT EXISTS (SELECT 1 FROM relaybus.list_deliveries(NULL, 'mailer'))"
 check "SIGTERM: the worker's lanes are relinquished" \
   "SELECT count(*) = 0 FROM relaybus.lanes WHERE lease_owner LIKE 'order-mailer%'"
 check "the ledger's failures keep their error text" \
-  "SELECT bool_and(last_error LIKE '%ledger is closed%') FROM relaybus.deliveries WHERE handler = 'ledger'"
+  "SELECT bool_and(last_error LIKE '%ledger is closed%') FROM relaybus.list_deliveries(NULL, 'ledger')"
 
 # Uninstalling removes this version only: programs linked to another version's soname
 # keep loading theirs.

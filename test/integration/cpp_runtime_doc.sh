@@ -90,8 +90,8 @@ q "SELECT relaybus.publish('order.placed', '{\"order_id\": 7}', event_id => 'goo
 q "SELECT relaybus.publish('order.placed', '{\"note\": \"no id\"}', event_id => 'bad')" >/dev/null
 PGUSER=$role "$tmp/mailer" >"$tmp/run.out" 2>"$tmp/run.err" & pid=$!
 wait_for "as a role with the worker right: it handles the good delivery and buries the bad one" \
-  "SELECT NOT EXISTS (SELECT 1 FROM relaybus.deliveries WHERE event_id = 'good')
-     AND EXISTS (SELECT 1 FROM relaybus.deliveries WHERE event_id = 'bad' AND status = 'dead'
+  "SELECT NOT EXISTS (SELECT 1 FROM relaybus.list_deliveries(NULL, 'mailer') WHERE event_id = 'good')
+     AND EXISTS (SELECT 1 FROM relaybus.list_deliveries(NULL, 'mailer') WHERE event_id = 'bad' AND status = 'dead'
                    AND attempts = 1 AND last_error = 'no order_id in {\"note\": \"no id\"}')" 10
 check "its connections show as relaybus-cpp mailer-... in pg_stat_activity" \
   "SELECT count(*) >= 2 AND bool_and(application_name ~ '^relaybus-cpp mailer-[0-9a-f]{12}$')

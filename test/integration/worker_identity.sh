@@ -61,14 +61,16 @@ works() {
        FROM generate_series(1, 20) i" >/dev/null
   wait_for "$label: an in-database handler runs 20 events to completion" \
     "SELECT (SELECT count(*) = 20 FROM handled WHERE event_id LIKE '$label-%')
-        AND NOT EXISTS (SELECT 1 FROM relaybus.deliveries WHERE event_id LIKE '$label-%')" 10
+        AND NOT EXISTS (SELECT 1 FROM relaybus.list_deliveries(NULL, 'recorder', 1000)
+                         WHERE event_id LIKE '$label-%')" 10
   q "SELECT relaybus.publish('ext-$round.t', '{}', event_id => '$label-ext')" >/dev/null
   check "$label: a worker claims $label-ext with a 200 ms lease and vanishes" \
     "SELECT count(*) = 1 FROM relaybus.claim('vanished', 1, '200 ms', ARRAY['external-$round'])"
   wait_for "$label: the maintenance worker takes the expired lane over, charging an attempt" \
     "SELECT NOT EXISTS (SELECT 1 FROM relaybus.lanes WHERE handler = 'external-$round'
                                                      AND lease_owner IS NOT NULL)
-        AND (SELECT attempts = 1 FROM relaybus.deliveries WHERE event_id = '$label-ext')" 5
+        AND (SELECT attempts = 1 FROM relaybus.list_deliveries(NULL, 'external-$round')
+              WHERE event_id = '$label-ext')" 5
   [ -n "$before" ] && [ "$(pids)" = "$before" ] && ok "$label: the same workers run throughout (none restarted)" \
     || not_ok "$label: the same workers run throughout (none restarted): $before, then $(pids)"
 }
