@@ -67,9 +67,20 @@ def in_background(fn):
         except Exception as e:  # reported by the caller
             out["error"] = e
 
-    t = threading.Thread(target=run)
+    t = threading.Thread(target=run, daemon=True)
     t.start()
     return t, out
+
+
+def join_purge(purge, p, seconds):
+    """Waits for the background purge on connection p; a purge still running after `seconds`
+    is cancelled and fails the run (a check made while it runs would prove nothing)."""
+    purge.join(seconds)
+    if purge.is_alive():
+        with connect() as c:
+            c.execute("SELECT pg_cancel_backend(%s)", (p.info.backend_pid,))
+        purge.join(30)
+        fail(f"purge_expired did not end within {seconds} s")
 
 
 def unsubscribed(adm):
@@ -152,7 +163,7 @@ def events(adm):
             time.sleep(0.2)
             adm.execute("SELECT relaybus.publish('re.t', '{}', NULL, %s, ARRAY['re2'])", (eid,))
             overlapped = purge.is_alive()
-            purge.join(60)
+            join_purge(purge, p, 60)
             if "error" in purged:
                 fail(f"the purge failed: {purged['error']}")
             if not overlapped:
@@ -194,7 +205,7 @@ def cancel_beside(adm):
             a.commit()
         except psycopg.errors.DeadlockDetected:
             fail("cancelling in two lanes deadlocked with purge_expired")
-        purge.join(30)
+        join_purge(purge, p, 30)
         if "error" in purged:
             fail(f"the purge failed: {purged['error']}")
     print("ok - cancels in two lanes and a purge beside them do not deadlock")
@@ -228,7 +239,7 @@ def two_lanes(adm):
                 t.commit()
             except psycopg.errors.DeadlockDetected:
                 fail("a purge pruning two lanes deadlocked with a transaction cancelling in both")
-            purge.join(30)
+            join_purge(purge, p, 30)
             if "error" in purged:
                 fail(f"the purge failed: {purged['error']}")
             while rows(p, "SELECT relaybus.purge_expired()")[0][0] > 0:
