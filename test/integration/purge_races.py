@@ -252,8 +252,8 @@ def two_lanes(adm):
         left = rows(adm, "SELECT count(*) FROM relaybus.events WHERE id = ANY (%s)", [done_low, done_high])[0][0]
         if listed or left:
             fail(f"after the purges, {left} of the two events are left and {listed} lanes still list them")
-    print("ok - a purge that prunes two lanes does not deadlock with a transaction in both; "
-          "both events go, their ids off the lanes")
+    print("ok - a purge that prunes two lanes does not deadlock with a transaction in both; both events go, "
+          + ("their ids off the lanes" if version(adm).startswith("0.2") else "nothing of theirs left unfinished"))
 
 
 def main():
