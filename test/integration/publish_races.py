@@ -61,10 +61,14 @@ def main():
         t.join(10)
         if "error" in out:
             fail(f"the batch failed: {out['error']}")
+        # A key's order: 0.2's per-key sequence; 0.3.0's position in the key's lane (one
+        # lane for both, the key's).
+        version = adm.execute("SELECT extversion FROM pg_extension WHERE extname = 'relaybus'").fetchone()[0]
+        order_by = "sequence" if version.startswith("0.2") else "lane, position"
         order = [r[0] for r in adm.execute(
-            "SELECT event_id FROM relaybus.deliveries WHERE handler = 'h2' ORDER BY sequence")]
+            f"SELECT event_id FROM relaybus.deliveries WHERE handler = 'h2' ORDER BY {order_by}")]
         if order != ["dup", "Y"]:
-            fail(f"h2's deliveries of key k are in sequence order {order}, not the batch's [dup, Y]")
+            fail(f"h2's deliveries of key k are in {order_by} order {order}, not the batch's [dup, Y]")
         claimed = [r[0] for r in adm.execute("SELECT event_id FROM relaybus.claim('w', 10, handlers => ARRAY['h2'])")]
         if claimed != ["dup"]:
             fail(f"h2's first claim got {claimed}, not dup alone (Y waits for dup)")

@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
-# The updates to the default version (relaybus.control), against the running test cluster
-# ($PGHOST/$PGPORT):
-#  - a fresh install, an updated 0.1.0 and an updated 0.2.0 have identical catalogs;
+# The updates from 0.1.0 and 0.2.0, against the running test cluster ($PGHOST/$PGPORT):
+#  - a fresh install, an updated 0.1.0 and an updated 0.2.0 have identical catalogs (at the
+#    default version, relaybus.control's);
 #  - 0.1.0 under data (pending, in flight, completed and dead deliveries; keyed and not;
-#    three handlers): the update keeps every promise: every pending and in-flight delivery
-#    runs exactly once, in key order; nothing completed runs again; dead ones stay dead until
-#    requeued; two copies upgrade to the same state;
+#    three handlers), updated to 0.2.1 (0.1.0's row leases to 0.2's lane leases): the update
+#    keeps every promise: every pending and in-flight delivery runs exactly once, in key
+#    order; nothing completed runs again; dead ones stay dead until requeued; two copies
+#    upgrade to the same state; (upgrade_030.sh takes 0.2.1 under data on to 0.3.0);
 #  - while a 0.1.0 lease is live, the upgrade refuses (55006) and changes nothing;
+#  - a 0.1.0 in-database handler nobody checked: updated to the default version, it stays
+#    paused, without its function;
 #  - 0.2.0 under data, with roles that are members of the cluster-wide relaybus_publisher,
-#    relaybus_worker and relaybus_admin: each member holds the same right by name in that
-#    database afterwards, and nothing more; the three roles hold nothing there; a WARNING
-#    names the members; every delivery stays, and the converted roles log in and do their
-#    jobs, down to the last delivery.
+#    relaybus_worker and relaybus_admin, updated to 0.2.1 (where the rights change and the
+#    storage does not): each member holds the same right by name in that database
+#    afterwards, and nothing more; the three roles hold nothing there; a WARNING names the
+#    members; every delivery stays, and the converted roles log in and do their jobs, down
+#    to the last delivery; (security_030.sh checks that 0.2.1 -> 0.3.0 keeps the rights);
+#  - pg_dump and restore keep every relaybus row (at the default version).
 # The databases share the cluster's roles: the roles made here are named relaybus_up_* and
 # dropped at the end.
 set -euo pipefail
@@ -105,12 +110,14 @@ check relaybus_up_live "and nothing changed (still 0.1.0, same rows)" \
   "SELECT (SELECT extversion FROM pg_extension WHERE extname = 'relaybus') = '0.1.0'
       AND (SELECT md5(string_agg(d::text, ',' ORDER BY event_id, handler)) FROM relaybus.deliveries d) = '$live_before'"
 
-# The upgrade, on two copies.
-for db in relaybus_up_data relaybus_up_copy; do q $db "ALTER EXTENSION relaybus UPDATE" >/dev/null; done
-check relaybus_up_data "the upgraded database is at the default version, $default_version" \
-  "SELECT extversion = '$default_version' FROM pg_extension WHERE extname = 'relaybus'"
-state="SELECT md5(string_agg(format('%s %s %s %s %s %s %s', event_id, handler, lane, key, sequence, status, attempts), ',' ORDER BY event_id, handler)) FROM relaybus.deliveries"
-[ "$(q relaybus_up_data "$state")" = "$(q relaybus_up_copy "$state")" ] \
+# The upgrade, on two copies, to 0.2.1: what it checks is 0.1.0's row leases becoming 0.2's
+# lane leases (deliveries with a status, attempts and a per-key sequence).
+for db in relaybus_up_data relaybus_up_copy; do q $db "ALTER EXTENSION relaybus UPDATE TO '0.2.1'" >/dev/null; done
+check relaybus_up_data "the upgraded database is at 0.2.1" \
+  "SELECT extversion = '0.2.1' FROM pg_extension WHERE extname = 'relaybus'"
+state="SELECT count(*) || ' ' || md5(string_agg(format('%s %s %s %s %s %s %s', event_id, handler, lane, key, sequence, status, attempts), ',' ORDER BY event_id, handler)) FROM relaybus.deliveries"
+state_data=$(q relaybus_up_data "$state" || true)
+[ -n "$state_data" ] && [ "$state_data" = "$(q relaybus_up_copy "$state" || true)" ] \
   && ok "two copies upgrade to the same state" || not_ok "two copies upgrade to the same state"
 check relaybus_up_data "in-flight deliveries became pending with their attempt kept" \
   "SELECT bool_and(d.status = 'pending' AND d.attempts = b.attempts AND d.attempts = 1)
@@ -133,7 +140,7 @@ check relaybus_up_data "completed 0.1.0 deliveries moved to the completion histo
         = (SELECT array_agg(b.event_id || '/' || b.handler || '/' || b.attempts ORDER BY 1)
              FROM before_upgrade b WHERE b.status = 'completed')"
 
-# Drain with 0.2.0, recording each handling in the completion's own transaction.
+# Drain with 0.2.1, recording each handling in the completion's own transaction.
 psql -qX -v ON_ERROR_STOP=1 -d relaybus_up_data >/dev/null <<'SQL'
 CREATE TABLE handled (id bigserial, event_id text, handler text, key text, n int);
 CREATE PROCEDURE drain() LANGUAGE plpgsql AS $$
@@ -198,7 +205,7 @@ case "$warned" in *'handler "planted"'*eve_handler*) ok "the upgrade warns about
   *) not_ok "the upgrade warns about the 0.1.0 in-database handler (got: $warned)" ;; esac
 check relaybus_up_sqlfn "and keeps it paused, without its function, its delivery pending" \
   "SELECT s.sql_function IS NULL AND s.paused_at IS NOT NULL
-          AND (SELECT count(*) = 1 FROM relaybus.deliveries WHERE handler = 'planted' AND status = 'pending')
+          AND (SELECT count(*) = 1 FROM relaybus.list_deliveries('pending', 'planted'))
      FROM relaybus.subscriptions s WHERE s.handler = 'planted'"
 check relaybus_up_sqlfn "so no claim hands it out" \
   "SELECT count(*) = 0 FROM relaybus.claim('w', 10)"
@@ -219,10 +226,12 @@ q postgres "DROP DATABASE relaybus_up_sqlfn" >/dev/null
 q postgres "DROP ROLE relaybus_up_mallory" >/dev/null
 q postgres "DROP ROLE relaybus_up_eve" >/dev/null
 
-# 0.2.0 -> the default version, under data and with members of the cluster-wide roles.
-# 0.2.0 granted each database's relaybus objects to relaybus_publisher, relaybus_worker and
-# relaybus_admin; the update gives each member the same right by name in this database, and
-# the three roles nothing here.
+# 0.2.0 -> 0.2.1, under data and with members of the cluster-wide roles. 0.2.0 granted each
+# database's relaybus objects to relaybus_publisher, relaybus_worker and relaybus_admin; the
+# update gives each member the same right by name in this database, and the three roles
+# nothing here. It changes no storage, so every row stays as it was. (0.3.0's storage is
+# new: the update 0.2.1 -> 0.3.0 under data is upgrade_030.sh's, and the rights across it
+# security_030.sh's.)
 fresh_db relaybus_up_rights ""
 q relaybus_up_rights "CREATE EXTENSION relaybus VERSION '0.2.0'" >/dev/null
 psql -qX -v ON_ERROR_STOP=1 -d relaybus_up_rights >/dev/null <<'SQL'
@@ -292,14 +301,14 @@ check relaybus_up_rights "and there relaybus's objects are granted to the three 
 rows_before=$(q relaybus_up_rights "$rows")
 stats_before=$(q relaybus_up_rights "$stats")
 echo "# before: $stats_before"
-warned=$(psql -qXAt -v ON_ERROR_STOP=1 -d relaybus_up_rights -c "ALTER EXTENSION relaybus UPDATE" 2>&1)
+warned=$(psql -qXAt -v ON_ERROR_STOP=1 -d relaybus_up_rights -c "ALTER EXTENSION relaybus UPDATE TO '0.2.1'" 2>&1)
 case "$warned" in
   *WARNING:*'relaybus_publisher, relaybus_worker and relaybus_admin'*relaybus_up_adm*relaybus_up_both*relaybus_up_pub*relaybus_up_wrk*)
     ok "the update warns, naming each member and its rights" ;;
   *) not_ok "the update warns, naming each member and its rights (got: $warned)" ;;
 esac
-check relaybus_up_rights "the database is at the default version, $default_version" \
-  "SELECT extversion = '$default_version' FROM pg_extension WHERE extname = 'relaybus'"
+check relaybus_up_rights "the database is at 0.2.1" \
+  "SELECT extversion = '0.2.1' FROM pg_extension WHERE extname = 'relaybus'"
 check relaybus_up_rights "each member holds exactly its role's right in this database (relaybus.rights())" \
   "SELECT array_agg(role || '=' || rights::text ORDER BY role)
         = ARRAY['relaybus_up_adm={admin,publisher,worker}', 'relaybus_up_both={publisher,worker}',
@@ -337,19 +346,29 @@ check relaybus_up_rights "it handled every delivery of before the update (pendin
 q postgres "DROP DATABASE relaybus_up_rights" >/dev/null
 q postgres "DROP ROLE relaybus_up_pub, relaybus_up_wrk, relaybus_up_adm, relaybus_up_both" >/dev/null
 
-# pg_dump keeps relaybus's rows (the tables are extension configuration tables).
+# pg_dump keeps relaybus's rows (the tables are extension configuration tables), at the
+# default version: the copy of the 0.1.0 database, updated on. (Only there: pg_dump writes
+# CREATE EXTENSION without a version, so a restore makes the default version's tables.)
+q relaybus_up_copy "ALTER EXTENSION relaybus UPDATE" >/dev/null
+check relaybus_up_copy "the copy updates on to the default version, $default_version" \
+  "SELECT extversion = '$default_version' FROM pg_extension WHERE extname = 'relaybus'"
+# Every row of every table of schema relaybus, whichever the version's tables are.
+all_rows() {
+  local tables
+  tables=$(q "$1" "SELECT string_agg(format('SELECT %L || to_jsonb(t)::text AS t FROM relaybus.%I t', c.relname, c.relname),
+                                     ' UNION ALL ' ORDER BY c.relname)
+                     FROM pg_class c WHERE c.relnamespace = 'relaybus'::regnamespace AND c.relkind = 'r'")
+  q "$1" "SELECT count(*) || ' rows of $(q "$1" "SELECT count(*) FROM pg_class WHERE relnamespace = 'relaybus'::regnamespace AND relkind = 'r'") tables, md5 '
+                 || md5(string_agg(t, ',' ORDER BY t)) FROM ($tables) x"
+}
 fresh_db relaybus_up_restored ""
-pg_dump -d relaybus_up_data | psql -qX -v ON_ERROR_STOP=1 -d relaybus_up_restored >/dev/null 2>&1 \
+pg_dump -d relaybus_up_copy | psql -qX -v ON_ERROR_STOP=1 -d relaybus_up_restored >/dev/null 2>&1 \
   || not_ok "the dump restores"
-rows="SELECT md5(string_agg(t, ',' ORDER BY t)) FROM (
-        SELECT to_jsonb(d)::text AS t FROM relaybus.deliveries d UNION ALL
-        SELECT to_jsonb(e)::text FROM relaybus.events e UNION ALL
-        SELECT to_jsonb(l)::text FROM relaybus.lanes l UNION ALL
-        SELECT to_jsonb(s)::text FROM relaybus.subscriptions s UNION ALL
-        SELECT to_jsonb(k)::text FROM relaybus.key_counters k) x"
-[ "$(q relaybus_up_data "$rows")" = "$(q relaybus_up_restored "$rows")" ] \
-  && ok "pg_dump and restore keep every relaybus row" \
-  || not_ok "pg_dump and restore keep every relaybus row"
+before=$(all_rows relaybus_up_copy || true)
+after=$(all_rows relaybus_up_restored || true)
+[ -n "$before" ] && [ "$before" = "$after" ] \
+  && ok "pg_dump and restore keep every relaybus row ($before)" \
+  || not_ok "pg_dump and restore keep every relaybus row (before: $before; after: $after)"
 
 for db in relaybus_up_fresh relaybus_up_empty relaybus_up_empty020 relaybus_up_data relaybus_up_copy relaybus_up_live relaybus_up_restored; do
   q postgres "DROP DATABASE $db" >/dev/null
