@@ -751,6 +751,16 @@ BEGIN
            JOIN relaybus.lane_state l ON l.handler = d.handler AND l.lane = d.lane
           WHERE d.event_id = e.id AND d.position > l.acked_upto AND d.position <> ALL (l.done))
      LIMIT 10000 FOR UPDATE OF e SKIP LOCKED) e;
+  -- Again, with a snapshot taken after the locks: a repeated publish that added a handler
+  -- and committed after the statement above began, but before it locked the event, wrote
+  -- a delivery that statement's snapshot did not see (the lock re-checks the event row, not
+  -- its deliveries). The locks keep any later one out until this transaction ends.
+  SELECT coalesce(array_agg(i.id), '{}') INTO ids FROM unnest(ids) AS i(id)
+   WHERE NOT EXISTS (SELECT 1 FROM relaybus.exceptions x WHERE x.event_id = i.id)
+     AND NOT EXISTS (
+       SELECT 1 FROM relaybus.deliveries d
+         JOIN relaybus.lane_state l ON l.handler = d.handler AND l.lane = d.lane
+        WHERE d.event_id = i.id AND d.position > l.acked_upto AND d.position <> ALL (l.done));
   DELETE FROM relaybus.deliveries d
    WHERE d.event_id = ANY (ids)
      AND EXISTS (SELECT 1 FROM relaybus.deliveries t WHERE t.handler = d.handler

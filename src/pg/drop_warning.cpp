@@ -40,19 +40,35 @@ void warn_about_deliveries() {
   PG_TRY();
   {
     if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "SPI_connect failed");
-    // 0.1.0's 'processing' counts with the waiting ones: both are work not done. Every
-    // function and operator is pg_catalog's by name: this runs as the role dropping, a
-    // superuser, under its search_path, where a schema another role may create in could
+    bool null_flag = false;
+    // Every function and operator is pg_catalog's by name: this runs as the role dropping,
+    // a superuser, under its search_path, where a schema another role may create in could
     // come before pg_catalog and hand it a planted count(*) or <>.
-    if (SPI_execute("SELECT pg_catalog.count(*) FILTER (WHERE status OPERATOR(pg_catalog.<>) "
-                    "'dead'), pg_catalog.count(*) FILTER (WHERE status OPERATOR(pg_catalog.=) "
-                    "'dead') FROM relaybus.deliveries",
-                    true, 0) == SPI_OK_SELECT &&
-        SPI_processed == 1) {
+    //
+    // 0.3.0 (relaybus.exceptions exists) keeps finished deliveries: what is left is read
+    // through its own count (relaybus_internal.delivery_counts, every handler's, subscribed
+    // or not). 0.1.0 and 0.2 keep only unfinished ones, with a status; 0.1.0's 'processing'
+    // counts with the waiting ones: both are work not done.
+    const bool positions =
+        SPI_execute("SELECT pg_catalog.to_regclass('relaybus.exceptions') IS NOT NULL", true, 0) ==
+            SPI_OK_SELECT &&
+        SPI_processed == 1 &&
+        DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &null_flag));
+    const char* count =
+        positions
+            ? "SELECT pg_catalog.sum(c.pending OPERATOR(pg_catalog.+) "
+              "c.in_flight)::pg_catalog.int8,"
+              " pg_catalog.sum(c.dead)::pg_catalog.int8 FROM relaybus_internal.delivery_counts() c"
+            : "SELECT pg_catalog.count(*) FILTER (WHERE status OPERATOR(pg_catalog.<>) 'dead'),"
+              " pg_catalog.count(*) FILTER (WHERE status OPERATOR(pg_catalog.=) 'dead')"
+              " FROM relaybus.deliveries";
+    if (SPI_execute(count, true, 0) == SPI_OK_SELECT && SPI_processed == 1) {
       bool null = false;
       HeapTuple row = SPI_tuptable->vals[0];
-      waiting = DatumGetInt64(SPI_getbinval(row, SPI_tuptable->tupdesc, 1, &null));
-      dead = DatumGetInt64(SPI_getbinval(row, SPI_tuptable->tupdesc, 2, &null));
+      const Datum w = SPI_getbinval(row, SPI_tuptable->tupdesc, 1, &null);
+      if (!null) waiting = DatumGetInt64(w);  // a sum over no handler is NULL
+      const Datum d = SPI_getbinval(row, SPI_tuptable->tupdesc, 2, &null);
+      if (!null) dead = DatumGetInt64(d);
     }
     SPI_finish();
     ReleaseCurrentSubTransaction();
@@ -77,8 +93,8 @@ void warn_about_deliveries() {
           (errmsg("relaybus: dropping the extension deletes %lld pending and %lld dead deliveries",
                   static_cast<long long>(waiting), static_cast<long long>(dead)),
            errdetail("Their events, subscriptions and lanes go too; nothing of them is kept."),
-           errhint("To keep them, roll back, drain the handlers or copy relaybus.deliveries "
-                   "and relaybus.events first.")));
+           errhint("To keep them, roll back and drain the handlers, or take a pg_dump of the "
+                   "database first.")));
 }
 
 void process_utility(PlannedStmt* pstmt, const char* query, bool read_only_tree,

@@ -24,8 +24,9 @@
    and waited for the higher one: a deadlock. Now the purge locks the listing lanes SKIP
    LOCKED and keeps the event of a lane it could not lock for a later call.
 
-On 0.3.0 (positions and cursors) 1 does not apply: its purge_expired leaves an unsubscribed
-handler's deliveries alone. 2, 3 and 4 run there too: 2's old events get 0.3.0's
+On 0.3.0 (positions and cursors) 1 does not apply: a claim locks no delivery row and no
+lane lists ids, and its purge_expired retires an unsubscribed handler only in the lanes
+nobody leases (test/pgtap-0.3.0/137_unsubscribed_retention.sql). 2, 3 and 4 run there too: 2's old events get 0.3.0's
 deliveries (positions, no progress: unfinished), and 4 checks that nothing of the
 handler is left unfinished (list_deliveries) where 0.2 checks the lanes' lists of ids.
 
@@ -261,7 +262,7 @@ def main():
         if version(adm).startswith("0.2"):
             unsubscribed(adm)
         else:
-            print("# unsubscribed: not on 0.3.0 (its purge_expired leaves an unsubscribed handler's deliveries)")
+            print("# unsubscribed: not on 0.3.0 (no delivery row lock, no lists of ids: see its pgTAP 137)")
         cancel_beside(adm)
         two_lanes(adm)
         events(adm)
