@@ -3,19 +3,19 @@
 -- (aged by hand below; nothing else writes published_at) go once none of their deliveries
 -- is unfinished or held by an exception row, whatever the order their handlers finished
 -- in; a finished delivery row goes as soon as its event is past retention, even while
--- another handler's delivery of that event waits; a lane's last row stays after its event is
--- gone and goes once the lane has a later one; rows held by exception rows (a failed
+-- another handler's delivery of that event waits; a lane's last row stays after its event
+-- is gone and goes once the lane has a later one; rows held by exception rows (a failed
 -- delivery's retry, a dead letter, a stuck key's parked deliveries) stay, the walk passes
--- them once (relaybus.purge_horizons) and deletes what they leave once their exception rows
--- go; an event another transaction holds stays; events published to no handler go by
+-- them once (relaybus.purge_horizons) and deletes what they leave once their exception
+-- rows go; an event another transaction holds stays; events published to no handler go by
 -- age; events of a 0.2.1 update (relaybus.events_from_021) go once all are past retention;
--- and one call reads no more event rows with a larger unfinished backlog.
--- A purge that deletes an event whose other delivery is unfinished or held (its handler
--- would get no payload), a lane's last row (the next commit would number from an earlier
--- one), a held row, or that never deletes what a fan-out, a stuck key or a lock left
--- behind, fails here.
+-- and one call reads no more rows beside a larger unfinished backlog.
+-- A purge that deletes an event whose other delivery is unfinished or held by an exception
+-- row (its handler would get no payload), a lane's last row (the next commit would number
+-- from an earlier one) or a held row, or that never deletes what a fan-out, a stuck key or
+-- a lock left behind, fails here.
 SELECT rb_reset();
-SELECT plan(47);
+SELECT plan(51);
 
 SELECT relaybus.subscribe('pw_one', ARRAY['pw.one', 'pw.fan']);
 SELECT relaybus.subscribe('pw_two', ARRAY['pw.fan']);
@@ -97,6 +97,20 @@ SELECT cmp_ok(pg_temp.purge_all(), '>=', 2::bigint, 'the purge counts the two ev
 SELECT is(pg_temp.events('fan-%'), '', 'fan-out: both events go once the last handler finished');
 SELECT is(pg_temp.rows('fan-%'), 'fan-2:pw_one fan-2:pw_two',
           'fan-out: each lane keeps its last row, the rest goes');
+
+-- Fan-out where the other handler's delivery failed: its exception row holds the event.
+SELECT relaybus.publish('pw.fan', '{}', key => 'g', event_id => 'fx-1');
+SELECT is(pg_temp.drain('pw_one'), 1, 'pw_one finishes fx-1');
+SELECT relaybus.fail(c.lease_token, 'later', now() + interval '1 hour')
+  FROM relaybus.claim('pw-two-worker', 10, '5 minutes', ARRAY['pw_two']) c;
+SELECT relaybus.relinquish('pw-two-worker');
+SELECT pg_temp.age('fx-%');
+SELECT pg_temp.purge_all();
+SELECT is(pg_temp.events('fx-%'), 'fx-1',
+          'fan-out: an event stays while another handler''s delivery of it waits for a retry');
+SELECT is(relaybus.cancel('fx-1', 'pw_two'), true, 'that retry is cancelled');
+SELECT pg_temp.purge_all();
+SELECT is(pg_temp.events('fx-%'), '', 'then the event goes');
 
 --------------------------------------------------------------------------------
 -- Exception rows: a retry and a dead letter hold their events and rows.
