@@ -238,8 +238,9 @@ CREATE OR REPLACE FUNCTION relaybus.take_over_expired() RETURNS integer
 --   them are past retention.
 -- An event is locked FOR UPDATE SKIP LOCKED (a repeated publish that adds a handler holds
 -- its event), then checked again with a snapshot taken after the locks, before it is
--- deleted. The walk locks only the events that look finished; a row whose event another
--- transaction holds stays, and the walk records no horizon past it. One call walks at a
+-- deleted (of a lane's last row, only an event that looks finished: that row is met again
+-- by every call). A row whose event another transaction holds stays, and the walk records
+-- no horizon past it. One call walks at a
 -- time (it locks relaybus.purge_horizons in SHARE ROW EXCLUSIVE mode, NOWAIT: a call that
 -- finds it taken leaves the lanes to the other), so a call waits for nothing.
 --
@@ -275,7 +276,7 @@ DECLARE
   w_gone boolean[];     -- its event is gone
   w_last boolean[];     -- its lane's last row
   w_stop boolean[];     -- the walk of its lane ended here without passing it
-  w_ready boolean[];    -- finished, and its event looks finished: to be locked
+  w_ready boolean[];    -- finished, its event to be locked
   w_locked boolean[];   -- ready, and its event is locked here
   ids text[];
   from_021 timestamptz;
@@ -371,12 +372,15 @@ BEGIN
                         AND NOT coalesce(k.published_at >= cutoff, false) AS finished
               FROM (SELECT * FROM walk LIMIT 10000) k) w;
 
-    -- Which finished rows' events look finished: none of their delivery rows is above its
-    -- lane's cursor and outside its done set (no progress row: cursor 0), or held by an
-    -- exception row (which always has its delivery row: the same handler, lane and
-    -- position). Only those are locked: the others wait for a delivery that will be walked
-    -- once it finishes, and then checked again, so their rows go now without a lock.
-    SELECT array_agg(CASE WHEN u.finished AND NOT u.gone THEN NOT coalesce((
+    -- The finished rows whose events are to be locked: all but those whose event is gone,
+    -- and of a lane's last row (met again by every call while its lane has nothing later)
+    -- only one whose event looks finished: none of its delivery rows is above its lane's
+    -- cursor and outside its done set (no progress row: cursor 0), or held by an exception
+    -- row (which always has its delivery row: the same handler, lane and position). The
+    -- others wait for a delivery that will be walked once it finishes, and checked then.
+    SELECT array_agg(CASE WHEN NOT u.finished OR u.gone THEN false
+                          WHEN NOT u.last THEN true
+                          ELSE NOT coalesce((
              SELECT true FROM relaybus.deliveries d
               WHERE d.event_id = u.event_id
                 AND (coalesce((SELECT true FROM relaybus.exceptions x WHERE x.handler = d.handler
@@ -385,8 +389,9 @@ BEGIN
                                     FROM relaybus.lane_progress p
                                    WHERE p.handler = d.handler AND p.lane = d.lane
                                    ORDER BY p.seq DESC LIMIT 1), true))
-              LIMIT 1), false) ELSE false END ORDER BY u.n) INTO w_ready
-      FROM unnest(w_event, w_finished, w_gone) WITH ORDINALITY AS u(event_id, finished, gone, n);
+              LIMIT 1), false) END ORDER BY u.n) INTO w_ready
+      FROM unnest(w_event, w_finished, w_gone, w_last) WITH ORDINALITY
+           AS u(event_id, finished, gone, last, n);
     -- Their events, locked, each row's flag in the walk's order (a row whose event another
     -- transaction holds stays; an event of two rows is locked once).
     SELECT array_agg(k.id IS NOT NULL ORDER BY u.n) INTO w_locked
@@ -394,9 +399,10 @@ BEGIN
       LEFT JOIN LATERAL (SELECT e.id FROM relaybus.events e
                           WHERE u.ready AND e.id = u.event_id
                           FOR UPDATE SKIP LOCKED) k ON true;
-    -- Again, as above, with a snapshot taken after the locks: a repeated publish that added
-    -- a handler and committed after the walk began, but before the event was locked, wrote
-    -- a delivery the walk's snapshot did not see (the lock re-checks the event row, not its
+    -- Of the events locked, those none of whose delivery rows is unfinished or held (as
+    -- above), read with a snapshot taken after the locks: a repeated publish that added a
+    -- handler and committed after the walk began, but before the event was locked, wrote a
+    -- delivery the walk's snapshot did not see (the lock re-checks the event row, not its
     -- deliveries). The locks keep any later one out until this transaction ends.
     SELECT coalesce(array_agg(i.id), '{}') INTO ids
       FROM (SELECT DISTINCT u.event_id AS id FROM unnest(w_event, w_locked) AS u(event_id, locked)
