@@ -794,17 +794,19 @@ CREATE OR REPLACE FUNCTION relaybus.take_over_expired() RETURNS integer
 -- paused handler's backlog) or in exception rows (a stuck key's parked deliveries).
 -- - The walk: each lane with a cursor from its lowest delivery row up, along its primary
 --   key, one row after the other (at most 10,000 rows a call), to the first row above its
---   cursor, of an event not yet past retention, or to the lane's last row, which stays (the
---   next commit numbers the lane's deliveries from it: src/pg/commit_order.hpp) and goes in
---   a later call once the lane has a later row. A finished row (at or below the cursor,
---   without an exception row) of an event past retention or gone is deleted, whatever the
---   event's other deliveries wait for; its event is deleted with it when none of its
---   delivery rows is left unfinished or held by an exception row, so an event goes with the
---   last of its deliveries to finish. A row held by an exception row stays (its attempts
---   and its cancel go through it) and the walk passes it; relaybus.purge_horizons records
---   how far it went past such rows, so that a later walk jumps from the first of them to
---   there. Rows they leave, once their exception rows go, are deleted when the walk reaches
---   them from the lane's lowest row (nothing held left below them).
+--   cursor, of an event not yet past retention (and not itself), or to the lane's last row,
+--   which stays (the next commit numbers the lane's deliveries from it:
+--   src/pg/commit_order.hpp) and goes in a later call once the lane has a later row. A
+--   finished row (at or below the cursor, without an exception row) of an event past
+--   retention or gone is deleted, whatever the event's other deliveries wait for (a row
+--   past retention whose id names a younger event now is an earlier event's: it goes, the
+--   event stays); its event is deleted with it when none of its delivery rows is left
+--   unfinished or held by an exception row, so an event goes with the last of its
+--   deliveries to finish. A row held by an exception row stays (its attempts and its
+--   cancel go through it) and the walk passes it; relaybus.purge_horizons records how far
+--   it went past such rows, so that a later walk jumps from the first of them to there.
+--   Rows they leave, once their exception rows go, are deleted when the walk reaches them
+--   from the lane's lowest row (nothing held left below them).
 -- - Events published to no handler (handlers empty) are found by events_unrouted_idx,
 --   those 0.2.1 finished before the update (relaybus.events_from_021) by age, once all of
 --   them are past retention.
@@ -845,7 +847,7 @@ DECLARE
   w_event text[];
   w_held boolean[];     -- an exception row holds it: kept, passed
   w_finished boolean[]; -- at or below the cursor, not held, its event past retention or gone
-  w_gone boolean[];     -- its event is gone
+  w_gone boolean[];     -- finished, its event gone (or a later one with its id)
   w_last boolean[];     -- its lane's last row
   w_stop boolean[];     -- the walk of its lane ended here without passing it
   w_ready boolean[];    -- finished, its event to be locked
@@ -879,46 +881,51 @@ BEGIN
     -- One statement, breadth first (a row of every lane, then the next of each): a lane
     -- with much to do does not keep the others waiting for a later call. A lane without a
     -- progress row has finished nothing. A row above the cursor is not probed further; a
-    -- held row's event and successor are not needed.
+    -- held row's event and successor are not needed. Young: the row and its event within
+    -- retention. Orphan: its event is gone, or the event with its id is younger than the
+    -- row (an earlier event with that id went, and the id was published again).
     WITH RECURSIVE walk AS (
       SELECT l.handler, l.lane, l.acked_upto, l.horizon, r.position, r.event_id, r.held,
-             r.published_at, r.has_next
+             r.young, r.orphan, r.has_next
         FROM (SELECT s.handler, s.lane, s.acked_upto, coalesce(h.purged_upto, 0) AS horizon
                 FROM relaybus.lane_state s
                 LEFT JOIN relaybus.purge_horizons h ON h.handler = s.handler AND h.lane = s.lane
                WHERE s.acked_upto > 0) l
        CROSS JOIN LATERAL (
          SELECT d.position, d.event_id, x.held,
-                CASE WHEN d.position <= l.acked_upto AND NOT x.held THEN
-                  (SELECT e.published_at FROM relaybus.events e WHERE e.id = d.event_id) END
-                  AS published_at,
+                coalesce(v.published_at >= cutoff AND d.created_at >= cutoff, false) AS young,
+                v.published_at IS NULL OR (v.published_at >= cutoff AND d.created_at < cutoff)
+                  AS orphan,
                 CASE WHEN d.position <= l.acked_upto AND NOT x.held THEN
                   EXISTS (SELECT 1 FROM relaybus.deliveries t WHERE t.handler = l.handler
                              AND t.lane = l.lane AND t.position > d.position)
                   ELSE x.held END AS has_next
-           FROM (SELECT d.position, d.event_id FROM relaybus.deliveries d
+           FROM (SELECT d.position, d.event_id, d.created_at FROM relaybus.deliveries d
                   WHERE d.handler = l.handler AND d.lane = l.lane
                   ORDER BY d.position LIMIT 1) d
           CROSS JOIN LATERAL (
             SELECT d.position <= l.acked_upto
                    AND coalesce((SELECT true FROM relaybus.exceptions x WHERE x.handler = l.handler
                                     AND x.lane = l.lane AND x.position = d.position), false)
-                   AS held) x) r
+                   AS held) x
+          LEFT JOIN LATERAL (
+            SELECT e.published_at FROM relaybus.events e
+             WHERE d.position <= l.acked_upto AND NOT x.held AND e.id = d.event_id) v ON true) r
       UNION ALL
       SELECT w.handler, w.lane, w.acked_upto, w.horizon, r.position, r.event_id, r.held,
-             r.published_at, r.has_next
+             r.young, r.orphan, r.has_next
         FROM walk w
        CROSS JOIN LATERAL (
          SELECT d.position, d.event_id, x.held,
-                CASE WHEN d.position <= w.acked_upto AND NOT x.held THEN
-                  (SELECT e.published_at FROM relaybus.events e WHERE e.id = d.event_id) END
-                  AS published_at,
+                coalesce(v.published_at >= cutoff AND d.created_at >= cutoff, false) AS young,
+                v.published_at IS NULL OR (v.published_at >= cutoff AND d.created_at < cutoff)
+                  AS orphan,
                 CASE WHEN d.position <= w.acked_upto AND NOT x.held THEN
                   EXISTS (SELECT 1 FROM relaybus.deliveries t WHERE t.handler = w.handler
                              AND t.lane = w.lane AND t.position > d.position)
                   ELSE x.held END AS has_next
            -- The next row; from a held row below the horizon, the first row past it.
-           FROM (SELECT d.position, d.event_id FROM relaybus.deliveries d
+           FROM (SELECT d.position, d.event_id, d.created_at FROM relaybus.deliveries d
                   WHERE d.handler = w.handler AND d.lane = w.lane
                     AND d.position > CASE WHEN w.held AND w.position < w.horizon THEN w.horizon
                                           ELSE w.position END
@@ -927,21 +934,21 @@ BEGIN
             SELECT d.position <= w.acked_upto
                    AND coalesce((SELECT true FROM relaybus.exceptions x WHERE x.handler = w.handler
                                     AND x.lane = w.lane AND x.position = d.position), false)
-                   AS held) x) r
-       -- Not past a row above the cursor, of an event not past retention, or the lane's
-       -- last (a held row is passed, and one past retention or not: nothing of it goes).
-       WHERE w.has_next AND w.position <= w.acked_upto
-         AND NOT coalesce(w.published_at >= cutoff, false)
+                   AS held) x
+          LEFT JOIN LATERAL (
+            SELECT e.published_at FROM relaybus.events e
+             WHERE d.position <= w.acked_upto AND NOT x.held AND e.id = d.event_id) v ON true) r
+       -- Not past a row above the cursor, a young one, or the lane's last (a held row is
+       -- passed, young or not: nothing of it goes).
+       WHERE w.has_next AND w.position <= w.acked_upto AND NOT w.young
     )
     SELECT array_agg(w.handler), array_agg(w.lane), array_agg(w.horizon), array_agg(w.position),
            array_agg(w.event_id), array_agg(w.held), array_agg(w.finished),
-           array_agg(w.finished AND w.published_at IS NULL), array_agg(NOT w.has_next),
-           array_agg(w.position > w.acked_upto OR coalesce(w.published_at >= cutoff, false)
-                     OR NOT w.has_next)
+           array_agg(w.finished AND w.orphan), array_agg(NOT w.has_next),
+           array_agg(w.position > w.acked_upto OR w.young OR NOT w.has_next)
       INTO w_handler, w_lane, w_horizon, w_position, w_event, w_held, w_finished, w_gone,
            w_last, w_stop
-      FROM (SELECT k.*, NOT k.held AND k.position <= k.acked_upto
-                        AND NOT coalesce(k.published_at >= cutoff, false) AS finished
+      FROM (SELECT k.*, NOT k.held AND k.position <= k.acked_upto AND NOT k.young AS finished
               FROM (SELECT * FROM walk LIMIT 10000) k) w;
 
     -- The finished rows whose events are to be locked: all but those whose event is gone,

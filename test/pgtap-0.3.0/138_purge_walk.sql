@@ -15,7 +15,7 @@
 -- from an earlier one) or a held row, or that never deletes what a fan-out, a stuck key or
 -- a lock left behind, fails here.
 SELECT rb_reset();
-SELECT plan(51);
+SELECT plan(56);
 
 SELECT relaybus.subscribe('pw_one', ARRAY['pw.one', 'pw.fan']);
 SELECT relaybus.subscribe('pw_two', ARRAY['pw.fan']);
@@ -200,6 +200,25 @@ SELECT pg_temp.age('l-%');
 SELECT pg_temp.purge_all();
 SELECT is(pg_temp.events('l-%') || ' / ' || pg_temp.rows('l-%'), ' / l-2:pw_one',
           'then it goes, and the later one stays as the lane''s last');
+-- l-2's id published again: a new event, young, whose delivery follows the old row.
+SELECT relaybus.publish('pw.one', '{}', key => :'last_key', event_id => 'l-2');
+SELECT pg_temp.purge_all();
+SELECT is((SELECT string_agg(d.event_id || ':' || (d.created_at > now() - interval '1 day')::text, ' ')
+             FROM relaybus.deliveries d WHERE d.event_id LIKE 'l-%') || ' / ' || pg_temp.events('l-%'),
+          'l-2:true / l-2', 'the old row of a purged id published again goes; the young event and its delivery stay');
+
+-- An old event published again to another handler: it goes by its first publish time,
+-- once the later delivery finished too.
+SELECT pg_temp.key_in_free_lane('again-', 'pw_two') AS again_key \gset
+SELECT relaybus.publish('pw.one', '{}', key => :'again_key', event_id => 'r-1');
+SELECT is(pg_temp.drain('pw_one'), 2, 'r-1 runs, and l-2''s new delivery');
+SELECT pg_temp.age('r-%');
+SELECT relaybus.publish('pw.one', '{}', key => :'again_key', event_id => 'r-1', handlers => ARRAY['pw_two']);
+SELECT pg_temp.purge_all();
+SELECT is(pg_temp.events('r-%'), 'r-1', 'an old event published again to pw_two stays while that delivery waits');
+SELECT is(pg_temp.drain('pw_two'), 1, 'pw_two runs it');
+SELECT pg_temp.purge_all();
+SELECT is(pg_temp.events('r-%'), '', 'then it goes, though its last delivery is young');
 
 --------------------------------------------------------------------------------
 -- An event another transaction holds stays with its row, and goes once released.
