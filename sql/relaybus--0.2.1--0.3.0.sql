@@ -766,8 +766,10 @@ CREATE OR REPLACE FUNCTION relaybus.take_over_expired() RETURNS integer
 -- probes per lane plus the rows it deletes or passes, whatever waits above the cursors (a
 -- paused handler's backlog) or in exception rows (a stuck key's parked deliveries).
 -- - The walk: each lane with a cursor from its lowest delivery row up, along its primary
---   key, one row after the other (at most 10,000 rows a call), to the first row above its
---   cursor, of an event not yet past retention (and not itself), or to the lane's last row,
+--   key, one row after the other (every lane's lowest row, then at most 10,000 more a
+--   call, so that every lane is walked however many handlers there are), to the first row
+--   above its cursor, of an event not yet past retention (and not itself), or to the
+--   lane's last row,
 --   which stays (the next commit numbers the lane's deliveries from it:
 --   src/pg/commit_order.hpp) and goes in a later call once the lane has a later row. A
 --   finished row (at or below the cursor, without an exception row) of an event past
@@ -852,7 +854,9 @@ BEGIN
   END;
   IF walking THEN
     -- One statement, breadth first (a row of every lane, then the next of each): a lane
-    -- with much to do does not keep the others waiting for a later call. A lane without a
+    -- with much to do does not keep the others waiting for a later call. Its limit leaves
+    -- room for the first row of every lane (at most one per lane row), so that every lane
+    -- is walked at every call, however many handlers share the lanes. A lane without a
     -- progress row has finished nothing. A row above the cursor is not probed further; a
     -- held row's event and successor are not needed. Young: the row and its event within
     -- retention. Orphan: its event is gone, or the event with its id is younger than the
@@ -922,7 +926,8 @@ BEGIN
       INTO w_handler, w_lane, w_horizon, w_position, w_event, w_held, w_finished, w_gone,
            w_last, w_stop
       FROM (SELECT k.*, NOT k.held AND k.position <= k.acked_upto AND NOT k.young AS finished
-              FROM (SELECT * FROM walk LIMIT 10000) k) w;
+              FROM (SELECT * FROM walk
+                     LIMIT 10000 + (SELECT count(*) FROM relaybus.lanes)) k) w;
 
     -- The finished rows whose events are to be locked: all but those whose event is gone,
     -- and of a lane's last row (met again by every call while its lane has nothing later)
@@ -1017,7 +1022,7 @@ BEGIN
   SELECT coalesce(array_agg(e.id), '{}') INTO ids FROM (
     SELECT e.id FROM relaybus.events e
      WHERE e.handlers = '{}' AND e.published_at < cutoff
-     ORDER BY e.published_at LIMIT budget FOR UPDATE OF e SKIP LOCKED) e;
+     ORDER BY e.published_at LIMIT greatest(budget, 0) FOR UPDATE OF e SKIP LOCKED) e;
   -- A publish that gave one a handler rewrote its handlers (the lock re-checked the row);
   -- its deliveries are checked again all the same, with this statement's snapshot.
   DELETE FROM relaybus.events e WHERE e.id = ANY (ids)
