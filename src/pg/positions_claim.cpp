@@ -165,7 +165,7 @@ std::vector<core::HeldPositionsLane> PgPositionsClaimStore::held_lanes(
   // being retried) for the lanes that have pending rows. Nothing is locked: lock_held locks
   // the lanes core acts on and reads their progress again. A lane this backend found idle
   // and that no publish has changed since (lane_changes.hpp, $11) is not probed: it is
-  // returned idle, at the cursor it had.
+  // left out, or returned idle at the cursor it had when core must act on its lease.
   static Statement read(
       "SELECT " RELAYBUS_POSITIONS_LANE_COLUMNS_SQL RELAYBUS_HELD_LANE_COLUMNS_SQL
       ","
@@ -190,7 +190,13 @@ std::vector<core::HeldPositionsLane> PgPositionsClaimStore::held_lanes(
       "$10"
       "  AND d.position <> ALL (coalesce(p.done, '{}') || coalesce(p.in_flight, '{}'))"
       "  ORDER BY d.position LIMIT 1) f ON true"
-      " WHERE l.lease_owner = $1 AND l.handler = ANY ($2)",
+      " WHERE l.lease_owner = $1 AND l.handler = ANY ($2)"
+      // A lane passed over is left out unless the claim must act on it anyway (its lease
+      // expired or due for renewal, or not the caller's incarnation's): a worker may hold
+      // every lane of a handler, and a row each cost more than the probes it spares.
+      "  AND (NOT s.pass OR l.lease_expires_at <= now()"
+      "       OR coalesce(l.lease_expires_at < $6 OR l.lease_expires_at > $7, true)"
+      "       OR NOT " RELAYBUS_LANE_IS_CALLERS_SQL("$5", "$3", "$4") ")",
       {TEXTOID, TEXTARRAYOID, INT4OID, TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
        INT8ARRAYOID, INT4OID, INT8OID, BOOLARRAYOID});
   handlers_ = handlers;
