@@ -201,6 +201,50 @@ TEST(Dispatcher, DestructionDoesNotWaitForAHandlerThatNeverReturns) {
   EXPECT_EQ(backend.completed_count_locked(), 0u);
 }
 
+// A handler that returned no longer takes a place among `concurrency` while its completion
+// waits for the settlement connection: a worker whose completions take a few milliseconds
+// to settle would otherwise run at most concurrency deliveries per settlement, however
+// quick its handlers.
+TEST(Dispatcher, AReturnedHandlerFreesItsPlaceBeforeItsCompletionSettles) {
+  FakeBackend backend;
+  backend.add(12);
+  backend.hold_completions = true;
+  std::atomic<int> ran{0};
+  auto config = quick_config();
+  config.concurrency = 2;
+  config.batch_size = 2;
+  Dispatcher d(fake_factory(backend), config, {{"h", [&](const Delivery&) { ++ran; }}});
+  d.start();
+  EXPECT_TRUE(eventually([&] { return ran.load() == 12; }))
+      << "only " << ran.load() << " ran while the first completion was not settled";
+  EXPECT_EQ(backend.completed_count(), 0u);
+  backend.release_completions();
+  EXPECT_TRUE(eventually([&] { return backend.completed_count() == 12; }));
+  d.stop();
+}
+
+// ... and max_unsettled bounds what waits for settlement: the worker holds at most
+// concurrency + max_unsettled deliveries, and claims nothing more until some settle.
+TEST(Dispatcher, ClaimsStopAtMaxUnsettledUntilCompletionsSettle) {
+  FakeBackend backend;
+  backend.add(20);
+  backend.hold_completions = true;
+  std::atomic<int> ran{0};
+  auto config = quick_config();
+  config.concurrency = 2;
+  config.batch_size = 2;
+  config.max_unsettled = 5;
+  Dispatcher d(fake_factory(backend), config, {{"h", [&](const Delivery&) { ++ran; }}});
+  d.start();
+  EXPECT_TRUE(eventually([&] { return ran.load() == 7; }));
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(ran.load(), 7) << "claimed past concurrency + max_unsettled";
+  EXPECT_EQ(d.in_flight(), 7u);
+  backend.release_completions();
+  EXPECT_TRUE(eventually([&] { return backend.completed_count() == 20; }));
+  d.stop();
+}
+
 // The completion window groups completions of handlers finishing together; once none is
 // left running, waiting for it only slows every claim cycle (the claim loop refills when
 // completions are settled).
