@@ -203,7 +203,7 @@ std::vector<core::HeldPositionsLane> PgPositionsClaimStore::held_lanes(
   // Before the statement's snapshot: a publish that commits after it moves a counter.
   const std::vector<std::uint64_t> changes = lane_changes::counters(handlers);
   const std::int64_t clock_us = GetCurrentTimestamp();
-  const lane_changes::PassOver pass = lane_changes::idle_lanes(handlers, changes, clock_us);
+  const lane_changes::PassOver pass = lane_changes::known_lanes(handlers, changes, clock_us);
   Params params;
   bind_held(params, /*refresh=*/true);
   params.int8_array(progress_hints::get_by_handler(handlers));
@@ -215,11 +215,20 @@ std::vector<core::HeldPositionsLane> PgPositionsClaimStore::held_lanes(
   out.reserve(n);
   constexpr int c = kHeldLaneColumns;
   std::vector<std::size_t> at;  // each lane's place in the flattened arrays, from 0
+  // A lane passed over: what this backend remembers of it stands for its probe.
+  const auto remembered = [&pass](core::HeldPositionsLane& lane, std::size_t i) {
+    const lane_changes::Known& k = *pass.known[i];
+    lane.lane.progress = k.progress;
+    lane.lane.retrying = k.retrying;
+    lane.probe.window_since_us = k.window_since_us;
+  };
+  std::vector<bool> returned(pass.pass.size(), false);
   for (std::uint64_t r = 0; r < n; ++r) {
     core::HeldPositionsLane lane = held_lane_of_row(r);
     at.push_back(static_cast<std::size_t>(row::int4(r, c + 7)) - 1);
-    if (pass.pass[at.back()]) {  // idle, unchanged since this backend probed it
-      lane.lane.progress.acked_upto = pass.acked_upto[at.back()];
+    returned[at.back()] = true;
+    if (pass.pass[at.back()]) {  // unchanged since this backend probed it; its lease to act on
+      remembered(lane, at.back());
       out.push_back(std::move(lane));
       continue;
     }
@@ -230,6 +239,25 @@ std::vector<core::HeldPositionsLane> PgPositionsClaimStore::held_lanes(
     lane.lane.progress.in_flight = position_set(r, c + 4);
     lane.lane.retrying = position_set(r, c + 5);
     if (!row::is_null(r, c + 6)) lane.probe.window_since_us = timestamp_of_row(r, c + 6);
+    out.push_back(std::move(lane));
+  }
+  // The lanes passed over that the statement left out: the caller's, their lease live and not
+  // due for renewal, as they were when this backend probed them. An idle one needs nothing
+  // from the claim; one with work is returned as remembered, for core to order and pick: the
+  // lanes it picks from are locked and read again (lock_held), and one no longer held is not
+  // locked. The binding is not read, and is what the statement's filter leaves.
+  for (std::size_t i = 0; i < pass.pass.size(); ++i) {
+    if (!pass.pass[i] || returned[i] || pass.known[i]->idle) continue;
+    core::HeldPositionsLane lane;
+    lane.lane.handler = handlers[i / core::kLaneCount];
+    lane.lane.lane = static_cast<std::int16_t>(i % core::kLaneCount);
+    lane.lane.lease_renewal_due = false;
+    lane.binding.to_holder = holder_.holder.has_value();
+    lane.binding.same_holder = holder_.holder.has_value();
+    lane.binding.backend_alive = !holder_.holder.has_value();
+    lane.binding.lease_expired = false;
+    remembered(lane, i);
+    at.push_back(i);
     out.push_back(std::move(lane));
   }
   std::vector<const core::PositionsLane*> lanes;
@@ -245,13 +273,22 @@ std::vector<core::HeldPositionsLane> PgPositionsClaimStore::held_lanes(
   for (std::size_t k = 0; k < probed.size(); ++k) {
     core::HeldPositionsLane& l = out[probed[k]];
     l.probe.due_exception_us = due[k];
-    const bool idle = core::held_lane_quiet(l.lane, l.probe, has_rows[k]);
     // Not remembered under REPEATABLE READ (the snapshot predates the counters read) nor in a
-    // transaction that has written (a rollback could bring back what it finished).
-    if (!changes.empty() && !IsolationUsesXactSnapshot() &&
-        !TransactionIdIsValid(GetTopTransactionIdIfAny()))
-      lane_changes::probed(l.lane.handler, l.lane.lane, changes[at[probed[k]]], idle,
-                           l.lane.progress.acked_upto, clock_us);
+    // transaction that has written (a rollback could bring back what it finished); nor a
+    // lane with pending exception rows, whose being due moves with the clock alone.
+    if (changes.empty() || IsolationUsesXactSnapshot() ||
+        TransactionIdIsValid(GetTopTransactionIdIfAny()))
+      continue;
+    if (has_rows[k]) {
+      lane_changes::probed(l.lane.handler, l.lane.lane, changes[at[probed[k]]], nullptr, clock_us);
+      continue;
+    }
+    lane_changes::Known known;
+    known.progress = l.lane.progress;
+    known.retrying = l.lane.retrying;
+    known.window_since_us = l.probe.window_since_us;
+    known.idle = core::held_lane_quiet(l.lane, l.probe, /*has_pending_rows=*/false);
+    lane_changes::probed(l.lane.handler, l.lane.lane, changes[at[probed[k]]], &known, clock_us);
   }
   return out;
 }
