@@ -163,9 +163,10 @@ std::vector<core::HeldPositionsLane> PgPositionsClaimStore::held_lanes(
   // half of core::held_lane_probe (the first delivery of the window neither done nor in
   // flight: one range scan of deliveries_pkey); then the exception half (due heads not
   // being retried) for the lanes that have pending rows. Nothing is locked: lock_held locks
-  // the lanes core acts on and reads their progress again. A lane this backend found idle
-  // and that no publish has changed since (lane_changes.hpp, $11) is not probed: it is
-  // left out, or returned idle at the cursor it had when core must act on its lease.
+  // the lanes core acts on and reads their progress again. A lane this backend probed and
+  // that nothing has changed since (lane_changes.hpp, $11) is not probed again: it is left
+  // out of the statement unless core must act on its lease, and what was remembered of it
+  // stands for its probe.
   static Statement read(
       "SELECT " RELAYBUS_POSITIONS_LANE_COLUMNS_SQL RELAYBUS_HELD_LANE_COLUMNS_SQL
       ","
