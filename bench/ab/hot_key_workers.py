@@ -206,6 +206,13 @@ def run(args, version, variant, stats_conn):
         lat = [r[0] for r in c.execute(
             "SELECT extract(epoch FROM handled_at - published_at) * 1000 FROM public.victim_log"
             " WHERE event_id LIKE 'v-%' ORDER BY 1").fetchall()]
+        # Events that waited over a second, and in how many of the victim's lanes: a worker
+        # keeps the lanes of its last full batch while its next round claims for the other
+        # handlers, so a slow claim of the hot handler holds up exactly those lanes.
+        slow, slow_lanes = c.execute(
+            "SELECT count(*), count(DISTINCT relaybus.lane_of('k' || substr(event_id, 3)))"
+            " FROM public.victim_log WHERE event_id LIKE 'v-%' AND handled_at - published_at > interval '1 second'"
+        ).fetchone()
         after = hot_parked(c, version) if variant != "none" else (0, None)
         top = []
         if stats_conn is not None and args.statements:
@@ -217,7 +224,7 @@ def run(args, version, variant, stats_conn):
                 " ORDER BY total_exec_time DESC LIMIT %s", (db, args.statements_top)).fetchall()
     return dict(version=version, variant=variant, lat=[float(x) for x in lat], n=n,
                 publish_ms=statistics.median(publish_ms), publish_s=publish_s, drain_s=drain_s,
-                before=before, after=after, top=top, **timings)
+                before=before, after=after, top=top, slow=(slow, slow_lanes), **timings)
 
 
 def pct(sorted_values, p):
@@ -253,9 +260,9 @@ def main():
     args = ap.parse_args()
     stats_conn = pgss(args.conn)
     started = time.monotonic()
-    print("| version | variant | victim p50 ms | p95 ms | p99 ms | max ms | handled | publish ms | "
+    print("| version | variant | victim p50 ms | p95 ms | p99 ms | max ms | handled | over 1 s (lanes) | publish ms | "
           "hot pending (exception rows) before → after | hot publish s |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     runs = []
     for version in args.versions.split(","):
         for variant in args.order.split(","):
@@ -269,7 +276,7 @@ def main():
             if "park s" in r:
                 hp += f" + {r['park s']:.1f} parking"
             print(f"| {version} | {variant} | {p50:.1f} | {p95:.1f} | {p99:.1f} | {mx:.1f} | "
-                  f"{len(r['lat'])}/{r['n']} | {r['publish_ms']:.2f} | {parked} | {hp} |", flush=True)
+                  f"{len(r['lat'])}/{r['n']} | {r['slow'][0]} ({r['slow'][1]}) | {r['publish_ms']:.2f} | {parked} | {hp} |", flush=True)
             if r["top"]:
                 for calls, total, mean, mx, query in r["top"]:
                     print(f"#   {calls:>7} calls {total:>10} ms total {mean:>9} ms mean {mx:>9} ms max  {query}")
