@@ -213,6 +213,10 @@ def run(args, version, variant, stats_conn):
             "SELECT count(*), count(DISTINCT relaybus.lane_of('k' || substr(event_id, 3)))"
             " FROM public.victim_log WHERE event_id LIKE 'v-%' AND handled_at - published_at > interval '1 second'"
         ).fetchone()
+        worst = c.execute(
+            "SELECT event_id, published_at, handled_at, relaybus.lane_of('k' || substr(event_id, 3))"
+            " FROM public.victim_log WHERE event_id LIKE 'v-%' ORDER BY handled_at - published_at DESC LIMIT 1"
+        ).fetchone()
         after = hot_parked(c, version) if variant != "none" else (0, None)
         top = []
         if stats_conn is not None and args.statements:
@@ -224,7 +228,7 @@ def run(args, version, variant, stats_conn):
                 " ORDER BY total_exec_time DESC LIMIT %s", (db, args.statements_top)).fetchall()
     return dict(version=version, variant=variant, lat=[float(x) for x in lat], n=n,
                 publish_ms=statistics.median(publish_ms), publish_s=publish_s, drain_s=drain_s,
-                before=before, after=after, top=top, slow=(slow, slow_lanes), **timings)
+                before=before, after=after, top=top, slow=(slow, slow_lanes), worst=worst, **timings)
 
 
 def pct(sorted_values, p):
@@ -277,6 +281,9 @@ def main():
                 hp += f" + {r['park s']:.1f} parking"
             print(f"| {version} | {variant} | {p50:.1f} | {p95:.1f} | {p99:.1f} | {mx:.1f} | "
                   f"{len(r['lat'])}/{r['n']} | {r['slow'][0]} ({r['slow'][1]}) | {r['publish_ms']:.2f} | {parked} | {hp} |", flush=True)
+            if r["worst"] and r["slow"][0]:
+                w = r["worst"]
+                print(f"#   slowest: {w[0]} (lane {w[3]}) published {w[1]:%H:%M:%S.%f}, handled {w[2]:%H:%M:%S.%f}")
             if r["top"]:
                 for calls, total, mean, mx, query in r["top"]:
                     print(f"#   {calls:>7} calls {total:>10} ms total {mean:>9} ms mean {mx:>9} ms max  {query}")
