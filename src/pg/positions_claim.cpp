@@ -375,7 +375,10 @@ std::vector<core::LaneWorkProbe> PgPositionsClaimStore::lanes_with_work(
   // entries of a leaf page in its range before returning one, so an unbounded probe of a
   // lane with a backlog reads a page of it; the unbounded one runs only where the window
   // holds none. Unlocked, as of this statement; lock_acquirable locks from core's list,
-  // and the progress is read again.
+  // and the progress is read again. A free lane this backend found idle and that nothing has
+  // changed since (lane_changes.hpp, $6) is left out: a handler whose lanes nobody holds
+  // (an in-database handler between batches, a quiet one) had all 256 probed by every claim
+  // that named it.
   static Statement probe(
       "SELECT l.handler, l.lane, l.lease_owner IS NOT NULL, coalesce(p.acked_upto, 0), p.done,"
       " p.in_flight, p.retrying, f.position, f.available_at, p.seq FROM relaybus.lanes l"
@@ -401,14 +404,23 @@ std::vector<core::LaneWorkProbe> PgPositionsClaimStore::lanes_with_work(
       "   WHERE d.handler = l.handler AND d.lane = l.lane"
       "   AND d.position > coalesce(p.acked_upto, 0) ORDER BY d.position LIMIT 1)"
       "  LIMIT 1) f ON true"
-      " WHERE l.handler = ANY ($1) AND " RELAYBUS_ACQUIRABLE_SQL("$2"),
-      {TEXTARRAYOID, TEXTOID, INT8ARRAYOID, INT4OID, INT8OID});
+      " WHERE l.handler = ANY ($1) AND " RELAYBUS_ACQUIRABLE_SQL("$2")
+      "  AND NOT (l.lease_owner IS NULL AND"
+      "   coalesce(($6::bool[])[(array_position($1, l.handler) - 1) * $4 + l.lane + 1], false))",
+      {TEXTARRAYOID, TEXTOID, INT8ARRAYOID, INT4OID, INT8OID, BOOLARRAYOID});
+  // Before the statement's snapshot: a publish that commits after it moves a counter.
+  const std::vector<std::uint64_t> changes = lane_changes::counters(handlers);
+  const std::int64_t clock_us = GetCurrentTimestamp();
+  const lane_changes::PassOver pass = lane_changes::known_lanes(handlers, changes, clock_us);
+  std::vector<bool> idle(pass.pass.size(), false);
+  for (std::size_t i = 0; i < idle.size(); ++i) idle[i] = pass.pass[i] && pass.known[i]->idle;
   Params params;
   params.text_array(handlers);
   params.text(holder_.worker);
   params.int8_array(progress_hints::get_by_handler(handlers));
   params.int4(core::kLaneCount);
   params.int8(core::kPositionWindow);
+  params.bool_array(idle);
   const std::uint64_t n = probe.run(params);
   std::vector<core::LaneWorkProbe> out;
   out.reserve(n);
@@ -437,9 +449,32 @@ std::vector<core::LaneWorkProbe> PgPositionsClaimStore::lanes_with_work(
   }
   std::vector<const core::PositionsLane*> asked;
   for (const auto& l : lanes) asked.push_back(&l);
+  std::vector<bool> has_rows;
   const std::vector<std::optional<std::int64_t>> due =
-      due_heads_where_pending(asked, /*skip_retrying=*/false);
+      due_heads_where_pending(asked, /*skip_retrying=*/false, &has_rows);
   for (std::size_t i = 0; i < out.size(); ++i) out[i].due_exception_us = due[i];
+  // A free lane with nothing above its cursor, nothing running and no exception row is
+  // remembered idle, as held_lanes remembers one (and under the same conditions); any other
+  // is forgotten. An expired lease is work (its takeover), whatever the lane holds.
+  if (!changes.empty() && !IsolationUsesXactSnapshot() &&
+      !TransactionIdIsValid(GetTopTransactionIdIfAny())) {
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      const core::LaneWorkProbe& p = out[i];
+      const auto h = std::find(handlers.begin(), handlers.end(), p.lane.handler);
+      if (h == handlers.end() || p.lane.lane < 0 || p.lane.lane >= core::kLaneCount) continue;
+      const std::size_t at = static_cast<std::size_t>(h - handlers.begin()) * core::kLaneCount +
+                             static_cast<std::size_t>(p.lane.lane);
+      if (p.has_owner || p.first_position || !p.progress.in_flight.empty() || !p.retrying.empty() ||
+          has_rows[i]) {
+        lane_changes::probed(p.lane.handler, p.lane.lane, changes[at], nullptr, clock_us);
+        continue;
+      }
+      lane_changes::Known known;
+      known.progress = p.progress;
+      known.idle = true;
+      lane_changes::probed(p.lane.handler, p.lane.lane, changes[at], &known, clock_us);
+    }
+  }
   return out;
 }
 
