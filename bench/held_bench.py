@@ -32,12 +32,12 @@ HELD_SYSTEMS = ["relaybus 0.2.0 loop", "relaybus loop, VERSION 0.2.0", "relaybus
                 "PgQ (tuned ticker)", "graphile-worker (tuned)", "pg-boss (tuned)"]
 # The mixed scenario's PgQ: pgqd's defaults (peers_bench.plans says why not the tuned ticker).
 # "relaybus 0.3.0" is the default C++ runtime (relaybus-bench: one dispatcher, concurrency
-# 10, batch 10, NOTIFY wake-ups, 1 s poll), whose p99 is issue 33's goal; the loops sleep
+# 10, batch 100, NOTIFY wake-ups, 1 s poll), whose p99 is issue 33's goal; the loops sleep
 # 10 ms when a claim comes back empty, which their p99 shows.
 STEADY_SYSTEMS = ["relaybus 0.2.0 loop", "relaybus loop, VERSION 0.2.0", "relaybus loop, VERSION 0.3.0",
                   "relaybus 0.3.0", "floor", "PgQ (pgqd defaults)", "graphile-worker (tuned)", "pg-boss (tuned)"]
-# The default runtime's settings, for the systems that run relaybus-bench.
-RUNTIME_DEFAULTS = dict(dispatchers=1, concurrency=10, batch=10, poll_ms=1000)
+# The default runtime's settings (DispatcherConfig), for the systems that run relaybus-bench.
+RUNTIME_DEFAULTS = dict(dispatchers=1, concurrency=10, batch=100, poll_ms=1000)
 
 # variant: what the held transaction runs after BEGIN ISOLATION LEVEL REPEATABLE READ. Its
 # first statement takes the transaction's snapshot (pg_stat_activity.backend_xmin, checked).

@@ -73,7 +73,7 @@ def plans(mode):
         ("drain", "1 process, tuned", dict(events=n, dispatchers=1, concurrency=200, batch=200, poll_ms=50,
                                            handler_threads=2, consumers=1),
          ["relaybus 0.2.0", "relaybus 0.2.0 loop", "graphile-worker (tuned)"], "relaybus 0.2.0"),
-        ("drain", "1 process, defaults", dict(events=n, dispatchers=1, concurrency=10, batch=10, poll_ms=1000,
+        ("drain", "1 process, defaults", dict(events=n, dispatchers=1, concurrency=10, batch=100, poll_ms=1000,
                                               consumers=1),
          # pg-boss at its defaults takes one job per 2 s poll: it would not drain 20,000.
          ["relaybus 0.2.0", "relaybus 0.3.0", "graphile-worker (defaults)"], "relaybus 0.2.0"),
@@ -90,7 +90,7 @@ def plans(mode):
           "graphile-worker (defaults)", "pg-boss (defaults)"],
          "relaybus 0.2.0 loop"),
         ("mixed", f"1000/s for {dur} s, defaults", dict(rate=1000, duration_s=dur, dispatchers=1, concurrency=10,
-                                                       batch=10, poll_ms=1000, consumers=1),
+                                                       batch=100, poll_ms=1000, consumers=1),
          # Not PgQ with our fast ticker: in a 20 s mixed run its consumer fell minutes behind
          # (p50 46 s), PgQ's tick queries degrading as its tick table grew; pgqd's defaults are
          # PgQ's documented way to run.

@@ -3,7 +3,7 @@
 # B, then B, then A, ...: a fresh database of VERSION, then a mixed run of the plain claim +
 # complete_many loop (bench/peers/relaybus_loop.py: one consumer, claim(500), 10 ms sleep
 # when empty), then one of the default C++ runtime (relaybus-bench mixed: one dispatcher,
-# concurrency 10, batch 10, poll 1 s, woken by NOTIFY), each RATE events/s for DUR seconds.
+# the runtime's defaults: concurrency 10, batch 100, poll 1 s, woken by NOTIFY), each RATE events/s for DUR seconds.
 # Prints each run's p50/p90/p99 (bench/ab/latency_of.py), and the claims' mean server time.
 #   bench/ab/latency.sh A.so B.so [REPEATS] [RATE] [DUR] [VERSION] [PORT]
 # RUNNERS="runtime" runs one of the two (default: "loop runtime"); BENCH_A, BENCH_B: each
@@ -37,7 +37,7 @@ for ((r = 1; r <= repeats; r++)); do
         bench=bin/relaybus-bench
         if [ "$build" = A ]; then bench=${BENCH_A:-$bench}; else bench=${BENCH_B:-$bench}; fi
         "$bench" mixed --db "$conn" --out "$out/run" --rate "$rate" --duration-s "$dur" \
-          --publishers 2 --keys $((rate * dur / 4)) --dispatchers 1 --concurrency 10 --batch 10 \
+          --publishers 2 --keys $((rate * dur / 4)) --dispatchers 1 \
           --poll-ms 1000 >/dev/null 2>&1
       fi
       claim=$(psql -qXAt -h "$dir" -p "$port" -U postgres -d ab -c "SELECT round(sum(total_exec_time)::numeric

@@ -162,17 +162,23 @@ void ClaimLoop::run() {
   }
   // Refill when half a batch is free, not at every freed slot: one claim per finished
   // delivery would cost as many statements as the row-lease design it replaces.
+  // Places for deliveries claimed and not yet returned: concurrency of them run, and a batch
+  // larger than concurrency waits in line for the handlers (as in the Python runtime). A
+  // worker behind on a backlog then claims a batch per statement rather than the few
+  // handlers just freed, so that the claims' fixed cost is spread over many deliveries.
   const std::size_t batch = static_cast<std::size_t>(std::max(1, options_.batch_size));
-  const std::size_t capacity = static_cast<std::size_t>(std::max(1, options_.concurrency));
+  const std::size_t capacity =
+      std::max(batch, static_cast<std::size_t>(std::max(1, options_.concurrency)));
   const std::size_t max_unsettled = std::max<std::size_t>(1, options_.max_unsettled);
-  const std::size_t refill = std::max<std::size_t>(1, std::min(batch, capacity) / 2);
-  // Free places: handlers that may start, and no more than keeps the deliveries in flight
-  // (running or waiting for settlement) within concurrency + max_unsettled. Under the lock.
+  const std::size_t refill = std::max<std::size_t>(1, batch / 2);
+  // Free places: deliveries that may be claimed, and no more than keeps the deliveries in
+  // flight (unreturned, or waiting for settlement) within capacity + max_unsettled. Under
+  // the lock.
   const auto free = [&] {
-    const std::size_t running = in_flight_ - returned_;
-    const std::size_t handlers = running < capacity ? capacity - running : 0;
+    const std::size_t unreturned = in_flight_ - returned_;
+    const std::size_t places = unreturned < capacity ? capacity - unreturned : 0;
     const std::size_t held = capacity + max_unsettled;
-    return std::min(handlers, in_flight_ < held ? held - in_flight_ : 0);
+    return std::min(places, in_flight_ < held ? held - in_flight_ : 0);
   };
   for (;;) {
     std::size_t ask = 0;

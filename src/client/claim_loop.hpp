@@ -2,12 +2,13 @@
 // empty waits for a notification, for the poll interval, or for some of its own deliveries
 // to settle. It owns the in-flight counts, because it is the one that waits on them: the
 // deliveries claimed and not yet settled, and of those the ones whose handler has returned
-// (their outcome waits for the settlement connection). Capacity is the handlers running
-// (in flight, not returned), up to concurrency: a delivery whose handler returned no longer
-// takes a handler's place while its completion waits for the completion window and the
-// statement, which would cap a worker at concurrency / (window + round trip) deliveries a
-// second whatever its handlers cost. What it holds is bounded apart: at most concurrency +
-// max_unsettled deliveries in flight, so that a settlement connection falling behind holds
+// (their outcome waits for the settlement connection). Capacity is the deliveries claimed
+// and not returned (running, or waiting in line for a handler), up to the larger of
+// concurrency and batch_size: a delivery whose handler returned no longer takes a place
+// while its completion waits for the completion window and the statement, which would cap
+// a worker at concurrency / (window + round trip) deliveries a second whatever its handlers
+// cost. What it holds is bounded apart: at most capacity + max_unsettled deliveries in
+// flight, so that a settlement connection falling behind holds
 // the claims back. Whoever ends an attempt
 // reports it: returned() when a handler's outcome goes to the settlement connection,
 // settled() when an attempt has ended.
@@ -46,8 +47,8 @@ class ClaimLoop {
  public:
   struct Options {
     int batch_size = 10;   // most deliveries one claim asks for
-    int concurrency = 10;  // most handlers running (claimed, not yet returned)
-    // Deliveries in flight (running, or returned and not yet settled) beyond concurrency.
+    int concurrency = 10;  // with batch_size, most deliveries claimed and not yet returned
+    // Deliveries in flight (unreturned, or returned and not yet settled) beyond capacity.
     std::size_t max_unsettled = 1000;
     std::chrono::milliseconds poll_interval{1000};
     std::chrono::microseconds wakeup_interval{1000};  // least spacing of woken claims
@@ -77,7 +78,7 @@ class ClaimLoop {
   // Stops claiming and joins the thread. Idempotent.
   void stop();
   // n handlers have returned and their outcomes were handed to the settlement connection:
-  // they no longer count against concurrency, only as in flight until settled_returned().
+  // they no longer count against capacity, only as in flight until settled_returned().
   void returned(std::size_t n);
   // n attempts reported through returned() have ended (completed, failed, buried, or given
   // up on).
