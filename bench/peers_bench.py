@@ -20,6 +20,9 @@ NODE = "node"
 # name: (database, runner or None for the relaybus tool, preset)
 SYSTEMS = {
     "relaybus 0.2.0": ("db_020", None, None),
+    # The relaybus tool (the C++ runtime, relaybus-bench) on relaybus 0.3.0, the default
+    # version: issue 33's latency goals are the default runtime's.
+    "relaybus 0.3.0": ("db_030", None, None),
     "relaybus 0.2.0 loop": ("db_loop", "relaybus_loop.py", None),
     # The same loop on relaybus 0.2.0 itself (CREATE EXTENSION relaybus VERSION '0.2.0', see
     # EXTENSION_VERSIONS) beside the default version: the held-snapshot scenarios
@@ -43,7 +46,7 @@ SYSTEMS = {
 # leases, the reference the peers were measured against: 0.2.1, named, now that 0.3.0 is the
 # default version.
 EXTENSION_VERSIONS = {"db_loop": "0.2.1", "db_floor": "0.2.1", "db_loop020": "0.2.0",
-                      "db_loop030": "0.3.0"}
+                      "db_loop030": "0.3.0", "db_030": "0.3.0"}
 
 
 def plans(mode):
@@ -70,10 +73,10 @@ def plans(mode):
         ("drain", "1 process, tuned", dict(events=n, dispatchers=1, concurrency=200, batch=200, poll_ms=50,
                                            handler_threads=2, consumers=1),
          ["relaybus 0.2.0", "relaybus 0.2.0 loop", "graphile-worker (tuned)"], "relaybus 0.2.0"),
-        ("drain", "1 process, defaults", dict(events=n, dispatchers=1, concurrency=10, batch=10, poll_ms=1000,
+        ("drain", "1 process, defaults", dict(events=n, dispatchers=1, concurrency=10, batch=100, poll_ms=1000,
                                               consumers=1),
          # pg-boss at its defaults takes one job per 2 s poll: it would not drain 20,000.
-         ["relaybus 0.2.0", "graphile-worker (defaults)"], "relaybus 0.2.0"),
+         ["relaybus 0.2.0", "relaybus 0.3.0", "graphile-worker (defaults)"], "relaybus 0.2.0"),
         # Publishing: "relaybus 0.2.0 loop" publishes from Python (psycopg), as the floor and
         # PgQ do, so their ratios compare servers, not clients; "relaybus 0.2.0" is the tool
         # (C++, libpq). Single publish is 20,000 events in both modes: the goal (0.95x the
@@ -87,11 +90,11 @@ def plans(mode):
           "graphile-worker (defaults)", "pg-boss (defaults)"],
          "relaybus 0.2.0 loop"),
         ("mixed", f"1000/s for {dur} s, defaults", dict(rate=1000, duration_s=dur, dispatchers=1, concurrency=10,
-                                                       batch=10, poll_ms=1000, consumers=1),
+                                                       batch=100, poll_ms=1000, consumers=1),
          # Not PgQ with our fast ticker: in a 20 s mixed run its consumer fell minutes behind
          # (p50 46 s), PgQ's tick queries degrading as its tick table grew; pgqd's defaults are
          # PgQ's documented way to run.
-         ["relaybus 0.2.0", "PgQ (pgqd defaults)", "graphile-worker (defaults)",
+         ["relaybus 0.2.0", "relaybus 0.3.0", "PgQ (pgqd defaults)", "graphile-worker (defaults)",
           "graphile-worker (tuned)", "pg-boss (tuned)"],
          "relaybus 0.2.0"),
     ]
@@ -172,8 +175,35 @@ class RunnerTarget:
 
 def target_of(h, cluster, system):
     if SYSTEMS[system][1] is None:
+        if EXTENSION_VERSIONS.get(SYSTEMS[system][0]) == "0.3.0":
+            return positions_target(h)(cluster, SYSTEMS[system][0])
         return h.PgTarget(cluster, SYSTEMS[system][0])
     return RunnerTarget(h, cluster, system)
+
+
+def positions_target(h):
+    """h.PgTarget on relaybus 0.3.0: its checks read statistics() (0.3.0's deliveries have no
+    status), and its figures are the peers' (dead tuples over every table: progress rows and
+    exception rows are 0.3.0's writes, not updates of deliveries and lanes)."""
+
+    class PositionsTarget(h.PgTarget):
+        def pending_deliveries(self):
+            return int(self.cluster.value(self.name, f"""SELECT {h.HARNESS} coalesce(sum(pending + processing), 0)
+                                                           FROM relaybus.statistics() WHERE handler = '{h.HANDLER}'"""))
+
+        def leftovers(self):
+            row = self.cluster.sql(self.name, f"""SELECT {h.HARNESS} coalesce(sum(pending + processing), 0),
+                                                    coalesce(sum(dead), 0) FROM relaybus.statistics()""")[0]
+            return int(row[0]), int(row[1])
+
+        def measure(self, summary, deliveries):
+            stats = h.generic_stats(self.cluster, self.name)
+            per = max(deliveries, 1)
+            return dict(wal_bytes_per_delivery=summary["wal_bytes"] / per,
+                        statements_per_delivery=stats["statements"] / per,
+                        dead_tuples=stats["dead"]), stats
+
+    return PositionsTarget
 
 
 def kept(system, keep):

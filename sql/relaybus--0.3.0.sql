@@ -617,11 +617,10 @@ CREATE OR REPLACE FUNCTION relaybus.subscribe(
   SET search_path = pg_catalog, pg_temp;
 
 -- unsubscribe: removes the handler's subscription; its deliveries and lanes stay (a
--- re-subscribe resumes them). Returns nothing.
+-- re-subscribe resumes them) until purge_expired finishes those published more than
+-- relaybus.retention_dead ago (relaybus_internal.retire_unsubscribed). Returns nothing.
 --
--- Unlike 0.2, purge_expired does not remove an unsubscribed handler's pending deliveries
--- yet: they stay until it is subscribed again, or cancelled one by one. Writes
--- subscriptions.
+-- Writes subscriptions.
 CREATE OR REPLACE FUNCTION relaybus.unsubscribe(handler text) RETURNS void
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -1715,7 +1714,8 @@ COMMENT ON FUNCTION relaybus.subscribe(handler text, event_types text[], max_att
   'backoff_max: 0..365 days, a month counting 30 days. Returns nothing.';
 COMMENT ON FUNCTION relaybus.unsubscribe(handler text) IS
   'removes the handler''s subscription; its deliveries and lanes stay (a '
-  're-subscribe resumes them). Returns nothing.';
+  're-subscribe resumes them) until purge_expired finishes those published more than '
+  'relaybus.retention_dead ago (relaybus_internal.retire_unsubscribed). Returns nothing.';
 COMMENT ON FUNCTION relaybus.publish(type text, payload jsonb, key text, event_id text, handlers text[], available_at timestamptz, headers jsonb) IS
   'in the caller''s transaction, inserts the event and one delivery per handler '
   '(the subscribers of type, or handlers). Idempotent by event_id: a repeat adds deliveries '

@@ -3,9 +3,11 @@
 # B, then B, then A, ...: a fresh database of VERSION, then a mixed run of the plain claim +
 # complete_many loop (bench/peers/relaybus_loop.py: one consumer, claim(500), 10 ms sleep
 # when empty), then one of the default C++ runtime (relaybus-bench mixed: one dispatcher,
-# concurrency 10, batch 10, poll 1 s, woken by NOTIFY), each RATE events/s for DUR seconds.
+# the runtime's defaults: concurrency 10, batch 100, poll 1 s, woken by NOTIFY), each RATE events/s for DUR seconds.
 # Prints each run's p50/p90/p99 (bench/ab/latency_of.py), and the claims' mean server time.
 #   bench/ab/latency.sh A.so B.so [REPEATS] [RATE] [DUR] [VERSION] [PORT]
+# RUNNERS="runtime" runs one of the two (default: "loop runtime"); BENCH_A, BENCH_B: each
+# build's relaybus-bench (default: bin/relaybus-bench for both), to compare runtimes.
 # relaybus.so in the installation is replaced; reinstall the build you want afterwards.
 # A build whose extension scripts differ from the installed ones: set SQL_A or SQL_B to a
 # directory holding its relaybus--*.sql files, copied into the installation before its runs.
@@ -22,7 +24,7 @@ for ((r = 1; r <= repeats; r++)); do
   order="A B"; [ $((r % 2)) = 0 ] && order="B A"
   for build in $order; do
     if [ "$build" = A ]; then use_build "$a" "${SQL_A:-}" "$dir"; else use_build "$b" "${SQL_B:-}" "$dir"; fi
-    for runner in loop runtime; do
+    for runner in ${RUNNERS:-loop runtime}; do
       psql -qX -h "$dir" -p "$port" -U postgres -c "DROP DATABASE IF EXISTS ab" -c "CREATE DATABASE ab" >/dev/null
       psql -qX -h "$dir" -p "$port" -U postgres -d ab -c "CREATE EXTENSION relaybus VERSION '$version'" \
         -c "CREATE EXTENSION pg_stat_statements" >/dev/null
@@ -32,8 +34,10 @@ for ((r = 1; r <= repeats; r++)); do
         /usr/bin/python3 bench/peers/relaybus_loop.py mixed --conn "$conn" --out "$out/run" \
           --rate "$rate" --duration-s "$dur" --consumers 1 >/dev/null
       else
-        bin/relaybus-bench mixed --db "$conn" --out "$out/run" --rate "$rate" --duration-s "$dur" \
-          --publishers 2 --keys $((rate * dur / 4)) --dispatchers 1 --concurrency 10 --batch 10 \
+        bench=bin/relaybus-bench
+        if [ "$build" = A ]; then bench=${BENCH_A:-$bench}; else bench=${BENCH_B:-$bench}; fi
+        "$bench" mixed --db "$conn" --out "$out/run" --rate "$rate" --duration-s "$dur" \
+          --publishers 2 --keys $((rate * dur / 4)) --dispatchers 1 \
           --poll-ms 1000 >/dev/null 2>&1
       fi
       claim=$(psql -qXAt -h "$dir" -p "$port" -U postgres -d ab -c "SELECT round(sum(total_exec_time)::numeric

@@ -45,11 +45,10 @@ CREATE OR REPLACE FUNCTION relaybus.subscribe(
   SET search_path = pg_catalog, pg_temp;
 
 -- unsubscribe: removes the handler's subscription; its deliveries and lanes stay (a
--- re-subscribe resumes them). Returns nothing.
+-- re-subscribe resumes them) until purge_expired finishes those published more than
+-- relaybus.retention_dead ago (relaybus_internal.retire_unsubscribed). Returns nothing.
 --
--- Unlike 0.2, purge_expired does not remove an unsubscribed handler's pending deliveries
--- yet: they stay until it is subscribed again, or cancelled one by one. Writes
--- subscriptions.
+-- Writes subscriptions.
 CREATE OR REPLACE FUNCTION relaybus.unsubscribe(handler text) RETURNS void
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$

@@ -38,9 +38,23 @@ void ClaimLoop::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+void ClaimLoop::returned(std::size_t n) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  returned_ = std::min(returned_ + n, in_flight_);
+  changed_.notify_all();
+}
+
+void ClaimLoop::settled_returned(std::size_t n) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  returned_ -= std::min(n, returned_);
+  in_flight_ -= std::min(n, in_flight_);
+  changed_.notify_all();
+}
+
 void ClaimLoop::settled(std::size_t n) {
   std::lock_guard<std::mutex> lock(mutex_);
   in_flight_ -= std::min(n, in_flight_);
+  returned_ = std::min(returned_, in_flight_);
   changed_.notify_all();
 }
 
@@ -148,16 +162,31 @@ void ClaimLoop::run() {
   }
   // Refill when half a batch is free, not at every freed slot: one claim per finished
   // delivery would cost as many statements as the row-lease design it replaces.
+  // Places for deliveries claimed and not yet returned: concurrency of them run, and a batch
+  // larger than concurrency waits in line for the handlers (as in the Python runtime). A
+  // worker behind on a backlog then claims a batch per statement rather than the few
+  // handlers just freed, so that the claims' fixed cost is spread over many deliveries.
   const std::size_t batch = static_cast<std::size_t>(std::max(1, options_.batch_size));
-  const std::size_t capacity = static_cast<std::size_t>(std::max(1, options_.concurrency));
-  const std::size_t refill = std::max<std::size_t>(1, std::min(batch, capacity) / 2);
+  const std::size_t capacity =
+      std::max(batch, static_cast<std::size_t>(std::max(1, options_.concurrency)));
+  const std::size_t max_unsettled = std::max<std::size_t>(1, options_.max_unsettled);
+  const std::size_t refill = std::max<std::size_t>(1, batch / 2);
+  // Free places: deliveries that may be claimed, and no more than keeps the deliveries in
+  // flight (unreturned, or waiting for settlement) within capacity + max_unsettled. Under
+  // the lock.
+  const auto free = [&] {
+    const std::size_t unreturned = in_flight_ - returned_;
+    const std::size_t places = unreturned < capacity ? capacity - unreturned : 0;
+    const std::size_t held = capacity + max_unsettled;
+    return std::min(places, in_flight_ < held ? held - in_flight_ : 0);
+  };
   for (;;) {
     std::size_t ask = 0;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      changed_.wait(lock, [&] { return stopping_ || capacity - in_flight_ >= refill; });
+      changed_.wait(lock, [&] { return stopping_ || free() >= refill; });
       if (stopping_) return;
-      ask = std::min(batch, capacity - in_flight_);
+      ask = std::min(batch, free());
     }
     std::vector<Delivery> got;
     const std::vector<std::string> names = claimable();

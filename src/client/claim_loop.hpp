@@ -1,7 +1,17 @@
 // The dispatcher's claim thread: claims up to the free capacity, and when a claim comes back
 // empty waits for a notification, for the poll interval, or for some of its own deliveries
-// to settle. It owns the in-flight count (claimed and not yet settled), because it is the
-// one that waits on it; whoever ends an attempt reports it through settled().
+// to settle. It owns the in-flight counts, because it is the one that waits on them: the
+// deliveries claimed and not yet settled, and of those the ones whose handler has returned
+// (their outcome waits for the settlement connection). Capacity is the deliveries claimed
+// and not returned (running, or waiting in line for a handler), up to the larger of
+// concurrency and batch_size: a delivery whose handler returned no longer takes a place
+// while its completion waits for the completion window and the statement, which would cap
+// a worker at concurrency / (window + round trip) deliveries a second whatever its handlers
+// cost. What it holds is bounded apart: at most capacity + max_unsettled deliveries in
+// flight, so that a settlement connection falling behind holds
+// the claims back. Whoever ends an attempt
+// reports it: returned() when a handler's outcome goes to the settlement connection,
+// settled() when an attempt has ended.
 //
 // Every role may NOTIFY any channel, so a notification is only a hint and may come from
 // anyone who can connect: a claim it causes starts no sooner than wakeup_interval after
@@ -37,7 +47,9 @@ class ClaimLoop {
  public:
   struct Options {
     int batch_size = 10;   // most deliveries one claim asks for
-    int concurrency = 10;  // most deliveries in flight
+    int concurrency = 10;  // with batch_size, most deliveries claimed and not yet returned
+    // Deliveries in flight (unreturned, or returned and not yet settled) beyond capacity.
+    std::size_t max_unsettled = 1000;
     std::chrono::milliseconds poll_interval{1000};
     std::chrono::microseconds wakeup_interval{1000};  // least spacing of woken claims
     std::chrono::milliseconds lease{30000};
@@ -65,8 +77,16 @@ class ClaimLoop {
   void start(std::unique_ptr<Store> store = nullptr);
   // Stops claiming and joins the thread. Idempotent.
   void stop();
-  // n attempts have ended (completed, failed, released): their capacity is free again.
+  // n handlers have returned and their outcomes were handed to the settlement connection:
+  // they no longer count against capacity, only as in flight until settled_returned().
+  void returned(std::size_t n);
+  // n attempts reported through returned() have ended (completed, failed, buried, or given
+  // up on).
+  void settled_returned(std::size_t n);
+  // n attempts that were never reported through returned() have ended (a transactional
+  // handler's, committed or rolled back in its own transaction; released).
   void settled(std::size_t n);
+  // Claimed and not yet settled, returned or not.
   std::size_t in_flight() const;
   Counters counters() const;
   // The claim thread's store, for releases and the relinquish once stop() returned; nullptr
@@ -95,7 +115,8 @@ class ClaimLoop {
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;  // in-flight count or stopping changed
-  std::size_t in_flight_ = 0;
+  std::size_t in_flight_ = 0;        // claimed, not yet settled
+  std::size_t returned_ = 0;         // of those, handlers that returned (waiting for settlement)
   bool stopping_ = false;
   Counters counters_;
   std::chrono::steady_clock::time_point last_claim_;  // claim thread only

@@ -48,6 +48,7 @@ ClaimLoop::Options claim_options(const DispatcherConfig& c) {
   ClaimLoop::Options o;
   o.batch_size = std::max(1, c.batch_size);
   o.concurrency = std::max(1, c.concurrency);
+  o.max_unsettled = std::max<std::size_t>(1, c.max_unsettled);
   o.poll_interval = c.poll_interval;
   o.wakeup_interval = c.wakeup_interval;
   o.lease = c.lease;
@@ -79,13 +80,20 @@ Dispatcher::Dispatcher(StoreFactory stores, DispatcherConfig config,
                                                                     : config_.application_name)),
       batcher_(
           config_.completion_window, config_.max_completion_batch,
-          [this](std::size_t n) { claims_.settled(n); }, log_),
+          [this](std::size_t n) { claims_.settled_returned(n); }, log_),
+      // A returned handler frees its place before its outcome is queued: the batcher may
+      // settle it at once, and settled_returned must find it counted as returned.
       pool_(handlers, transactional, named_stores_,
-            HandlerPool::Sinks{[this](std::string token) { batcher_.complete(std::move(token)); },
+            HandlerPool::Sinks{[this](std::string token) {
+                                 claims_.returned(1);
+                                 batcher_.complete(std::move(token));
+                               },
                                [this](std::string token, std::string error) {
+                                 claims_.returned(1);
                                  batcher_.fail(std::move(token), std::move(error));
                                },
                                [this](std::string token, std::string error) {
+                                 claims_.returned(1);
                                  batcher_.bury(std::move(token), std::move(error));
                                },
                                [this](std::size_t n) { claims_.settled(n); },

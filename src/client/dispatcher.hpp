@@ -43,8 +43,16 @@ namespace relaybus::client {
 
 struct DispatcherConfig {
   std::string worker_prefix = "relaybus";
-  int batch_size = 10;   // most deliveries one claim asks for
-  int concurrency = 10;  // handlers in flight (claimed and not yet settled)
+  // Most deliveries one claim asks for. A batch larger than concurrency is claimed whole,
+  // its surplus waiting in line for a handler: a worker behind on a backlog then claims a
+  // batch per statement, not the few places its handlers just freed.
+  int batch_size = 100;
+  int concurrency = 10;  // handlers running at once (claimed, not yet returned)
+  // A handler that returned frees its place, while its completion (or failure) waits for
+  // the completion window and the statement. The worker holds at most max(concurrency,
+  // batch_size) + max_unsettled deliveries in flight: claims wait beyond that for
+  // settlements.
+  std::size_t max_unsettled = 1000;
   // Threads running handlers; 0 = concurrency. Fewer threads than concurrency leaves
   // claimed deliveries waiting in line (useful when handlers are mostly quick).
   int handler_threads = 0;

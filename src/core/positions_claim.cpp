@@ -285,9 +285,11 @@ class PositionsClaim {
       return a.since.value_or(max) < b.since.value_or(max);
     });
     // Locked and read in chunks along the order: enough for the batch at a full lane's room
-    // each, at least 8, doubling while the batch still has room.
+    // each, at least 2, doubling while the batch still has room. A lane read is a window of
+    // up to kPositionWindow rows: a claim of ten that read eight windows when every lane had
+    // a backlog read 500 rows for its ten.
     std::size_t chunk = std::max<std::size_t>(
-        8, static_cast<std::size_t>(std::max(remaining_, 0)) / kMaxInFlightPerLane + 1);
+        2, static_cast<std::size_t>(std::max(remaining_, 0)) / kMaxInFlightPerLane + 1);
     for (std::size_t k = 0; k < order.size() && remaining_ > 0; ++k) {
       if (order[k].index == kNotLocked) {
         std::vector<std::size_t> at;

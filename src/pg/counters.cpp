@@ -6,7 +6,9 @@
 #include "../core/error.hpp"
 
 extern "C" {
+#include "access/xact.h"
 #include "port/atomics.h"
+#include "utils/syscache.h"
 }
 
 namespace relaybus::pg::counters {
@@ -15,7 +17,8 @@ namespace {
 
 // One database's counters. database is 0 (InvalidOid) while the slot is free; a backend
 // takes one with a compare-and-swap, so no lock is ever needed. since is a TimestampTz:
-// when the server started (the shared memory was made) or the counters were last reset.
+// when the server started (the shared memory was made), the counters were last reset, or
+// the slot was taken back from a dropped database.
 struct DatabaseCounters {
   pg_atomic_uint32 database;
   pg_atomic_uint64 since;
@@ -53,14 +56,70 @@ void attach_shared_memory(void* memory, bool created) {
   }
 }
 
+// A slot being taken back from a dropped database, between the compare-and-swap that
+// takes it and the reset of its counters. No database has this OID: template1 is 1,
+// template0 4, postgres 5, and the others are at least FirstNormalObjectId.
+constexpr uint32 kReclaiming = 2;
+
+// The slot's owner once it is not being reclaimed (the reclaimer resets a few counters).
+uint32 settled_owner(DatabaseCounters& db) noexcept {
+  uint32 owner = pg_atomic_read_u32(&db.database);
+  for (int spins = 0; owner == kReclaiming && spins < 100000; ++spins) {
+    pg_spin_delay();
+    owner = pg_atomic_read_u32(&db.database);
+  }
+  return owner;
+}
+
+// Whether a database with this OID exists; true when that cannot be read (a slot is not
+// taken back on a doubt). Only inside a transaction: it reads the catalog.
+bool database_exists(Oid database) noexcept {
+  bool exists = true;
+  try {
+    pg_call([&] { exists = SearchSysCacheExists1(DATABASEOID, ObjectIdGetDatum(database)); });
+  } catch (const PgError& e) {
+    FreeErrorData(e.data);
+    exists = true;
+  } catch (...) {
+    exists = true;
+  }
+  return exists;
+}
+
+// A slot of a database dropped since it counted, taken for this one with its counters
+// reset; nullptr when there is none. Databases come and go (a test suite may create and
+// drop hundreds), and without this the 65th of them would have no counters until a
+// restart. Two backends of this database reclaiming at once take one slot: the loser of
+// the compare-and-swap waits for the winner to finish and finds it this database's.
+DatabaseCounters* reclaim() noexcept {
+  for (auto& db : shared->databases) {
+    const uint32 owner = settled_owner(db);
+    if (owner == MyDatabaseId) return &db;
+    if (owner == InvalidOid || owner == kReclaiming || database_exists(owner)) continue;
+    uint32 expected = owner;
+    if (!pg_atomic_compare_exchange_u32(&db.database, &expected, kReclaiming)) {
+      if (settled_owner(db) == MyDatabaseId) return &db;
+      continue;
+    }
+    pg_atomic_write_u64(&db.since, static_cast<std::uint64_t>(GetCurrentTimestamp()));
+    for (auto& value : db.values) pg_atomic_write_u64(&value, 0);
+    pg_write_barrier();  // the reset before the slot is seen as this database's
+    pg_atomic_write_u32(&db.database, MyDatabaseId);
+    return &db;
+  }
+  return nullptr;
+}
+
 // This database's slot, taken if `take` and it has none yet; nullptr when every slot is
-// another database's. A backend stays in one database, so the answer is kept.
-DatabaseCounters* this_database(bool take) noexcept {
+// another database's. With `may_reclaim` (inside a transaction, not at its commit: it reads
+// the catalog), a slot of a database that no longer exists is taken back. A backend stays
+// in one database, so the answer is kept.
+DatabaseCounters* this_database(bool take, bool may_reclaim = false) noexcept {
   static DatabaseCounters* mine = nullptr;
   if (mine != nullptr) return mine;
   if (shared == nullptr || !OidIsValid(MyDatabaseId)) return nullptr;
   for (auto& db : shared->databases)
-    if (pg_atomic_read_u32(&db.database) == MyDatabaseId) return mine = &db;
+    if (settled_owner(db) == MyDatabaseId) return mine = &db;
   if (!take) return nullptr;
   for (auto& db : shared->databases) {
     uint32 expected = InvalidOid;
@@ -68,7 +127,8 @@ DatabaseCounters* this_database(bool take) noexcept {
         expected == MyDatabaseId)
       return mine = &db;
   }
-  return nullptr;
+  if (!may_reclaim) return nullptr;
+  return mine = reclaim();
 }
 
 // At the commit of the top-level transaction: what is left goes to shared memory. Must
@@ -138,15 +198,16 @@ void require_shared_memory() {
 
 DatabaseCounters& require_slot() {
   require_shared_memory();
-  DatabaseCounters* db = this_database(/*take=*/true);
+  DatabaseCounters* db = this_database(/*take=*/true, /*may_reclaim=*/true);
   if (db != nullptr) return *db;
   const int most = kMaxDatabases;
   pg_call([&] {
     ereport(ERROR, (errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
                     errmsg("relaybus counters are kept for at most %d databases", most),
-                    errdetail("Every slot belongs to another database since the server started; "
+                    errdetail("Every slot belongs to another database that still exists; "
                               "nothing done in this database is counted."),
-                    errhint("Restarting the server frees the slots of databases no longer used.")));
+                    errhint("Dropping a database frees its slot; so does restarting the "
+                            "server, for databases where relaybus is no longer used.")));
   });
   throw core::Error(core::ErrorCode::kInternal, "relaybus: unreachable");  // ereport raised
 }
@@ -162,6 +223,19 @@ void install(bool preloading) {
 
 void add(Counter c, std::uint64_t n) noexcept {
   if (shared == nullptr || n == 0) return;
+  // The slot is found (or taken back from a dropped database) here, inside the
+  // transaction, once per backend: at the commit, where the counts go, the catalog cannot
+  // be read.
+  // With every slot another database's, it is looked for again at most every ten seconds:
+  // each look reads the catalog for every slot's database.
+  if (depth == 0 && IsTransactionState() && this_database(/*take=*/true) == nullptr) {
+    static TimestampTz last_look = 0;
+    const TimestampTz now = GetCurrentTimestamp();
+    if (last_look == 0 || now - last_look >= 10 * USECS_PER_SEC) {
+      last_look = now;
+      this_database(/*take=*/true, /*may_reclaim=*/true);
+    }
+  }
   const int level = GetCurrentTransactionNestLevel();
   if ((depth == 0 || frames[depth - 1].level < level) && depth < kMaxFrames) {
     Frame& frame = frames[depth++];

@@ -45,31 +45,32 @@ bool valid_lane(std::int16_t lane) noexcept {
   return lane >= 0 && lane < core::kLaneCount;
 }
 
-// What this backend's last probe of a lane found, when it found it idle.
-struct Idle {
-  bool idle = false;
+// What this backend's last probe of a lane found, when it had no pending exception rows.
+struct Remembered {
+  bool valid = false;
   std::uint64_t counter = 0;
   std::int64_t probed_at_us = 0;
-  std::int64_t acked_upto = 0;
+  Known known;
 };
-using LaneIdles = std::array<Idle, core::kLaneCount>;
+using LaneMemory = std::array<Remembered, core::kLaneCount>;
 
-// Bounded as progress_hints are: a backend that has probed more handlers starts over.
-constexpr std::size_t kMaxHandlers = 4096;
+// Bounded: a backend that has probed more handlers starts over. A lane remembered holds at
+// most a window's positions, so a handler's lanes take a few hundred kilobytes at worst.
+constexpr std::size_t kMaxHandlers = 256;
 
-std::unordered_map<std::string, LaneIdles>& idles() {
-  static std::unordered_map<std::string, LaneIdles> map;
+std::unordered_map<std::string, LaneMemory>& memory() {
+  static std::unordered_map<std::string, LaneMemory> map;
   return map;
 }
 
 // Moves the lane's counter. Must not fail: called from the transaction callback.
-void published(const std::string& handler, std::int16_t lane) noexcept {
+void moved(const std::string& handler, std::int16_t lane) noexcept {
   if (shared == nullptr || !valid_lane(lane)) return;
   pg_atomic_fetch_add_u64(&shared->lanes[slot_of(handler)][lane], 1);
 }
 
 // Lanes changed by the open transaction (changed_at_commit), counted at its commit; each
-// once, however many rows a transaction publishes or requeues.
+// once, however many rows a transaction writes.
 std::set<std::pair<std::string, std::int16_t>>& changed() {
   static std::set<std::pair<std::string, std::int16_t>> lanes;
   return lanes;
@@ -83,7 +84,7 @@ void at_transaction_end(XactEvent event, void*) {
   if (changed().empty()) return;
   if (event == XACT_EVENT_PRE_COMMIT || event == XACT_EVENT_PARALLEL_PRE_COMMIT ||
       event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT)
-    for (const auto& [handler, lane] : changed()) published(handler, lane);
+    for (const auto& [handler, lane] : changed()) moved(handler, lane);
   if (event != XACT_EVENT_PRE_COMMIT && event != XACT_EVENT_PARALLEL_PRE_COMMIT &&
       event != XACT_EVENT_PRE_PREPARE)
     changed().clear();
@@ -115,39 +116,47 @@ std::vector<std::uint64_t> counters(const std::vector<std::string>& handlers) {
   return out;
 }
 
-PassOver idle_lanes(const std::vector<std::string>& handlers,
-                    const std::vector<std::uint64_t>& counters, std::int64_t now_us) {
+PassOver known_lanes(const std::vector<std::string>& handlers,
+                     const std::vector<std::uint64_t>& counters, std::int64_t now_us) {
   PassOver out;
   out.pass.assign(handlers.size() * core::kLaneCount, false);
-  out.acked_upto.assign(handlers.size() * core::kLaneCount, 0);
+  out.known.assign(handlers.size() * core::kLaneCount, nullptr);
   if (counters.size() != out.pass.size()) return out;
   for (std::size_t i = 0; i < handlers.size(); ++i) {
-    const auto it = idles().find(handlers[i]);
-    if (it == idles().end()) continue;
+    const auto it = memory().find(handlers[i]);
+    if (it == memory().end()) continue;
     for (std::size_t l = 0; l < static_cast<std::size_t>(core::kLaneCount); ++l) {
-      const Idle& idle = it->second[l];
+      const Remembered& r = it->second[l];
       const std::size_t at = i * core::kLaneCount + l;
-      if (idle.idle && idle.counter == counters[at] && now_us >= idle.probed_at_us &&
-          now_us - idle.probed_at_us < kIdleForUs) {
+      if (r.valid && r.counter == counters[at] && now_us >= r.probed_at_us &&
+          now_us - r.probed_at_us < kIdleForUs) {
         out.pass[at] = true;
-        out.acked_upto[at] = idle.acked_upto;
+        out.known[at] = &r.known;
       }
     }
   }
   return out;
 }
 
-void probed(const std::string& handler, std::int16_t lane, std::uint64_t counter, bool idle,
-            std::int64_t acked_upto, std::int64_t now_us) {
+void probed(const std::string& handler, std::int16_t lane, std::uint64_t counter,
+            const Known* known, std::int64_t now_us) {
   if (shared == nullptr || !valid_lane(lane)) return;
-  auto& map = idles();
+  auto& map = memory();
   auto it = map.find(handler);
   if (it == map.end()) {
-    if (!idle) return;
+    if (known == nullptr) return;
     if (map.size() >= kMaxHandlers) map.clear();
-    it = map.emplace(handler, LaneIdles{}).first;
+    it = map.emplace(handler, LaneMemory{}).first;
   }
-  it->second[static_cast<std::size_t>(lane)] = {idle, counter, now_us, acked_upto};
+  Remembered& r = it->second[static_cast<std::size_t>(lane)];
+  if (known == nullptr) {
+    r = Remembered{};
+    return;
+  }
+  r.valid = true;
+  r.counter = counter;
+  r.probed_at_us = now_us;
+  r.known = *known;
 }
 
 }  // namespace relaybus::pg::lane_changes

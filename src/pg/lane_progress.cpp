@@ -1,5 +1,7 @@
 #include "lane_progress.hpp"
 
+#include "lane_changes.hpp"
+
 #include "position_lanes.hpp"
 #include "progress_hints.hpp"
 
@@ -108,6 +110,8 @@ void ProgressInserts::Slices::add(const core::PositionSet& positions) {
 void ProgressInserts::add(const std::string& handler, std::int16_t lane, const StoredProgress& read,
                           const core::LaneProgress& progress, const core::PositionSet& retrying) {
   if (progress == read.progress && retrying == read.retrying) return;
+  // A claim that remembers what it probed of the lane must look again (lane_changes.hpp).
+  lane_changes::changed_at_commit(handler, lane);
   handlers_.push_back(handler);
   lanes_.push_back(lane);
   seqs_.push_back(read.seq + 1);

@@ -163,9 +163,10 @@ std::vector<core::HeldPositionsLane> PgPositionsClaimStore::held_lanes(
   // half of core::held_lane_probe (the first delivery of the window neither done nor in
   // flight: one range scan of deliveries_pkey); then the exception half (due heads not
   // being retried) for the lanes that have pending rows. Nothing is locked: lock_held locks
-  // the lanes core acts on and reads their progress again. A lane this backend found idle
-  // and that no publish has changed since (lane_changes.hpp, $11) is not probed: it is
-  // returned idle, at the cursor it had.
+  // the lanes core acts on and reads their progress again. A lane this backend probed and
+  // that nothing has changed since (lane_changes.hpp, $11) is not probed again: it is left
+  // out of the statement unless core must act on its lease, and what was remembered of it
+  // stands for its probe.
   static Statement read(
       "SELECT " RELAYBUS_POSITIONS_LANE_COLUMNS_SQL RELAYBUS_HELD_LANE_COLUMNS_SQL
       ","
@@ -190,14 +191,20 @@ std::vector<core::HeldPositionsLane> PgPositionsClaimStore::held_lanes(
       "$10"
       "  AND d.position <> ALL (coalesce(p.done, '{}') || coalesce(p.in_flight, '{}'))"
       "  ORDER BY d.position LIMIT 1) f ON true"
-      " WHERE l.lease_owner = $1 AND l.handler = ANY ($2)",
+      " WHERE l.lease_owner = $1 AND l.handler = ANY ($2)"
+      // A lane passed over is left out unless the claim must act on it anyway (its lease
+      // expired or due for renewal, or not the caller's incarnation's): a worker may hold
+      // every lane of a handler, and a row each cost more than the probes it spares.
+      "  AND (NOT s.pass OR l.lease_expires_at <= now()"
+      "       OR coalesce(l.lease_expires_at < $6 OR l.lease_expires_at > $7, true)"
+      "       OR NOT " RELAYBUS_LANE_IS_CALLERS_SQL("$5", "$3", "$4") ")",
       {TEXTOID, TEXTARRAYOID, INT4OID, TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
        INT8ARRAYOID, INT4OID, INT8OID, BOOLARRAYOID});
   handlers_ = handlers;
   // Before the statement's snapshot: a publish that commits after it moves a counter.
   const std::vector<std::uint64_t> changes = lane_changes::counters(handlers);
   const std::int64_t clock_us = GetCurrentTimestamp();
-  const lane_changes::PassOver pass = lane_changes::idle_lanes(handlers, changes, clock_us);
+  const lane_changes::PassOver pass = lane_changes::known_lanes(handlers, changes, clock_us);
   Params params;
   bind_held(params, /*refresh=*/true);
   params.int8_array(progress_hints::get_by_handler(handlers));
@@ -209,11 +216,20 @@ std::vector<core::HeldPositionsLane> PgPositionsClaimStore::held_lanes(
   out.reserve(n);
   constexpr int c = kHeldLaneColumns;
   std::vector<std::size_t> at;  // each lane's place in the flattened arrays, from 0
+  // A lane passed over: what this backend remembers of it stands for its probe.
+  const auto remembered = [&pass](core::HeldPositionsLane& lane, std::size_t i) {
+    const lane_changes::Known& k = *pass.known[i];
+    lane.lane.progress = k.progress;
+    lane.lane.retrying = k.retrying;
+    lane.probe.window_since_us = k.window_since_us;
+  };
+  std::vector<bool> returned(pass.pass.size(), false);
   for (std::uint64_t r = 0; r < n; ++r) {
     core::HeldPositionsLane lane = held_lane_of_row(r);
     at.push_back(static_cast<std::size_t>(row::int4(r, c + 7)) - 1);
-    if (pass.pass[at.back()]) {  // idle, unchanged since this backend probed it
-      lane.lane.progress.acked_upto = pass.acked_upto[at.back()];
+    returned[at.back()] = true;
+    if (pass.pass[at.back()]) {  // unchanged since this backend probed it; its lease to act on
+      remembered(lane, at.back());
       out.push_back(std::move(lane));
       continue;
     }
@@ -224,6 +240,25 @@ std::vector<core::HeldPositionsLane> PgPositionsClaimStore::held_lanes(
     lane.lane.progress.in_flight = position_set(r, c + 4);
     lane.lane.retrying = position_set(r, c + 5);
     if (!row::is_null(r, c + 6)) lane.probe.window_since_us = timestamp_of_row(r, c + 6);
+    out.push_back(std::move(lane));
+  }
+  // The lanes passed over that the statement left out: the caller's, their lease live and not
+  // due for renewal, as they were when this backend probed them. An idle one needs nothing
+  // from the claim; one with work is returned as remembered, for core to order and pick: the
+  // lanes it picks from are locked and read again (lock_held), and one no longer held is not
+  // locked. The binding is not read, and is what the statement's filter leaves.
+  for (std::size_t i = 0; i < pass.pass.size(); ++i) {
+    if (!pass.pass[i] || returned[i] || pass.known[i]->idle) continue;
+    core::HeldPositionsLane lane;
+    lane.lane.handler = handlers[i / core::kLaneCount];
+    lane.lane.lane = static_cast<std::int16_t>(i % core::kLaneCount);
+    lane.lane.lease_renewal_due = false;
+    lane.binding.to_holder = holder_.holder.has_value();
+    lane.binding.same_holder = holder_.holder.has_value();
+    lane.binding.backend_alive = !holder_.holder.has_value();
+    lane.binding.lease_expired = false;
+    remembered(lane, i);
+    at.push_back(i);
     out.push_back(std::move(lane));
   }
   std::vector<const core::PositionsLane*> lanes;
@@ -239,13 +274,22 @@ std::vector<core::HeldPositionsLane> PgPositionsClaimStore::held_lanes(
   for (std::size_t k = 0; k < probed.size(); ++k) {
     core::HeldPositionsLane& l = out[probed[k]];
     l.probe.due_exception_us = due[k];
-    const bool idle = core::held_lane_quiet(l.lane, l.probe, has_rows[k]);
     // Not remembered under REPEATABLE READ (the snapshot predates the counters read) nor in a
-    // transaction that has written (a rollback could bring back what it finished).
-    if (!changes.empty() && !IsolationUsesXactSnapshot() &&
-        !TransactionIdIsValid(GetTopTransactionIdIfAny()))
-      lane_changes::probed(l.lane.handler, l.lane.lane, changes[at[probed[k]]], idle,
-                           l.lane.progress.acked_upto, clock_us);
+    // transaction that has written (a rollback could bring back what it finished); nor a
+    // lane with pending exception rows, whose being due moves with the clock alone.
+    if (changes.empty() || IsolationUsesXactSnapshot() ||
+        TransactionIdIsValid(GetTopTransactionIdIfAny()))
+      continue;
+    if (has_rows[k]) {
+      lane_changes::probed(l.lane.handler, l.lane.lane, changes[at[probed[k]]], nullptr, clock_us);
+      continue;
+    }
+    lane_changes::Known known;
+    known.progress = l.lane.progress;
+    known.retrying = l.lane.retrying;
+    known.window_since_us = l.probe.window_since_us;
+    known.idle = core::held_lane_quiet(l.lane, l.probe, /*has_pending_rows=*/false);
+    lane_changes::probed(l.lane.handler, l.lane.lane, changes[at[probed[k]]], &known, clock_us);
   }
   return out;
 }
@@ -331,7 +375,10 @@ std::vector<core::LaneWorkProbe> PgPositionsClaimStore::lanes_with_work(
   // entries of a leaf page in its range before returning one, so an unbounded probe of a
   // lane with a backlog reads a page of it; the unbounded one runs only where the window
   // holds none. Unlocked, as of this statement; lock_acquirable locks from core's list,
-  // and the progress is read again.
+  // and the progress is read again. A free lane this backend found idle and that nothing has
+  // changed since (lane_changes.hpp, $6) is left out: a handler whose lanes nobody holds
+  // (an in-database handler between batches, a quiet one) had all 256 probed by every claim
+  // that named it.
   static Statement probe(
       "SELECT l.handler, l.lane, l.lease_owner IS NOT NULL, coalesce(p.acked_upto, 0), p.done,"
       " p.in_flight, p.retrying, f.position, f.available_at, p.seq FROM relaybus.lanes l"
@@ -357,14 +404,23 @@ std::vector<core::LaneWorkProbe> PgPositionsClaimStore::lanes_with_work(
       "   WHERE d.handler = l.handler AND d.lane = l.lane"
       "   AND d.position > coalesce(p.acked_upto, 0) ORDER BY d.position LIMIT 1)"
       "  LIMIT 1) f ON true"
-      " WHERE l.handler = ANY ($1) AND " RELAYBUS_ACQUIRABLE_SQL("$2"),
-      {TEXTARRAYOID, TEXTOID, INT8ARRAYOID, INT4OID, INT8OID});
+      " WHERE l.handler = ANY ($1) AND " RELAYBUS_ACQUIRABLE_SQL("$2")
+      "  AND NOT (l.lease_owner IS NULL AND"
+      "   coalesce(($6::bool[])[(array_position($1, l.handler) - 1) * $4 + l.lane + 1], false))",
+      {TEXTARRAYOID, TEXTOID, INT8ARRAYOID, INT4OID, INT8OID, BOOLARRAYOID});
+  // Before the statement's snapshot: a publish that commits after it moves a counter.
+  const std::vector<std::uint64_t> changes = lane_changes::counters(handlers);
+  const std::int64_t clock_us = GetCurrentTimestamp();
+  const lane_changes::PassOver pass = lane_changes::known_lanes(handlers, changes, clock_us);
+  std::vector<bool> idle(pass.pass.size(), false);
+  for (std::size_t i = 0; i < idle.size(); ++i) idle[i] = pass.pass[i] && pass.known[i]->idle;
   Params params;
   params.text_array(handlers);
   params.text(holder_.worker);
   params.int8_array(progress_hints::get_by_handler(handlers));
   params.int4(core::kLaneCount);
   params.int8(core::kPositionWindow);
+  params.bool_array(idle);
   const std::uint64_t n = probe.run(params);
   std::vector<core::LaneWorkProbe> out;
   out.reserve(n);
@@ -393,9 +449,32 @@ std::vector<core::LaneWorkProbe> PgPositionsClaimStore::lanes_with_work(
   }
   std::vector<const core::PositionsLane*> asked;
   for (const auto& l : lanes) asked.push_back(&l);
+  std::vector<bool> has_rows;
   const std::vector<std::optional<std::int64_t>> due =
-      due_heads_where_pending(asked, /*skip_retrying=*/false);
+      due_heads_where_pending(asked, /*skip_retrying=*/false, &has_rows);
   for (std::size_t i = 0; i < out.size(); ++i) out[i].due_exception_us = due[i];
+  // A free lane with nothing above its cursor, nothing running and no exception row is
+  // remembered idle, as held_lanes remembers one (and under the same conditions); any other
+  // is forgotten. An expired lease is work (its takeover), whatever the lane holds.
+  if (!changes.empty() && !IsolationUsesXactSnapshot() &&
+      !TransactionIdIsValid(GetTopTransactionIdIfAny())) {
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      const core::LaneWorkProbe& p = out[i];
+      const auto h = std::find(handlers.begin(), handlers.end(), p.lane.handler);
+      if (h == handlers.end() || p.lane.lane < 0 || p.lane.lane >= core::kLaneCount) continue;
+      const std::size_t at = static_cast<std::size_t>(h - handlers.begin()) * core::kLaneCount +
+                             static_cast<std::size_t>(p.lane.lane);
+      if (p.has_owner || p.first_position || !p.progress.in_flight.empty() || !p.retrying.empty() ||
+          has_rows[i]) {
+        lane_changes::probed(p.lane.handler, p.lane.lane, changes[at], nullptr, clock_us);
+        continue;
+      }
+      lane_changes::Known known;
+      known.progress = p.progress;
+      known.idle = true;
+      lane_changes::probed(p.lane.handler, p.lane.lane, changes[at], &known, clock_us);
+    }
+  }
   return out;
 }
 

@@ -43,6 +43,15 @@ struct FakeBackend {
   std::vector<std::string> names;  // what identify() was told, per instance opened
   std::condition_variable notified;
   int notifications = 0;  // sent and not yet heard: every instance listens, the first hears
+  // complete_many waits (without holding `mutex`) while this is set: a settlement
+  // connection that has fallen behind.
+  bool hold_completions = false;
+  std::condition_variable completions_released;
+  void release_completions() {
+    std::lock_guard<std::mutex> lock(mutex);
+    hold_completions = false;
+    completions_released.notify_all();
+  }
 
   // A NOTIFY relaybus from anyone.
   void notify() {
@@ -153,7 +162,8 @@ class FakeStore final : public Store {
     b_.names.push_back(name);
   }
   int complete_many(const std::vector<std::string>& tokens) override {
-    std::lock_guard<std::mutex> lock(b_.mutex);
+    std::unique_lock<std::mutex> lock(b_.mutex);
+    b_.completions_released.wait(lock, [this] { return !b_.hold_completions; });
     b_.calls.push_back("complete_many");
     b_.complete_batches.push_back(tokens);
     return static_cast<int>(tokens.size());

@@ -393,17 +393,26 @@ check "finding 4: mallory never became a superuser along the way" "$(not_superus
 # that the batch does not lock (written here by hand, committed, then locked). Deterministic
 # on every version, and without the NOWAIT the hand-back waits the 6 s for it.
 q "SELECT relaybus.subscribe('stubborn3', ARRAY['stubborn3.t'], max_attempts => 1,
-     sql_function => 'mallory.stubborn(jsonb)', sql_timeout => '300 ms');
-   BEGIN;
-   SELECT relaybus.publish('stubborn3.t', '{\"stubborn\": \"yes\"}', event_id => 'stubborn-3a');
-   SELECT relaybus.publish('stubborn3.t', '{}', event_id => 'stubborn-3b');
-   COMMIT" >/dev/null
-wait_for "a worker runs the third stubborn handler" \
-  "SELECT EXISTS (SELECT 1 FROM relaybus.list_deliveries('processing', 'stubborn3')
-                   WHERE event_id = 'stubborn-3a' AND lease_owner LIKE 'relaybus-sql-%')" 5
-# At once (the call is cancelled 300 ms after it started, its worker ended 1 s later), in
-# one session: the lease (committed, so that the worker's lock sees it), then the lock.
-psql -qXAt -v ON_ERROR_STOP=1 >/dev/null 2>&1 <<'SQL' &
+     sql_function => 'mallory.stubborn(jsonb)', sql_timeout => '300 ms')" >/dev/null
+# All in one session, started before the publish: it waits until a worker runs stubborn-3a,
+# then at once leases a spare lane to that worker (committed, so that the worker's lock sees
+# it), writes the worker's PID to a file, and locks the lane. At once: the call is cancelled
+# 300 ms after it started and its worker ends 1 s later, and where a psql takes a good part
+# of a second to start (a loaded machine) one psql for each step came too late.
+held_file=$(mktemp)
+psql -qXAt -v ON_ERROR_STOP=1 -v held_file="$held_file" >/dev/null 2>&1 <<'SQL' &
+DO $$
+BEGIN
+  FOR i IN 1 .. 250 LOOP  -- 5 s
+    IF EXISTS (SELECT 1 FROM relaybus.list_deliveries('processing', 'stubborn3')
+                WHERE event_id = 'stubborn-3a' AND lease_owner LIKE 'relaybus-sql-%') THEN
+      RETURN;
+    END IF;
+    PERFORM pg_sleep(0.02);
+  END LOOP;
+  RAISE EXCEPTION 'no worker ran stubborn-3a within 5 s';
+END $$;
+-- A delivery's (handler, lane) is a column pair of relaybus.deliveries on every version.
 UPDATE relaybus.lanes l
    SET lease_owner = w.lease_owner, lease_expires_at = now() + interval '1 minute',
        holder_pid = w.holder_pid, holder_started = w.holder_started
@@ -412,7 +421,10 @@ UPDATE relaybus.lanes l
          WHERE d.event_id = 'stubborn-3a') w
  WHERE l.handler = 'stubborn3'
    AND l.lane = (SELECT min(s.lane) FROM relaybus.lanes s WHERE s.handler = 'stubborn3' AND s.lease_owner IS NULL)
-RETURNING l.lane AS spare \gset
+RETURNING l.lane AS spare, w.holder_pid AS held_by \gset
+\o :held_file
+\qecho :held_by
+\o
 BEGIN;
 SELECT count(*) FROM (SELECT 1 FROM relaybus.lanes WHERE handler = 'stubborn3' AND lane = :spare
                       FOR NO KEY UPDATE) l;
@@ -420,17 +432,35 @@ SELECT pg_sleep(6);
 COMMIT;
 SQL
 locker=$!
-# A delivery's (handler, lane) is a column pair of relaybus.deliveries on every version.
-held_by=$(q "SELECT l.holder_pid FROM relaybus.lanes l JOIN relaybus.deliveries d
-               ON d.handler = l.handler AND d.lane = l.lane WHERE d.event_id = 'stubborn-3a'")
+for _ in $(seq 1 40); do  # until the session waits for the worker
+  [ "$(q "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE query LIKE 'DO%stubborn-3a%' AND state = 'active')")" = t ] && break
+  sleep 0.05
+done
+q "BEGIN;
+   SELECT relaybus.publish('stubborn3.t', '{\"stubborn\": \"yes\"}', event_id => 'stubborn-3a');
+   SELECT relaybus.publish('stubborn3.t', '{}', event_id => 'stubborn-3b');
+   COMMIT" >/dev/null
+held_by=
+for _ in $(seq 1 120); do
+  held_by=$(cat "$held_file")
+  [ -n "$held_by" ] && break
+  sleep 0.05
+done
+rm -f "$held_file"
+[ -n "$held_by" ] && ok "a worker runs the third stubborn handler" \
+  || not_ok "a worker runs the third stubborn handler (not seen within 6 s)"
 warnings_before=$(grep -c 'handler "stubborn3" went on after its timeout' "$dir/server.log" || true)
 # (Until the other transaction holds the lane: it sleeps once it has it.)
 for _ in $(seq 1 40); do
   [ "$(q "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(6)%' AND state = 'active')")" = t ] && break
   sleep 0.05
 done
-wait_for "its worker ends within the timeout and the grace, a lane it holds locked by another transaction" \
-  "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $held_by)" 4
+if [ -n "$held_by" ]; then
+  wait_for "its worker ends within the timeout and the grace, a lane it holds locked by another transaction" \
+    "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $held_by)" 4
+else
+  not_ok "its worker ends within the timeout and the grace, a lane it holds locked by another transaction (no worker seen)"
+fi
 # A hand-back that ran logs the overrun; one that gave up at its NOWAIT does not.
 if [ "$(grep -c 'handler "stubborn3" went on after its timeout' "$dir/server.log" || true)" = "$warnings_before" ]; then
   echo "# the hand-back gave up (no overrun logged)"

@@ -33,9 +33,12 @@ export PGHOST=$dir PGPORT=$port PGUSER=postgres PGDATABASE=postgres
 q "CREATE EXTENSION relaybus" >/dev/null
 q "CREATE TABLE public.handled (event_id text PRIMARY KEY, at timestamptz DEFAULT clock_timestamp());
    GRANT INSERT ON public.handled TO PUBLIC;
-   -- v1 takes half a second, long enough to publish s1 while it runs.
+   -- v1 takes two seconds, long enough to publish s1 while it runs, even where a psql
+   -- takes most of a second to start (a loaded machine). Were v1 done before s1 came,
+   -- the worker's next turn would be v2, and the check that another worker claims v2
+   -- would fail.
    CREATE FUNCTION public.record(e jsonb) RETURNS void LANGUAGE sql AS \$\$
-     SELECT pg_sleep(CASE WHEN e->>'id' = 'v1' THEN 0.5 ELSE 0 END);
+     SELECT pg_sleep(CASE WHEN e->>'id' = 'v1' THEN 2 ELSE 0 END);
      INSERT INTO public.handled (event_id) VALUES (e->>'id') \$\$;
    CREATE FUNCTION public.slow(e jsonb) RETURNS void LANGUAGE sql AS \$\$ SELECT pg_sleep(6) \$\$;
    -- Ignores its cancellation, so its worker is ended after the grace.

@@ -52,8 +52,9 @@ def main():
         deadline = time.monotonic() + 10
         waiting = False
         while time.monotonic() < deadline and not waiting:
+            # In this database: other scripts of the suite may run beside this one.
             waiting = adm.execute("SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                                  " AND query LIKE '%%publish_batch%%')").fetchone()[0]
+                                  " AND query LIKE '%%publish_batch%%' AND datname = current_database())").fetchone()[0]
             time.sleep(0.02)
         if not waiting:
             fail("setup: the batch did not wait for the transaction that published dup")

@@ -17,8 +17,11 @@ SELECT plan(83);
 
 -- A delivery of event `id` (made if new) to handler `h`, at the next position of its lane
 -- (lane_of its key, or of its id), due at `due`. Returns the position.
+-- A delivery written by hand, as a publish writes it, and noted as a change of its lane as a
+-- publish notes it (lane_changes.hpp): a claim passes over a lane it found idle until then.
 CREATE FUNCTION pg_temp.put(h text, id text, k text DEFAULT NULL, due timestamptz DEFAULT now())
   RETURNS bigint LANGUAGE sql AS $$
+  SELECT relaybus_internal.lane_changed($1, relaybus.lane_of(coalesce($3, $2)));
   INSERT INTO relaybus.events (id, type, key, payload, handlers)
   VALUES ($2, 'thing.happened', $3, jsonb_build_object('id', $2), ARRAY[$1])
   ON CONFLICT (id) DO UPDATE SET handlers = relaybus.events.handlers || EXCLUDED.handlers;

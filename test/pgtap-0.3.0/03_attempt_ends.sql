@@ -21,6 +21,7 @@ SELECT plan(150);
 -- Deliveries at positions 1..n of (handler, lane), due a minute ago; event ids h/lane/position.
 CREATE FUNCTION pg_temp.put(h text, l int, n int, k text DEFAULT NULL) RETURNS void
   LANGUAGE sql AS $$
+  SELECT relaybus_internal.lane_changed(h, l::smallint);  -- as a publish notes its lane
   INSERT INTO relaybus.events (id, type, payload, key, handlers)
   SELECT format('%s/%s/%s', h, l, p), 't', '{}', k, ARRAY[h] FROM generate_series(1, n) p;
   INSERT INTO relaybus.deliveries (handler, lane, position, event_id, key, available_at, created_at)

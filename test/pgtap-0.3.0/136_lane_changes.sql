@@ -1,12 +1,13 @@
--- Guarantee: a claim that passes over the idle lanes its worker holds (src/pg/lane_changes.hpp:
--- lanes this backend found idle, whose publish counter has not moved since) misses no work
--- that a publish or a requeue brings into them: both move the lane's counter as they
--- commit, and the very next claim looks at the lane again (without the counters moving,
--- parts 1 and 2 fail). Work that moves no counter (part 3: a row written by hand) is seen
--- within a second, and what a claim saw in a transaction that has written is not
--- remembered, so a rollback brings its work back at once (part 4).
+-- Guarantee: a claim that passes over the lanes its worker holds (src/pg/lane_changes.hpp:
+-- lanes this backend probed, whose counter has not moved since) misses no work that a
+-- publish or a requeue brings into them, nor room that a completion makes: each moves the
+-- lane's counter as it commits, and the very next claim looks at the lane again (without
+-- the counters moving, parts 1, 2 and 5 fail). Work that moves no counter (part 3: a row
+-- written by hand) is seen within a second, and what a claim saw in a transaction that has
+-- written is not remembered, so a rollback brings its work back at once (part 4). Free lanes
+-- found idle are passed over the same way (part 6).
 SELECT rb_reset();
-SELECT plan(12);
+SELECT plan(20);
 
 SELECT relaybus.subscribe('lc', ARRAY['lc.event'], max_attempts => 1);
 SELECT rb_connect('lc_pub');
@@ -70,6 +71,43 @@ SELECT is((SELECT count(*)::int FROM relaybus.claim('lw', 10, '1 hour', ARRAY['l
 ROLLBACK;
 SELECT is((SELECT array_agg(event_id) FROM relaybus.claim('lw', 10, '1 hour', ARRAY['lc'])),
           ARRAY['lc-3'], 'after the rollback the next claim takes lc-3 again at once');
+
+-- 5. A lane with work and no room (32 in flight): remembered so, passed over by the next
+-- claim, until another session's completion makes room.
+SELECT relaybus.subscribe('lc5', ARRAY['lc5.event']);
+SELECT count(relaybus.publish('lc5.event', '{}', k, 'lc5-' || k)) AS published
+  FROM (SELECT 'f' || g AS k FROM generate_series(1, 40000) g
+         WHERE relaybus.lane_of('f' || g) = :lane ORDER BY g LIMIT 40) keys \gset
+CREATE TEMP TABLE c5 AS
+  SELECT lease_token, event_id FROM relaybus.claim('lw', 100, '1 hour', ARRAY['lc5']);
+SELECT is((SELECT count(*)::int FROM c5), 32, 'a claim takes the lane''s room: 32 of 40');
+SELECT is((SELECT count(*)::int FROM relaybus.claim('lw', 100, '1 hour', ARRAY['lc5'])), 0,
+          'the next finds no room');
+SELECT is((SELECT r FROM dblink('lc_pub', format('SELECT relaybus.complete(%L)',
+            (SELECT lease_token FROM c5 ORDER BY event_id LIMIT 1))) AS t(r boolean)), true,
+          'another session completes one of them');
+SELECT is((SELECT count(*)::int FROM relaybus.claim('lw', 100, '1 hour', ARRAY['lc5'])), 1,
+          'the very next claim takes the room the completion made');
+
+-- 6. A handler nobody holds a lane of: a claim probes its free lanes and remembers them
+-- idle. A row written by hand moves no counter: passed over, for at most a second; a publish
+-- by another session into another free lane is taken by the very next claim.
+SELECT relaybus.subscribe('lc6', ARRAY['lc6.event']);
+SELECT is((SELECT count(*)::int FROM relaybus.claim('lw6', 10, '1 hour', ARRAY['lc6'])), 0,
+          'nothing to claim: every lane of lc6 is free and idle');
+INSERT INTO relaybus.events (id, type, key, payload, handlers)
+  VALUES ('lc6-hand', 'lc6.event', 'k', '{}', ARRAY['lc6']);
+INSERT INTO relaybus.deliveries (handler, lane, position, event_id, key, available_at, created_at)
+  VALUES ('lc6', :lane, 1, 'lc6-hand', 'k', now(), now());
+SELECT * FROM dblink('lc_pub', $$SELECT relaybus.publish('lc6.event', '{}', 'other-lane', 'lc6-pub')$$)
+  AS t(id text) \gset
+SELECT ok(relaybus.lane_of('other-lane') <> :lane, 'the published key is in another lane');
+SELECT is((SELECT array_agg(event_id) FROM relaybus.claim('lw6', 10, '1 hour', ARRAY['lc6'])),
+          ARRAY['lc6-pub'],
+          'the next claim takes the publish, and passes over the free lane written by hand');
+SELECT pg_sleep(1.1) AS slept \gset
+SELECT is((SELECT array_agg(event_id) FROM relaybus.claim('lw6', 10, '1 hour', ARRAY['lc6'])),
+          ARRAY['lc6-hand'], 'a second later the free lane is looked at again');
 
 SELECT dblink_disconnect('lc_pub');
 SELECT * FROM finish();

@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "bench_commands.hpp"
+#include "client/dispatcher.hpp"
 #include "client/tool/command_line.hpp"
 #include "client/tool/store_uri.hpp"
 #include "store/store.hpp"
@@ -32,17 +33,19 @@ void out_option(po::options_description& o) {
 }
 
 void dispatcher_options(po::options_description& o) {
+  const relaybus::client::DispatcherConfig runtime;  // its defaults are the bench's
   o.add_options()                                                                     //
       ("handler", po::value<std::string>()->default_value("bench")->value_name("H"),  //
        "the handler the dispatchers run")
       ("dispatchers", at_least<int>("dispatchers", 1)->default_value(1)->value_name("P"),
        "dispatcher processes")
-      ("concurrency", at_least<int>("concurrency", 1)->default_value(10)->value_name("C"),
+      ("concurrency",
+       at_least<int>("concurrency", 1)->default_value(runtime.concurrency)->value_name("C"),
        "handlers running at once in each dispatcher")
       ("handler-threads", at_least<int>("handler-threads", 0)->default_value(0)->value_name("T"),
        "threads running handlers in each dispatcher; 0 = one per --concurrency")
-      ("batch", at_least<int>("batch", 1)->default_value(10)->value_name("B"),
-       "deliveries per claim")
+      ("batch", at_least<int>("batch", 1)->default_value(runtime.batch_size)->value_name("B"),
+       "most deliveries per claim")
       ("poll-ms", at_least<int>("poll-ms", 1)->default_value(1000)->value_name("MS"),
        "the claim loop's poll interval")
       ("lease-ms", at_least<int>("lease-ms", 1)->default_value(30000)->value_name("MS"),
