@@ -284,14 +284,26 @@ class PositionsClaim {
       const auto max = std::numeric_limits<std::int64_t>::max();
       return a.since.value_or(max) < b.since.value_or(max);
     });
-    // Locked and read in chunks along the order: enough for the batch at a full lane's room
-    // each, at least 2, doubling while the batch still has room. A lane read is a window of
-    // up to kPositionWindow rows: a claim of ten that read eight windows when every lane had
-    // a backlog read 500 rows for its ten.
+    // Locked and read in chunks along the order: first enough for the batch at a full lane's
+    // room each, at least 2; then, while the batch still has room, as many as the lanes
+    // planned so far yielded a delivery for the rest, at least twice the last chunk. A lane
+    // read is a window of up to kPositionWindow rows: a claim of ten that read eight windows
+    // when every lane had a backlog read 500 rows for its ten; a claim of a hundred when
+    // every lane has one or two (a busy handler's keys spread over its lanes) would take
+    // five statements of doubling chunks, a lock and a read each, where two do.
     std::size_t chunk = std::max<std::size_t>(
         2, static_cast<std::size_t>(std::max(remaining_, 0)) / kMaxInFlightPerLane + 1);
+    const int wanted = remaining_;
+    std::size_t planned = 0;  // lanes planned so far
+    bool first_chunk = true;
     for (std::size_t k = 0; k < order.size() && remaining_ > 0; ++k) {
       if (order[k].index == kNotLocked) {
+        if (!first_chunk) {
+          const auto got = static_cast<std::size_t>(wanted - remaining_);
+          const auto rest = static_cast<std::size_t>(remaining_);
+          chunk = std::max(2 * chunk, got == 0 ? order.size() : (rest * planned + got - 1) / got);
+        }
+        first_chunk = false;
         std::vector<std::size_t> at;
         std::vector<LaneRef> refs;
         for (std::size_t j = k; j < order.size() && refs.size() < chunk; ++j) {
@@ -307,10 +319,10 @@ class PositionsClaim {
                 order[j].ref.lane == lanes_[i].lane.lane)
               order[j].index = i;
         read(added);
-        chunk *= 2;
       }
       if (order[k].index == kPassed) continue;
       plan(lanes_[order[k].index]);
+      ++planned;
     }
   }
 

@@ -210,8 +210,20 @@ q "CREATE ROLE app LOGIN;
    SELECT relaybus.publish('whoami.t', '{}', event_id => 'owner-1');
    SELECT relaybus.publish('whoami.t', '{}', event_id => 'owner-2');
    COMMIT" >/dev/null
-sleep 0.3
-q "ALTER FUNCTION public.whoami(jsonb) OWNER TO eve" >/dev/null
+# Handed over while the batch's first call sleeps, in one session that waits for it (a
+# fixed sleep before a second psql missed the 0.8 s window on a loaded machine).
+q "DO \$\$
+   BEGIN
+     FOR i IN 1 .. 500 LOOP  -- 10 s
+       IF EXISTS (SELECT 1 FROM pg_stat_activity WHERE backend_type = 'relaybus sql handler'
+                   AND datname = current_database() AND wait_event = 'PgSleep') THEN
+         ALTER FUNCTION public.whoami(jsonb) OWNER TO eve;
+         RETURN;
+       END IF;
+       PERFORM pg_sleep(0.02);
+     END LOOP;
+     RAISE EXCEPTION 'no handler worker ran whoami within 10 s';
+   END \$\$" >/dev/null || true  # the check below says what went wrong
 wait_for "a handed-over function: the call after the hand-over runs as the new owner (the one before, of the same batch, as the old)" \
   "SELECT count(*) = 2 AND count(DISTINCT batch) = 1 AND array_agg(who ORDER BY started) = ARRAY['app', 'eve']
      FROM public.owner_calls" 10

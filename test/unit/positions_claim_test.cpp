@@ -1011,12 +1011,27 @@ TEST(PositionsClaimTest, ChunksOfHeldLanesGrowUntilTheBatchIsFull) {
                   kNow - 100 + lane);
   }
   EXPECT_EQ(Claim(store, 20).size(), 20u);
-  ASSERT_EQ(store.reads.size(), 4u);
+  ASSERT_EQ(store.reads.size(), 2u) << "the first chunk's yield sizes the second";
   EXPECT_EQ(store.reads[0].size(), 2u);
-  EXPECT_EQ(store.reads[1].size(), 4u) << "the second chunk twice the first";
-  EXPECT_EQ(store.reads[2].size(), 8u);
-  EXPECT_EQ(store.reads[3].size(), 16u);
+  EXPECT_EQ(store.reads[1].size(), 18u) << "one delivery a lane: the 18 the batch still needs";
   EXPECT_EQ(store.reads[1].front(), (LaneKey{"h", 2})) << "along the order";
+}
+
+TEST(PositionsClaimTest, ChunksOfHeldLanesAtLeastDoubleWhenLanesYieldMore) {
+  FakeStore store;
+  // 30 held lanes with four unkeyed deliveries each: the first chunk of 2 gives 8, and
+  // the 12 the batch still needs would take 3 lanes at that yield; the chunk doubles.
+  for (std::int16_t lane = 0; lane < 30; ++lane) {
+    store.hold("h", lane, "w", Mine());
+    store.lane("h", lane).renewal_due = false;
+    for (int i = 0; i < 4; ++i)
+      store.publish("h", lane, "e" + std::to_string(lane) + "." + std::to_string(i), std::nullopt,
+                    kNow - 100 + lane);
+  }
+  EXPECT_EQ(Claim(store, 20).size(), 20u);
+  ASSERT_EQ(store.reads.size(), 2u);
+  EXPECT_EQ(store.reads[0].size(), 2u);
+  EXPECT_EQ(store.reads[1].size(), 4u);
 }
 
 TEST(PositionsClaimTest, AnIdleHeldLaneIsReadOnlyWhenItsRenewalIsDue) {
