@@ -9,11 +9,12 @@
 -- them once (relaybus.purge_horizons) and deletes what they leave once their exception
 -- rows go; an event another transaction holds stays; events published to no handler go by
 -- age; events of a 0.2.1 update (relaybus.events_from_021) go once all are past retention;
--- and one call reads no more rows beside a larger unfinished backlog.
+-- one call reads no more rows beside a larger unfinished backlog; and every lane is walked
+-- when there are more than a call's 10,000 rows of them.
 -- A purge that deletes an event whose other delivery is unfinished or held by an exception
 -- row (its handler would get no payload), a lane's last row (the next commit would number
--- from an earlier one) or a held row, or that never deletes what a fan-out, a stuck key or
--- a lock left behind, fails here.
+-- from an earlier one) or a held row, or that never deletes what a fan-out, a stuck key, a
+-- lock or a lane late in the walk's order left behind, fails here.
 SELECT rb_reset();
 SELECT plan(58);
 
