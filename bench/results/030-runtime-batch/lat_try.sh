@@ -14,3 +14,4 @@ ${BENCH:-bin/relaybus-bench} mixed --db "$conn" --out "$out/run" --rate $1 --dur
 claim=$(psql -qXAt -h "$dir" -p "$port" -U postgres -d ab -c "SELECT round(sum(total_exec_time)::numeric / nullif(sum(calls), 0), 2)||' ms x '||sum(calls) FROM pg_stat_statements WHERE query LIKE '%relaybus.claim(%' AND toplevel")
 echo "rate $1 conc $3 batch $4: $(/usr/bin/python3 bench/ab/latency_of.py "$out/run"); claim $claim"
 rm -rf $out
+scripts/cluster stop $dir >/dev/null
