@@ -614,10 +614,11 @@ def write_report(outdir, info, results):
         charts.append(name)
     md = markdown(table, results)
     mach = info["machine"]
-    header = (f"# relaybus benchmark: 0.1.0 vs 0.2.0 ({info['mode']})\n\n"
+    header = (f"# relaybus benchmark ({info['mode']})\n\n"
               f"Command: `{info['command']}` (commit {info['git']}, {info['seconds']} s)\n\n"
               f"Machine: {mach['cpus']} cores, {mach['os']}, {mach['postgres']}, kernel {mach['kernel']}\n\n"
-              f"Runs per configuration and version: {info['rounds']}, interleaved 0.1.0, 0.2.0, 0.1.0, 0.2.0.\n\n")
+              f"Runs per configuration and system: {info['rounds']}, interleaved run by run (where a table "
+              f"compares versions 0.1.0 and 0.2.0: 0.1.0, 0.2.0, 0.1.0, 0.2.0).\n\n")
     goal_md = goals(table, results)
     with open(os.path.join(outdir, "results.md"), "w") as f:
         f.write(header + (goal_md + "\n" if goal_md else "") + md + "\n"
