@@ -69,7 +69,7 @@ function strip_default(arg,    cut) {
   if (cut) arg = substr(arg, 1, cut - 1)
   return arg
 }
-function unqualified_name(object) { sub(/^[a-z_]+\./, "", object); return object }
+function unqualified_name(object) { sub(/^[a-z0-9_]+\./, "", object); return object }
 
 BEGIN { reset_header(); collecting = 0 }
 FNR == 1 { reset_header() }
@@ -85,7 +85,7 @@ $0 == "--" { in_first = 0; next }
 /^-- / { if (in_first) { header[++nlines] = substr($0, 4); sub(/[ \t]+$/, "", header[nlines]) }; next }
 /^CREATE / {
   line = $0
-  if (match(line, /^CREATE (OR REPLACE )?FUNCTION [a-z_.]+\(/)) {
+  if (match(line, /^CREATE (OR REPLACE )?FUNCTION [a-z0-9_.]+\(/)) {
     fn_name = substr(line, 1, RLENGTH - 1)
     sub(/^CREATE (OR REPLACE )?FUNCTION /, "", fn_name)
     if (fn_name !~ /\./) die("function " fn_name " is not schema-qualified")
@@ -93,27 +93,27 @@ $0 == "--" { in_first = 0; next }
     sig = signature(sig_text)
     if (sig == "") { collecting = 1; next }
     emit("FUNCTION", fn_name sig, unqualified_name(fn_name))
-  } else if (match(line, /^CREATE (UNIQUE )?INDEX [a-z_]+ ON [a-z_]+\./)) {
+  } else if (match(line, /^CREATE (UNIQUE )?INDEX [a-z0-9_]+ ON [a-z0-9_]+\./)) {
     # An index lives in its table's schema.
     split(line, w, / +/)
     name = (w[2] == "UNIQUE") ? w[4] : w[3]
     schema = substr(line, index(line, " ON ") + 4)
     sub(/\..*/, "", schema)
     emit("INDEX", schema "." name, name)
-  } else if (match(line, /^CREATE (TABLE|VIEW|MATERIALIZED VIEW|SEQUENCE|TYPE) [a-z_]+\.[a-z_]+/)) {
+  } else if (match(line, /^CREATE (TABLE|VIEW|MATERIALIZED VIEW|SEQUENCE|TYPE) [a-z0-9_]+\.[a-z0-9_]+/)) {
     object = substr(line, 1, RLENGTH)
     kind = object
     sub(/^CREATE /, "", kind)
-    sub(/ [a-z_]+\.[a-z_]+$/, "", kind)
+    sub(/ [a-z0-9_]+\.[a-z0-9_]+$/, "", kind)
     sub(/^CREATE [A-Z ]+ /, "", object)
     emit(kind, object, unqualified_name(object))
-  } else if (match(line, /^CREATE TRIGGER [a-z_]+ .* ON [a-z_]+\.[a-z_]+/)) {
+  } else if (match(line, /^CREATE TRIGGER [a-z0-9_]+ .* ON [a-z0-9_]+\.[a-z0-9_]+/)) {
     # A trigger is named on its table.
     split(line, w, / +/)
     table = substr(line, index(line, " ON ") + 4)
     sub(/ .*/, "", table)
     emit("TRIGGER", w[3] " ON " table, w[3])
-  } else if (match(line, /^CREATE SCHEMA [a-z_]+/)) {
+  } else if (match(line, /^CREATE SCHEMA [a-z0-9_]+/)) {
     object = substr(line, 15, RLENGTH - 14)
     emit("SCHEMA", object, object)
   } else {

@@ -116,6 +116,10 @@ CREATE TABLE relaybus.events (
 --
 -- A BRIN index costs next to nothing on a table that is appended to in publish order.
 CREATE INDEX events_published_at_brin ON relaybus.events USING brin (published_at);
+-- purge_expired: events published while nothing was subscribed to their type. They have no
+-- delivery for its walk of the lanes to find; partial, so that a publish that goes to a
+-- handler writes nothing here.
+CREATE INDEX events_unrouted_idx ON relaybus.events (published_at) WHERE handlers = '{}';
 
 -- Optional append-only completion history: one row per completion while
 -- relaybus.completion_history is on (and 0.1.0's completed deliveries, after an upgrade),
@@ -268,7 +272,42 @@ CREATE INDEX exceptions_unkeyed_idx ON relaybus.exceptions (handler, lane, avail
 CREATE INDEX exceptions_dead_idx ON relaybus.exceptions (updated_at, handler)
   WHERE status = 'dead';
 
+-- purge_expired's place in each lane (at most one row per lane): every delivery row of the
+-- lane at or below purged_upto is gone, or was held by an exception row when purge_expired
+-- went past it, so that its next call goes on from there instead of stepping over those
+-- rows again. Written and read by purge_expired alone.
+--
+-- Why: an exception row keeps its delivery row (a retry completes, a dead letter is
+-- requeued or cancelled through it), so a lane's finished positions may begin with rows
+-- that stay for a long time: a key parked behind a failing delivery, deliveries deferred to
+-- a later due time, dead letters. purge_expired passes them once and records where it
+-- stands; the rows they leave when their exception rows go are found from the lane's lowest
+-- row, once nothing held lies below them. A lane without a row here is walked from its
+-- lowest row. A row too high (the deliveries emptied by hand and this table not) delays the
+-- purge of rows between an exception row below it and it, and never makes purge_expired
+-- delete anything else. Not dumped: a restore starts without it.
+CREATE TABLE relaybus.purge_horizons (
+  handler     text NOT NULL,
+  lane        smallint NOT NULL CHECK (lane >= 0 AND lane < 256),
+  purged_upto bigint NOT NULL,
+  CONSTRAINT purge_horizons_pkey PRIMARY KEY (handler, lane)
+);
+
+-- Set by the update from 0.2.1 to its time: 0.2.1 deleted a delivery when it completed, so
+-- an event published before published_before without any delivery row may be one whose
+-- deliveries all completed there. purge_expired deletes those once all of them are past
+-- relaybus.retention_completed, then this row. Empty on a fresh install.
+--
+-- Events published since have a delivery row for each handler they went to (finished ones
+-- included, until purge_expired), or none at all and an empty handlers list
+-- (events_unrouted_idx): that is how purge_expired finds them without visiting every old
+-- event.
+CREATE TABLE relaybus.events_from_021 (
+  published_before timestamptz NOT NULL
+);
+
 -- Extension tables hold user data: pg_dump must dump their rows, not only CREATE EXTENSION.
+SELECT pg_catalog.pg_extension_config_dump('relaybus.events_from_021', '');
 SELECT pg_catalog.pg_extension_config_dump('relaybus.deliveries', '');
 SELECT pg_catalog.pg_extension_config_dump('relaybus.lanes', '');
 SELECT pg_catalog.pg_extension_config_dump('relaybus.lane_progress', '');
@@ -740,7 +779,7 @@ CREATE OR REPLACE FUNCTION relaybus.take_over_expired() RETURNS integer
   SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
 -- purge_expired: applies retention, at most 10,000 rows of each kind a call (call it until
--- it returns 0, the rows deleted and positions finished): events past
+-- it returns 0: the rows deleted, positions finished, held rows passed): events past
 -- relaybus.retention_completed whose deliveries are all finished, with them; dead letters,
 -- and the deliveries of handlers no longer subscribed, past relaybus.retention_dead;
 -- history past relaybus.retention_completed; lane progress rows superseded for a minute.
@@ -749,15 +788,50 @@ CREATE OR REPLACE FUNCTION relaybus.take_over_expired() RETURNS integer
 -- exception rows that old are deleted, and in each of its lanes nobody leases the cursor
 -- moves over the deliveries that old from the cursor up, stopping at a younger one.
 --
--- Never a lane's last delivery: the next commit numbers the lane's deliveries from it
--- (src/pg/commit_order.hpp). That row stays, finished, after its event is gone, and goes in
--- a later call once the lane has a later delivery (the lowest delivery of each lane is
--- looked at: one probe per lane). Events are locked SKIP LOCKED first (a republish adding
--- a handler holds its event), so the call waits for nothing. Writes events, deliveries,
--- exceptions, completions, lane_progress; locks lanes as retire_unsubscribed does. Interim:
--- 0.3.0's retention is to rotate instead of deleting (docs/design.md).
+-- Events are found from what can go, never by visiting old events: a call costs a few index
+-- probes per lane plus the rows it deletes or passes, whatever waits above the cursors (a
+-- paused handler's backlog) or in exception rows (a stuck key's parked deliveries).
+-- - The walk: each lane with a cursor from its lowest delivery row up, along its primary
+--   key, one row after the other (every lane's lowest row, then at most 10,000 more a
+--   call, so that every lane is walked however many handlers there are), to the first row
+--   above its cursor, of an event not yet past retention (and not itself), or to the
+--   lane's last row,
+--   which stays (the next commit numbers the lane's deliveries from it:
+--   src/pg/commit_order.hpp) and goes in a later call once the lane has a later row. A
+--   finished row (at or below the cursor, without an exception row) of an event past
+--   retention or gone is deleted, whatever the event's other deliveries wait for (a row
+--   past retention whose id names a younger event now is an earlier event's: it goes, the
+--   event stays); its event is deleted with it when none of its delivery rows is left
+--   unfinished or held by an exception row, so an event goes with the last of its
+--   deliveries to finish. A row held by an exception row stays (its attempts and its
+--   cancel go through it) and the walk passes it; relaybus.purge_horizons records how far
+--   it went past such rows, so that a later walk jumps from the first of them to there.
+--   Rows they leave, once their exception rows go, are deleted when the walk reaches them
+--   from the lane's lowest row (nothing held left below them).
+-- - Events published to no handler (handlers empty) are found by events_unrouted_idx,
+--   those 0.2.1 finished before the update (relaybus.events_from_021) by age, once all of
+--   them are past retention.
+-- An event is locked FOR UPDATE SKIP LOCKED (a repeated publish that adds a handler holds
+-- its event), then checked again with a snapshot taken after the locks, before it is
+-- deleted (of a lane's last row, only an event that looks finished: that row is met again
+-- by every call). A row whose event another transaction holds stays, and the walk records
+-- no horizon past it. One call walks at a
+-- time (it locks relaybus.purge_horizons in SHARE ROW EXCLUSIVE mode, NOWAIT: a call that
+-- finds it taken leaves the lanes to the other), so a call waits for nothing.
+--
+-- Planned with sequential scans, hash and merge joins off (jit with them), as the delivery
+-- path is: every statement is a walk or a lookup along an index, right at every size, and a
+-- plan made while a table looked small must not read the whole table once it is deep.
+-- Bitmap scans stay on: the history, and the events of an update from 0.2.1, are found by
+-- age through BRIN indexes. Probes are scalar subqueries, which PostgreSQL never turns into
+-- a hashed read of a whole table.
+--
+-- Writes events, deliveries, exceptions, completions, lane_progress, purge_horizons,
+-- events_from_021; locks lanes as retire_unsubscribed does. Interim: 0.3.0's retention is to
+-- rotate instead of deleting (docs/design.md).
 CREATE OR REPLACE FUNCTION relaybus.purge_expired() RETURNS bigint
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
 AS $fn$
 DECLARE
   -- In seconds, as the settings store them; their defaults when the library is not loaded.
@@ -765,54 +839,247 @@ DECLARE
                                WHERE s.name = 'relaybus.retention_completed'), 604800));
   keep_dead interval := make_interval(secs => coalesce((SELECT s.setting::int FROM pg_settings s
                           WHERE s.name = 'relaybus.retention_dead'), 1209600));
+  cutoff timestamptz := now() - keep_completed;
+  -- The rows the walk read, in the order it read them (each lane's in position order).
+  w_handler text[];
+  w_lane smallint[];
+  w_horizon bigint[];   -- its lane's horizon when the walk began
+  w_position bigint[];
+  w_event text[];
+  w_held boolean[];     -- an exception row holds it: kept, passed
+  w_finished boolean[]; -- at or below the cursor, not held, its event past retention or gone
+  w_gone boolean[];     -- finished, its event gone (or a later one with its id)
+  w_last boolean[];     -- its lane's last row
+  w_stop boolean[];     -- the walk of its lane ended here without passing it
+  w_ready boolean[];    -- finished, its event to be locked
+  w_locked boolean[];   -- ready, and its event is locked here
   ids text[];
+  from_021 timestamptz;
+  budget integer := 10000;
+  walking boolean;
   n bigint;
   deleted bigint := 0;
 BEGIN
   deleted := relaybus_internal.retire_unsubscribed(now() - keep_dead);
-  SELECT coalesce(array_agg(e.id), '{}') INTO ids FROM (
-    SELECT e.id FROM relaybus.events e
-     WHERE e.published_at < now() - keep_completed
-       AND NOT EXISTS (SELECT 1 FROM relaybus.exceptions x WHERE x.event_id = e.id)
-       AND NOT EXISTS (
-         SELECT 1 FROM relaybus.deliveries d
-           JOIN relaybus.lane_state l ON l.handler = d.handler AND l.lane = d.lane
-          WHERE d.event_id = e.id AND d.position > l.acked_upto AND d.position <> ALL (l.done))
-     LIMIT 10000 FOR UPDATE OF e SKIP LOCKED) e;
-  -- Again, with a snapshot taken after the locks: a repeated publish that added a handler
-  -- and committed after the statement above began, but before it locked the event, wrote
-  -- a delivery that statement's snapshot did not see (the lock re-checks the event row, not
-  -- its deliveries). The locks keep any later one out until this transaction ends.
-  SELECT coalesce(array_agg(i.id), '{}') INTO ids FROM unnest(ids) AS i(id)
-   WHERE NOT EXISTS (SELECT 1 FROM relaybus.exceptions x WHERE x.event_id = i.id)
-     AND NOT EXISTS (
-       SELECT 1 FROM relaybus.deliveries d
-         JOIN relaybus.lane_state l ON l.handler = d.handler AND l.lane = d.lane
-        WHERE d.event_id = i.id AND d.position > l.acked_upto AND d.position <> ALL (l.done));
-  DELETE FROM relaybus.deliveries d
-   WHERE d.event_id = ANY (ids)
-     AND EXISTS (SELECT 1 FROM relaybus.deliveries t WHERE t.handler = d.handler
-                    AND t.lane = d.lane AND t.position > d.position);
-  DELETE FROM relaybus.events e WHERE e.id = ANY (ids);
-  GET DIAGNOSTICS n = ROW_COUNT;
-  deleted := deleted + n;
-  -- A lane's last delivery kept above once its event went: its lowest delivery, finished,
-  -- of an event that is gone, with a later delivery behind it.
-  DELETE FROM relaybus.deliveries d WHERE (d.handler, d.lane, d.position) IN (
-    SELECT f.handler, f.lane, f.position FROM relaybus.lane_state l
-     CROSS JOIN LATERAL (SELECT d.handler, d.lane, d.position, d.event_id FROM relaybus.deliveries d
-                          WHERE d.handler = l.handler AND d.lane = l.lane
-                          ORDER BY d.position LIMIT 1) f
-     WHERE f.position <= l.acked_upto
-       AND NOT EXISTS (SELECT 1 FROM relaybus.events e WHERE e.id = f.event_id)
-       AND EXISTS (SELECT 1 FROM relaybus.deliveries t WHERE t.handler = f.handler
-                      AND t.lane = f.lane AND t.position > f.position));
+  -- Dead letters before the walk: a row they held is finished by the time it comes, and
+  -- its event can go in this call.
   DELETE FROM relaybus.exceptions x WHERE (x.handler, x.lane, x.position) IN (
     SELECT y.handler, y.lane, y.position FROM relaybus.exceptions y
      WHERE y.status = 'dead' AND y.updated_at < now() - keep_dead
      ORDER BY y.updated_at LIMIT 10000 FOR UPDATE SKIP LOCKED);
   GET DIAGNOSTICS n = ROW_COUNT;
   deleted := deleted + n;
+
+  -- One walk at a time, never waiting: the table lock is the owner's alone to take (an
+  -- advisory lock could be held by any role, stopping the purge).
+  BEGIN
+    LOCK TABLE relaybus.purge_horizons IN SHARE ROW EXCLUSIVE MODE NOWAIT;
+    walking := true;
+  EXCEPTION WHEN lock_not_available THEN
+    walking := false;
+  END;
+  IF walking THEN
+    -- One statement, breadth first (a row of every lane, then the next of each): a lane
+    -- with much to do does not keep the others waiting for a later call. Its limit leaves
+    -- room for the first row of every lane (at most one per lane row), so that every lane
+    -- is walked at every call, however many handlers share the lanes. A lane without a
+    -- progress row has finished nothing. A row above the cursor is not probed further; a
+    -- held row's event and successor are not needed. Young: the row and its event within
+    -- retention. Orphan: its event is gone, or the event with its id is younger than the
+    -- row (an earlier event with that id went, and the id was published again).
+    WITH RECURSIVE walk AS (
+      SELECT l.handler, l.lane, l.acked_upto, l.horizon, r.position, r.event_id, r.held,
+             r.young, r.orphan, r.has_next
+        FROM (SELECT s.handler, s.lane, s.acked_upto, coalesce(h.purged_upto, 0) AS horizon
+                FROM relaybus.lane_state s
+                LEFT JOIN relaybus.purge_horizons h ON h.handler = s.handler AND h.lane = s.lane
+               WHERE s.acked_upto > 0) l
+       CROSS JOIN LATERAL (
+         SELECT d.position, d.event_id, x.held,
+                coalesce(v.published_at >= cutoff AND d.created_at >= cutoff, false) AS young,
+                v.published_at IS NULL OR (v.published_at >= cutoff AND d.created_at < cutoff)
+                  AS orphan,
+                CASE WHEN d.position <= l.acked_upto AND NOT x.held THEN
+                  EXISTS (SELECT 1 FROM relaybus.deliveries t WHERE t.handler = l.handler
+                             AND t.lane = l.lane AND t.position > d.position)
+                  ELSE x.held END AS has_next
+           FROM (SELECT d.position, d.event_id, d.created_at FROM relaybus.deliveries d
+                  WHERE d.handler = l.handler AND d.lane = l.lane
+                  ORDER BY d.position LIMIT 1) d
+          CROSS JOIN LATERAL (
+            SELECT d.position <= l.acked_upto
+                   AND coalesce((SELECT true FROM relaybus.exceptions x WHERE x.handler = l.handler
+                                    AND x.lane = l.lane AND x.position = d.position), false)
+                   AS held) x
+          LEFT JOIN LATERAL (
+            SELECT e.published_at FROM relaybus.events e
+             WHERE d.position <= l.acked_upto AND NOT x.held AND e.id = d.event_id) v ON true) r
+      UNION ALL
+      SELECT w.handler, w.lane, w.acked_upto, w.horizon, r.position, r.event_id, r.held,
+             r.young, r.orphan, r.has_next
+        FROM walk w
+       CROSS JOIN LATERAL (
+         SELECT d.position, d.event_id, x.held,
+                coalesce(v.published_at >= cutoff AND d.created_at >= cutoff, false) AS young,
+                v.published_at IS NULL OR (v.published_at >= cutoff AND d.created_at < cutoff)
+                  AS orphan,
+                CASE WHEN d.position <= w.acked_upto AND NOT x.held THEN
+                  EXISTS (SELECT 1 FROM relaybus.deliveries t WHERE t.handler = w.handler
+                             AND t.lane = w.lane AND t.position > d.position)
+                  ELSE x.held END AS has_next
+           -- The next row; from a held row below the horizon, the first row past it.
+           FROM (SELECT d.position, d.event_id, d.created_at FROM relaybus.deliveries d
+                  WHERE d.handler = w.handler AND d.lane = w.lane
+                    AND d.position > CASE WHEN w.held AND w.position < w.horizon THEN w.horizon
+                                          ELSE w.position END
+                  ORDER BY d.position LIMIT 1) d
+          CROSS JOIN LATERAL (
+            SELECT d.position <= w.acked_upto
+                   AND coalesce((SELECT true FROM relaybus.exceptions x WHERE x.handler = w.handler
+                                    AND x.lane = w.lane AND x.position = d.position), false)
+                   AS held) x
+          LEFT JOIN LATERAL (
+            SELECT e.published_at FROM relaybus.events e
+             WHERE d.position <= w.acked_upto AND NOT x.held AND e.id = d.event_id) v ON true) r
+       -- Not past a row above the cursor, a young one, or the lane's last (a held row is
+       -- passed, young or not: nothing of it goes).
+       WHERE w.has_next AND w.position <= w.acked_upto AND NOT w.young
+    )
+    SELECT array_agg(w.handler), array_agg(w.lane), array_agg(w.horizon), array_agg(w.position),
+           array_agg(w.event_id), array_agg(w.held), array_agg(w.finished),
+           array_agg(w.finished AND w.orphan), array_agg(NOT w.has_next),
+           array_agg(w.position > w.acked_upto OR w.young OR NOT w.has_next)
+      INTO w_handler, w_lane, w_horizon, w_position, w_event, w_held, w_finished, w_gone,
+           w_last, w_stop
+      FROM (SELECT k.*, NOT k.held AND k.position <= k.acked_upto AND NOT k.young AS finished
+              FROM (SELECT * FROM walk
+                     LIMIT 10000 + (SELECT count(*) FROM relaybus.lanes)) k) w;
+
+    -- The finished rows whose events are to be locked: all but those whose event is gone,
+    -- and of a lane's last row (met again by every call while its lane has nothing later)
+    -- only one whose event looks finished: none of its delivery rows is above its lane's
+    -- cursor and outside its done set (no progress row: cursor 0), or held by an exception
+    -- row (which always has its delivery row: the same handler, lane and position). The
+    -- others wait for a delivery that will be walked once it finishes, and checked then.
+    SELECT array_agg(CASE WHEN NOT u.finished OR u.gone THEN false
+                          WHEN NOT u.last THEN true
+                          ELSE NOT coalesce((
+             SELECT true FROM relaybus.deliveries d
+              WHERE d.event_id = u.event_id
+                AND (coalesce((SELECT true FROM relaybus.exceptions x WHERE x.handler = d.handler
+                                  AND x.lane = d.lane AND x.position = d.position), false)
+                     OR coalesce((SELECT d.position > p.acked_upto AND d.position <> ALL (p.done)
+                                    FROM relaybus.lane_progress p
+                                   WHERE p.handler = d.handler AND p.lane = d.lane
+                                   ORDER BY p.seq DESC LIMIT 1), true))
+              LIMIT 1), false) END ORDER BY u.n) INTO w_ready
+      FROM unnest(w_event, w_finished, w_gone, w_last) WITH ORDINALITY
+           AS u(event_id, finished, gone, last, n);
+    -- Their events, locked, each row's flag in the walk's order (a row whose event another
+    -- transaction holds stays; an event of two rows is locked once).
+    SELECT array_agg(k.id IS NOT NULL ORDER BY u.n) INTO w_locked
+      FROM unnest(w_event, w_ready) WITH ORDINALITY AS u(event_id, ready, n)
+      LEFT JOIN LATERAL (SELECT e.id FROM relaybus.events e
+                          WHERE u.ready AND e.id = u.event_id
+                          FOR UPDATE SKIP LOCKED) k ON true;
+    -- Of the events locked, those none of whose delivery rows is unfinished or held (as
+    -- above), read with a snapshot taken after the locks: a repeated publish that added a
+    -- handler and committed after the walk began, but before the event was locked, wrote a
+    -- delivery the walk's snapshot did not see (the lock re-checks the event row, not its
+    -- deliveries). The locks keep any later one out until this transaction ends.
+    SELECT coalesce(array_agg(i.id), '{}') INTO ids
+      FROM (SELECT DISTINCT u.event_id AS id FROM unnest(w_event, w_locked) AS u(event_id, locked)
+             WHERE u.locked) i
+     WHERE NOT coalesce((
+       SELECT true FROM relaybus.deliveries d
+        WHERE d.event_id = i.id
+          AND (coalesce((SELECT true FROM relaybus.exceptions x WHERE x.handler = d.handler
+                            AND x.lane = d.lane AND x.position = d.position), false)
+               OR coalesce((SELECT d.position > p.acked_upto AND d.position <> ALL (p.done)
+                              FROM relaybus.lane_progress p
+                             WHERE p.handler = d.handler AND p.lane = d.lane
+                             ORDER BY p.seq DESC LIMIT 1), true))
+        LIMIT 1), false);
+    DELETE FROM relaybus.events e WHERE e.id = ANY (ids);
+    GET DIAGNOSTICS n = ROW_COUNT;
+    deleted := deleted + n;
+    budget := budget - n::integer;
+    -- The finished rows but each lane's last. Counted when their event stays (or went
+    -- before): a call that deleted only rows like these does not return 0.
+    WITH gone AS (
+      DELETE FROM relaybus.deliveries d
+       USING unnest(w_handler, w_lane, w_position, w_finished, w_gone, w_last, w_ready, w_locked)
+             AS u(handler, lane, position, finished, gone, last, ready, locked)
+       WHERE d.handler = u.handler AND d.lane = u.lane AND d.position = u.position
+         AND u.finished AND NOT u.last AND (NOT u.ready OR u.locked)
+      RETURNING d.event_id, u.gone)
+    SELECT count(*) INTO n FROM gone g
+     WHERE g.gone OR coalesce((SELECT true FROM relaybus.events e WHERE e.id = g.event_id), false);
+    deleted := deleted + n;
+    -- The horizon of each lane whose walk met a held row: below the row it stopped at, and
+    -- below any row it kept because another transaction held its event. The held rows it
+    -- passed for good are counted, so that a call that only went past them does not return
+    -- 0 while the lane has more to purge beyond.
+    WITH walked AS (
+      SELECT u.* FROM unnest(w_handler, w_lane, w_horizon, w_position, w_held, w_stop, w_ready,
+                             w_locked)
+                      AS u(handler, lane, horizon, position, held, stop, ready, locked)
+    ), lanes AS (
+      SELECT w.handler, w.lane, max(w.horizon) AS horizon,
+             least(max(w.position) - CASE WHEN (array_agg(w.stop ORDER BY w.position DESC))[1]
+                                          THEN 1 ELSE 0 END,
+                   min(w.position) FILTER (WHERE w.ready AND NOT w.locked) - 1)
+               AS upto
+        FROM walked w GROUP BY w.handler, w.lane HAVING bool_or(w.held)
+    ), moved AS (
+      INSERT INTO relaybus.purge_horizons AS h (handler, lane, purged_upto)
+      SELECT l.handler, l.lane, l.upto FROM lanes l WHERE l.upto > l.horizon
+      ON CONFLICT ON CONSTRAINT purge_horizons_pkey DO UPDATE SET purged_upto = EXCLUDED.purged_upto
+      RETURNING h.handler, h.lane
+    )
+    SELECT count(*) INTO n FROM walked w
+      JOIN lanes l ON l.handler = w.handler AND l.lane = w.lane
+      JOIN moved m ON m.handler = w.handler AND m.lane = w.lane
+     WHERE w.held AND w.position > l.horizon AND w.position <= l.upto;
+    deleted := deleted + n;
+  END IF;
+
+  -- Events published to no handler, oldest first.
+  SELECT coalesce(array_agg(e.id), '{}') INTO ids FROM (
+    SELECT e.id FROM relaybus.events e
+     WHERE e.handlers = '{}' AND e.published_at < cutoff
+     ORDER BY e.published_at LIMIT greatest(budget, 0) FOR UPDATE OF e SKIP LOCKED) e;
+  -- A publish that gave one a handler rewrote its handlers (the lock re-checked the row);
+  -- its deliveries are checked again all the same, with this statement's snapshot.
+  DELETE FROM relaybus.events e WHERE e.id = ANY (ids)
+     AND NOT coalesce((SELECT true FROM relaybus.deliveries d WHERE d.event_id = e.id LIMIT 1), false);
+  GET DIAGNOSTICS n = ROW_COUNT;
+  deleted := deleted + n;
+  budget := budget - n::integer;
+
+  -- Events whose deliveries 0.2.1 completed (and deleted) before the update: once every
+  -- event published before it is past retention, those without a delivery row, in calls
+  -- of their own; then the update's time is forgotten.
+  SELECT max(f.published_before) INTO from_021 FROM relaybus.events_from_021 f;
+  IF from_021 < cutoff AND budget > 0 THEN
+    SELECT coalesce(array_agg(e.id), '{}') INTO ids FROM (
+      SELECT e.id FROM relaybus.events e
+       WHERE e.published_at < from_021
+         AND NOT coalesce((SELECT true FROM relaybus.deliveries d WHERE d.event_id = e.id LIMIT 1), false)
+       LIMIT budget FOR UPDATE OF e SKIP LOCKED) e;
+    -- Again after the locks, as above (a repeated publish may have added a delivery).
+    DELETE FROM relaybus.events e WHERE e.id = ANY (ids)
+       AND NOT coalesce((SELECT true FROM relaybus.deliveries d WHERE d.event_id = e.id LIMIT 1), false);
+    GET DIAGNOSTICS n = ROW_COUNT;
+    deleted := deleted + n;
+    IF cardinality(ids) = 0 AND NOT EXISTS (
+         SELECT 1 FROM relaybus.events e
+          WHERE e.published_at < from_021
+            AND NOT coalesce((SELECT true FROM relaybus.deliveries d WHERE d.event_id = e.id LIMIT 1), false)) THEN
+      DELETE FROM relaybus.events_from_021;
+    END IF;
+  END IF;
+
   DELETE FROM relaybus.completions c WHERE c.ctid IN (
     SELECT y.ctid FROM relaybus.completions y WHERE y.completed_at < now() - keep_completed
      LIMIT 10000 FOR UPDATE SKIP LOCKED);
@@ -1322,6 +1589,10 @@ COMMENT ON TABLE relaybus.events IS
   'again.';
 COMMENT ON INDEX relaybus.events_published_at_brin IS
   'purge_expired: events by age.';
+COMMENT ON INDEX relaybus.events_unrouted_idx IS
+  'purge_expired: events published while nothing was subscribed to their type. They have no '
+  'delivery for its walk of the lanes to find; partial, so that a publish that goes to a '
+  'handler writes nothing here.';
 COMMENT ON TABLE relaybus.completions IS
   'Optional append-only completion history: one row per completion while '
   'relaybus.completion_history is on (and 0.1.0''s completed deliveries, after an upgrade), '
@@ -1370,6 +1641,16 @@ COMMENT ON INDEX relaybus.exceptions_unkeyed_idx IS
   'claim: a lane''s unkeyed pending rows, earliest due first (src/pg/exception_heads.hpp).';
 COMMENT ON INDEX relaybus.exceptions_dead_idx IS
   'purge_expired and requeue_dead: dead letters by age.';
+COMMENT ON TABLE relaybus.purge_horizons IS
+  'purge_expired''s place in each lane (at most one row per lane): every delivery row of the '
+  'lane at or below purged_upto is gone, or was held by an exception row when purge_expired '
+  'went past it, so that its next call goes on from there instead of stepping over those '
+  'rows again. Written and read by purge_expired alone.';
+COMMENT ON TABLE relaybus.events_from_021 IS
+  'Set by the update from 0.2.1 to its time: 0.2.1 deleted a delivery when it completed, so '
+  'an event published before published_before without any delivery row may be one whose '
+  'deliveries all completed there. purge_expired deletes those once all of them are past '
+  'relaybus.retention_completed, then this row. Empty on a fresh install.';
 COMMENT ON SCHEMA relaybus_internal IS
   'Internal helpers of relaybus, called only by its own functions; not part of the SQL API '
   'and usable by no role.';
@@ -1479,7 +1760,7 @@ COMMENT ON FUNCTION relaybus.take_over_expired() IS
   'lanes were taken over. The background worker calls it every relaybus.maintenance_interval.';
 COMMENT ON FUNCTION relaybus.purge_expired() IS
   'applies retention, at most 10,000 rows of each kind a call (call it until '
-  'it returns 0, the rows deleted and positions finished): events past '
+  'it returns 0: the rows deleted, positions finished, held rows passed): events past '
   'relaybus.retention_completed whose deliveries are all finished, with them; dead letters, '
   'and the deliveries of handlers no longer subscribed, past relaybus.retention_dead; '
   'history past relaybus.retention_completed; lane progress rows superseded for a minute.';

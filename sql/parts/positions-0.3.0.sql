@@ -129,7 +129,42 @@ CREATE INDEX exceptions_unkeyed_idx ON relaybus.exceptions (handler, lane, avail
 CREATE INDEX exceptions_dead_idx ON relaybus.exceptions (updated_at, handler)
   WHERE status = 'dead';
 
+-- purge_expired's place in each lane (at most one row per lane): every delivery row of the
+-- lane at or below purged_upto is gone, or was held by an exception row when purge_expired
+-- went past it, so that its next call goes on from there instead of stepping over those
+-- rows again. Written and read by purge_expired alone.
+--
+-- Why: an exception row keeps its delivery row (a retry completes, a dead letter is
+-- requeued or cancelled through it), so a lane's finished positions may begin with rows
+-- that stay for a long time: a key parked behind a failing delivery, deliveries deferred to
+-- a later due time, dead letters. purge_expired passes them once and records where it
+-- stands; the rows they leave when their exception rows go are found from the lane's lowest
+-- row, once nothing held lies below them. A lane without a row here is walked from its
+-- lowest row. A row too high (the deliveries emptied by hand and this table not) delays the
+-- purge of rows between an exception row below it and it, and never makes purge_expired
+-- delete anything else. Not dumped: a restore starts without it.
+CREATE TABLE relaybus.purge_horizons (
+  handler     text NOT NULL,
+  lane        smallint NOT NULL CHECK (lane >= 0 AND lane < @LANE_COUNT@),
+  purged_upto bigint NOT NULL,
+  CONSTRAINT purge_horizons_pkey PRIMARY KEY (handler, lane)
+);
+
+-- Set by the update from 0.2.1 to its time: 0.2.1 deleted a delivery when it completed, so
+-- an event published before published_before without any delivery row may be one whose
+-- deliveries all completed there. purge_expired deletes those once all of them are past
+-- relaybus.retention_completed, then this row. Empty on a fresh install.
+--
+-- Events published since have a delivery row for each handler they went to (finished ones
+-- included, until purge_expired), or none at all and an empty handlers list
+-- (events_unrouted_idx): that is how purge_expired finds them without visiting every old
+-- event.
+CREATE TABLE relaybus.events_from_021 (
+  published_before timestamptz NOT NULL
+);
+
 -- Extension tables hold user data: pg_dump must dump their rows, not only CREATE EXTENSION.
+SELECT pg_catalog.pg_extension_config_dump('relaybus.events_from_021', '');
 SELECT pg_catalog.pg_extension_config_dump('relaybus.deliveries', '');
 SELECT pg_catalog.pg_extension_config_dump('relaybus.lanes', '');
 SELECT pg_catalog.pg_extension_config_dump('relaybus.lane_progress', '');

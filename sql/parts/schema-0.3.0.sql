@@ -39,6 +39,10 @@ CREATE TABLE relaybus.events (
 --
 -- A BRIN index costs next to nothing on a table that is appended to in publish order.
 CREATE INDEX events_published_at_brin ON relaybus.events USING brin (published_at);
+-- purge_expired: events published while nothing was subscribed to their type. They have no
+-- delivery for its walk of the lanes to find; partial, so that a publish that goes to a
+-- handler writes nothing here.
+CREATE INDEX events_unrouted_idx ON relaybus.events (published_at) WHERE handlers = '{}';
 
 -- Optional append-only completion history: one row per completion while
 -- relaybus.completion_history is on (and 0.1.0's completed deliveries, after an upgrade),

@@ -65,9 +65,15 @@ SELECT u.handler, u.lane, 1, count(*), '{}', '{}', '{}'
 DROP TABLE relaybus.upgrade_030, relaybus.deliveries_020, relaybus.lanes_020,
            relaybus.key_counters;
 
+-- 0.2.1's completed deliveries left no row: purge_expired finds their events by this time
+-- (relaybus.events_from_021), and 0.3.0's unrouted events by this index (schema-0.3.0.sql).
+-- After the locks above: every publish of 0.2.1 committed before, so before this time.
+INSERT INTO relaybus.events_from_021 (published_before) VALUES (clock_timestamp());
+CREATE INDEX events_unrouted_idx ON relaybus.events (published_at) WHERE handlers = '{}';
+
 -- As a fresh install leaves them (rights-0.2.1.sql): nothing for PUBLIC, spelled out.
 REVOKE ALL ON relaybus.deliveries, relaybus.lanes, relaybus.lane_progress, relaybus.lane_state,
-              relaybus.exceptions FROM PUBLIC;
+              relaybus.exceptions, relaybus.purge_horizons, relaybus.events_from_021 FROM PUBLIC;
 
 -- The admin right reads every relaybus table (relaybus_internal.right_privileges: SELECT ON
 -- ALL TABLES IN SCHEMA relaybus), and the tables made above are new: each role holding it

@@ -2,7 +2,8 @@
 # purge_expired against what runs beside it (test/integration/purge_races.py): a claim that
 # read an unsubscribed handler's delivery before the purge deleted it, a transaction that
 # cancels in two lanes, and a publish that adds a handler to an old event while the purge
-# scans (1,500,000 old events make the scan long enough; about 20 s a version). Runs in a
+# scans (1,500,000 old events make 0.2.1's scan long enough; 0.3.0's purge no longer reads
+# them, and is held at its lock of the event instead; about 20 s a version). Runs in a
 # database of its own on the suite's cluster, at 0.2.1 (lane leases, whose purge the cases
 # were written against) and at the default version.
 # Needs /usr/bin/python3 with python3-psycopg.

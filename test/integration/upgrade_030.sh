@@ -9,7 +9,8 @@
 #    delivery left is there once; an expired lease's delivery is charged one attempt (dead at
 #    max_attempts); a key's deliveries keep their order; the pause and the rights stay; and a
 #    worker then runs every pending delivery exactly once, in key order, nothing dead runs
-#    until requeued, nothing completed runs again.
+#    until requeued, nothing completed runs again; purge_expired then deletes the events
+#    0.2.1 completed (no delivery row left) and one no handler had, and keeps the rest.
 # The role made here is named relaybus_up3_* and dropped at the end.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -81,6 +82,10 @@ SELECT relaybus.subscribe('poisoned', ARRAY['t'], 2);
 SELECT relaybus.subscribe('paused', ARRAY['t']);
 SELECT relaybus.pause('paused');
 SELECT relaybus.grant_rights('relaybus_up3_pub', 'publisher');
+-- An event only live had, completed (0.2.1 deletes the delivery), and one nobody had.
+SELECT relaybus.publish('t', '{}', NULL, 'done-021', ARRAY['live']);
+SELECT relaybus.complete(lease_token) FROM relaybus.claim('w-done', 1, '30 seconds', ARRAY['live']);
+SELECT relaybus.publish('t.none', '{}', NULL, 'none-021');
 -- 60 events, half keyed over 6 keys, one delayed an hour.
 SELECT relaybus.publish('t', jsonb_build_object('n', g), CASE WHEN g % 2 = 0 THEN 'k' || (g % 6) END, 'e' || g)
   FROM generate_series(1, 60) g;
@@ -107,6 +112,8 @@ UPDATE relaybus.lanes SET lease_expires_at = now() - interval '1 second' WHERE l
 ALTER EXTENSION relaybus UPDATE TO '0.3.0';
 SQL
 check $db "the update ran" "SELECT extversion = '0.3.0' FROM pg_extension WHERE extname = 'relaybus'"
+check $db "it kept its time for purge_expired (0.2.1's completed events have no delivery row)" \
+  "SELECT count(*) = 1 FROM relaybus.events_from_021 WHERE published_before <= now()"
 check $db "every delivery left is there once, in its handler's lane" \
   "SELECT (SELECT count(*) FROM relaybus.deliveries) = (SELECT count(*) FROM before_update)
       AND NOT EXISTS (SELECT event_id, handler FROM before_update
@@ -184,6 +191,14 @@ check $db "in key order: a key's deliveries ran in sequence order" \
 check $db "a requeued dead delivery runs" \
   "SELECT relaybus.requeue('e3', 'live')
       AND (SELECT count(*) = 1 FROM relaybus.claim('after', 5, '30 seconds', ARRAY['live']) WHERE event_id = 'e3')"
+
+# Retention (zero here): what 0.2.1 finished, and what went to nobody, goes; the rest stays.
+q $db "DO \$\$ BEGIN PERFORM set_config('relaybus.retention_completed', '0', true);
+        WHILE relaybus.purge_expired() > 0 LOOP END LOOP; END \$\$" >/dev/null
+check $db "purge_expired deletes the events 0.2.1 completed and one nobody had, then forgets the update's time; events still pending stay" \
+  "SELECT NOT EXISTS (SELECT FROM relaybus.events WHERE id IN ('done-021', 'none-021'))
+      AND NOT EXISTS (SELECT FROM relaybus.events_from_021)
+      AND (SELECT count(*) FROM relaybus.events WHERE id ~ '^e[0-9]+$') = 60"
 
 echo "upgrade_030: $passed passed, $failed failed"
 [ $failed = 0 ]

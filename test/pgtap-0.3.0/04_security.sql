@@ -138,9 +138,11 @@ SELECT is((SELECT array_agg(r || ' ' || f.signature ORDER BY r, f.signature) FRO
 SELECT is((SELECT array_agg(r || ' ' || t.relname ORDER BY r, t.relname) FROM rb_roles, rb_tables t
             WHERE has_table_privilege(r, t.oid, 'SELECT')),
           ARRAY['relaybus_sec030_adm completions', 'relaybus_sec030_adm deliveries', 'relaybus_sec030_adm events',
-                'relaybus_sec030_adm exceptions', 'relaybus_sec030_adm lane_progress', 'relaybus_sec030_adm lane_state',
-                'relaybus_sec030_adm lanes', 'relaybus_sec030_adm subscriptions'],
-          'only the admin reads the tables, every one of them (exceptions, lane_progress and the view lane_state included)');
+                'relaybus_sec030_adm events_from_021', 'relaybus_sec030_adm exceptions',
+                'relaybus_sec030_adm lane_progress', 'relaybus_sec030_adm lane_state', 'relaybus_sec030_adm lanes',
+                'relaybus_sec030_adm purge_horizons', 'relaybus_sec030_adm subscriptions'],
+          'only the admin reads the tables, every one of them (exceptions, lane_progress, purge_horizons, '
+          'events_from_021 and the view lane_state included)');
 SELECT is((SELECT array_agg(r || ' ' || p || ' ' || t.relname ORDER BY r, p, t.relname)
              FROM rb_roles, rb_tables t,
                   unnest(ARRAY['INSERT', 'UPDATE', 'DELETE', 'TRUNCATE', 'REFERENCES', 'TRIGGER']) p
@@ -187,7 +189,10 @@ INSERT INTO attempts (statement) VALUES
   ('CREATE POLICY p ON relaybus.exceptions USING (false)'),
   ('ALTER TABLE relaybus.exceptions ENABLE ROW LEVEL SECURITY'),
   ('ALTER TABLE relaybus.lanes SET (fillfactor = 100)'),
-  ('CREATE INDEX ON relaybus.deliveries (key)');
+  ('CREATE INDEX ON relaybus.deliveries (key)'),
+  -- A horizon set too high, or an update's time, would hold back or widen what the purge does.
+  ($$INSERT INTO relaybus.purge_horizons VALUES ('sec', 0, 1000000)$$),
+  ($$INSERT INTO relaybus.events_from_021 VALUES (now())$$);
 CREATE FUNCTION pg_temp.refused_as(role name) RETURNS text[] LANGUAGE plpgsql AS $$
 DECLARE
   a record;

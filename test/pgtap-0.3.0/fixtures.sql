@@ -10,7 +10,8 @@ CREATE EXTENSION pgrowlocks;
 -- would not isolate them.
 CREATE FUNCTION public.rb_reset() RETURNS void LANGUAGE sql AS $$
   TRUNCATE relaybus.events, relaybus.deliveries, relaybus.lanes, relaybus.lane_progress,
-           relaybus.exceptions, relaybus.completions, relaybus.subscriptions;
+           relaybus.exceptions, relaybus.completions, relaybus.subscriptions,
+           relaybus.purge_horizons, relaybus.events_from_021;
 $$;
 
 -- A second connection to the same database, for tests of two concurrent transactions.
