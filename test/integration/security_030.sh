@@ -53,8 +53,8 @@ q $db "SELECT relaybus.grant_rights('relaybus_sec030_adm', 'admin'), relaybus.gr
 q $db "CREATE TABLE rights_before AS SELECT * FROM relaybus.rights()" >/dev/null
 q $db "ALTER EXTENSION relaybus UPDATE TO '0.3.0'" >/dev/null
 check $db "the update ran" "SELECT extversion = '0.3.0' FROM pg_extension WHERE extname = 'relaybus'"
-check $db "after the update the admin reads every relaybus table and view, the new deliveries, lanes, lane_progress, lane_state and exceptions included" \
-  "SELECT bool_and(has_table_privilege('relaybus_sec030_adm', c.oid, 'SELECT')) AND count(*) = 8
+check $db "after the update the admin reads every relaybus table and view, the new deliveries, lanes, lane_progress, lane_state, exceptions, purge_horizons and events_from_021 included" \
+  "SELECT bool_and(has_table_privilege('relaybus_sec030_adm', c.oid, 'SELECT')) AND count(*) = 10
      FROM pg_class c WHERE c.relnamespace = 'relaybus'::regnamespace AND c.relkind IN ('r', 'v')"
 if psql -qXAt -v ON_ERROR_STOP=1 -U relaybus_sec030_adm -d $db \
      -c "SELECT count(*) FROM relaybus.exceptions" -c "SELECT count(*) FROM relaybus.lanes" >/dev/null 2>&1; then
