@@ -63,6 +63,11 @@ std::size_t ClaimLoop::in_flight() const {
   return in_flight_;
 }
 
+std::chrono::steady_clock::time_point ClaimLoop::lanes_renewed_at() const {
+  return std::chrono::steady_clock::time_point(
+      std::chrono::steady_clock::duration(lanes_renewed_at_.load(std::memory_order_relaxed)));
+}
+
 ClaimLoop::Counters ClaimLoop::counters() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return counters_;
@@ -210,6 +215,8 @@ void ClaimLoop::run() {
       if (!wait_for_work()) return;
       continue;
     }
+    if (names.size() == handlers_.size() && store_->claim_renews_held_lanes())
+      lanes_renewed_at_.store(last_claim_.time_since_epoch().count(), std::memory_order_relaxed);
     for (const auto& h : retrying_) {
       reported_.erase(h);
       log_("handler " + h + " is subscribed again: claiming for it");

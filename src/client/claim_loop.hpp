@@ -27,6 +27,7 @@
 // recheck_unsubscribed. It never claims with no handler at all, which would mean every one.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -88,6 +89,10 @@ class ClaimLoop {
   void settled(std::size_t n);
   // Claimed and not yet settled, returned or not.
   std::size_t in_flight() const;
+  // When the last claim began that renewed every lane the worker holds (a claim that
+  // returned, naming every handler, on a store whose claims renew held lanes); the epoch of
+  // steady_clock if none has. Any thread.
+  std::chrono::steady_clock::time_point lanes_renewed_at() const;
   Counters counters() const;
   // The claim thread's store, for releases and the relinquish once stop() returned; nullptr
   // if it never connected.
@@ -120,6 +125,8 @@ class ClaimLoop {
   bool stopping_ = false;
   Counters counters_;
   std::chrono::steady_clock::time_point last_claim_;  // claim thread only
+  // lanes_renewed_at(), in steady_clock ticks.
+  std::atomic<std::chrono::steady_clock::rep> lanes_renewed_at_{0};
   // Claim thread only: handlers left out (not subscribed), with when to try each again; and
   // those being tried again, to say so once a claim with them works.
   std::map<std::string, std::chrono::steady_clock::time_point> left_out_;

@@ -103,8 +103,8 @@ Dispatcher::Dispatcher(StoreFactory stores, DispatcherConfig config,
           named_stores_, worker_, names_, claim_options(config_),
           [this](std::vector<Delivery> got) { pool_.submit(std::move(got)); }, log_),
       renewer_(
-          named_stores_, worker_, config_.lease, [this] { return claims_.in_flight() > 0; }, log_) {
-}
+          named_stores_, worker_, config_.lease, [this] { return claims_.in_flight() > 0; },
+          [this] { return claims_.lanes_renewed_at(); }, log_) {}
 
 Dispatcher::~Dispatcher() {
   stop();

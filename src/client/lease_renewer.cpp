@@ -6,11 +6,12 @@
 namespace relaybus::client {
 
 LeaseRenewer::LeaseRenewer(StoreFactory stores, Worker worker, std::chrono::milliseconds lease,
-                           HoldingFn holding, LogFn log)
+                           HoldingFn holding, RenewedAtFn renewed_at, LogFn log)
     : stores_(std::move(stores)),
       worker_(std::move(worker)),
       lease_(lease),
       holding_(std::move(holding)),
+      renewed_at_(std::move(renewed_at)),
       log_(std::move(log)) {}
 
 LeaseRenewer::~LeaseRenewer() {
@@ -37,7 +38,10 @@ void LeaseRenewer::run() {
   for (;;) {
     if (stopping_changed_.wait_for(lock, every, [this] { return stopping_; })) return;
     lock.unlock();
-    if (holding_()) {
+    // A claim that began within the last third left every lane leased for at least two
+    // thirds of the lease from now, as an extend_lease now would (for one lease).
+    const bool renewed = std::chrono::steady_clock::now() - renewed_at_() < every;
+    if (holding_() && !renewed) {
       try {
         if (!store) store = stores_();
         store->extend_lease(worker_, lease_);

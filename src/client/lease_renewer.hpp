@@ -1,6 +1,8 @@
 // Renews the worker's lanes every third of the lease while it holds deliveries, on its own
 // store instance, so a slow claim or settlement statement never lets a lease lapse. An
-// idle worker renews nothing: its lanes may lapse, which frees them for others.
+// idle worker renews nothing: its lanes may lapse, which frees them for others. Nor does
+// one whose claims renewed every lane it holds within that third (Store::
+// claim_renews_held_lanes): an extend_lease then would only rewrite every lease row again.
 #pragma once
 
 #include <chrono>
@@ -17,10 +19,12 @@ namespace relaybus::client {
 class LeaseRenewer {
  public:
   using HoldingFn = std::function<bool()>;  // true while the worker has deliveries in flight
+  // When a claim last renewed every lane the worker holds (ClaimLoop::lanes_renewed_at).
+  using RenewedAtFn = std::function<std::chrono::steady_clock::time_point()>;
   using LogFn = std::function<void(const std::string&)>;
 
   LeaseRenewer(StoreFactory stores, Worker worker, std::chrono::milliseconds lease,
-               HoldingFn holding, LogFn log);
+               HoldingFn holding, RenewedAtFn renewed_at, LogFn log);
   ~LeaseRenewer();  // stop()
   LeaseRenewer(const LeaseRenewer&) = delete;
   LeaseRenewer& operator=(const LeaseRenewer&) = delete;
@@ -36,6 +40,7 @@ class LeaseRenewer {
   const Worker worker_;
   const std::chrono::milliseconds lease_;
   const HoldingFn holding_;
+  const RenewedAtFn renewed_at_;
   const LogFn log_;
 
   std::mutex mutex_;

@@ -48,6 +48,9 @@ class PgStore final : public Store {
   void identify(const std::string& name) override;
   // relaybus's installed version, the database and the role, as found when connecting.
   const std::string& extension_version() const { return version_; }
+  // 0.3's claim renews the held lanes of its handlers that are due (src/core/lane_lease.hpp:
+  // lease_renewal); 0.2's and 0.1's do not promise it.
+  bool claim_renews_held_lanes() const override { return version_.rfind("0.3.", 0) == 0; }
 
   std::string publish(const Event& event) override;
   std::vector<std::string> publish_batch(const std::vector<Event>& events) override;

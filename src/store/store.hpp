@@ -194,6 +194,12 @@ class Store {
   virtual int relinquish(const Worker& worker) = 0;
   // Renews every lane `worker` holds; returns how many.
   virtual int extend_lease(const Worker& worker, std::chrono::milliseconds lease) = 0;
+  // True when every claim that returns (found something or not) has left each lane the
+  // worker holds for the handlers it named leased until at least the claim's start plus its
+  // `lease` (relaybus 0.3.0's claim renews those due). A runtime then need not renew lanes a
+  // recent claim renewed: each extend_lease rewrites every lease row, which a held snapshot
+  // keeps as a dead version, and makes the next claim find them due again.
+  virtual bool claim_renews_held_lanes() const { return false; }
   // Subscribes this instance to publish notifications. Idempotent.
   virtual void listen() = 0;
   // Waits up to `timeout` for a notification; true if one arrived. Polling stays the

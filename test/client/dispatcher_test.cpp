@@ -231,6 +231,57 @@ TEST(Dispatcher, DestructionDoesNotWaitForAHandlerThatNeverReturns) {
   EXPECT_EQ(backend.completed_count_locked(), 0u);
 }
 
+// The renewer leaves the lanes alone while claims renew them (relaybus 0.3.0: a claim
+// renews every held lane that is due): an extend_lease every third of the lease rewrote
+// every lease row, a dead version each under a held snapshot, and made the next claim
+// find them all due and rewrite them again.
+namespace {
+int renewals_while_claiming(bool claim_renews) {
+  FakeBackend backend;
+  backend.add(200);
+  backend.claim_renews = claim_renews;
+  auto config = quick_config();
+  config.lease = 300ms;  // the renewer looks every 100 ms
+  config.concurrency = 4;
+  config.batch_size = 2;
+  Dispatcher d(fake_factory(backend), config,
+               {{"h", [](const Delivery&) { std::this_thread::sleep_for(10ms); }}});
+  d.start();
+  EXPECT_TRUE(eventually([&] { return backend.completed_count() == 200; }));
+  d.stop();
+  std::lock_guard<std::mutex> lock(backend.mutex);
+  return backend.renewals;
+}
+}  // namespace
+
+TEST(Dispatcher, TheRenewerLeavesAloneLanesThatClaimsRenew) {
+  const int without = renewals_while_claiming(false);
+  const int with = renewals_while_claiming(true);
+  EXPECT_GE(without, 2) << "about 500 ms of work, a renewal every 100 ms";
+  EXPECT_LE(with, 1) << "claims ran all along and renewed every lane";
+}
+
+// ... but still renews while no claim runs: every handler busy, nothing claimed meanwhile.
+TEST(Dispatcher, TheRenewerStillRenewsWhileNoClaimRuns) {
+  FakeBackend backend;
+  backend.add(1);
+  backend.claim_renews = true;
+  auto config = quick_config();
+  config.lease = 300ms;
+  config.concurrency = 1;
+  config.batch_size = 1;
+  std::atomic<bool> ran{false};
+  Dispatcher d(fake_factory(backend), config, {{"h", [&](const Delivery&) {
+                                                  std::this_thread::sleep_for(550ms);
+                                                  ran = true;
+                                                }}});
+  d.start();
+  EXPECT_TRUE(eventually([&] { return ran.load(); }));
+  d.stop();
+  std::lock_guard<std::mutex> lock(backend.mutex);
+  EXPECT_GE(backend.renewals, 2) << "a handler ran for almost two leases without a renewal";
+}
+
 // A handler that returned no longer takes a place among `concurrency` while its completion
 // waits for the settlement connection: a worker whose completions take a few milliseconds
 // to settle would otherwise run at most concurrency deliveries per settlement, however

@@ -35,6 +35,7 @@ struct FakeBackend {
   int open_transactions = 0;
   int relinquished = 0;
   int renewals = 0;
+  bool claim_renews = false;  // claim_renews_held_lanes(), as relaybus 0.3.0's store says
   int opened = 0;
   // Handlers the store says are not subscribed: a claim naming one fails, as relaybus's does.
   std::set<std::string> unsubscribed;
@@ -196,6 +197,10 @@ class FakeStore final : public Store {
     std::lock_guard<std::mutex> lock(b_.mutex);
     b_.calls.push_back("extend_lease");
     return ++b_.renewals;
+  }
+  bool claim_renews_held_lanes() const override {
+    std::lock_guard<std::mutex> lock(b_.mutex);
+    return b_.claim_renews;
   }
   std::unique_ptr<Transaction> begin() override {
     {

@@ -16,7 +16,7 @@ if [ "$hold" = 1 ]; then
   sleep 1
 fi
 out=$(mktemp -d)
-bin/relaybus-bench mixed --db "$conn" --out "$out/run" --rate "$rate" --duration-s "$dur" --publishers 2 --keys $((rate * dur / 4)) --dispatchers 1 --poll-ms 1000 >/dev/null 2>&1
+${BENCH:-bin/relaybus-bench} mixed --db "$conn" --out "$out/run" --rate "$rate" --duration-s "$dur" --publishers 2 --keys $((rate * dur / 4)) --dispatchers 1 --poll-ms 1000 >/dev/null 2>&1
 /usr/bin/python3 bench/ab/latency_of.py "$out/run"
 psql -qX -h $dir -p $port -U postgres -d ab -c "SELECT calls, round(total_exec_time::numeric,1) total_ms, round(mean_exec_time::numeric,3) mean_ms, rows, toplevel, left(regexp_replace(query, '\s+', ' ', 'g'), 110) q FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 16"
 psql -qX -h $dir -p $port -U postgres -d ab -c "SELECT calls, rows, round(mean_exec_time::numeric,3) mean_ms, left(regexp_replace(query, '\s+', ' ', 'g'), 150) q FROM pg_stat_statements WHERE query ~* 'update relaybus.lanes' ORDER BY rows DESC"
