@@ -6,6 +6,8 @@
 # the runtime's defaults: concurrency 10, batch 100, poll 1 s, woken by NOTIFY), each RATE events/s for DUR seconds.
 # Prints each run's p50/p90/p99 (bench/ab/latency_of.py), and the claims' mean server time.
 #   bench/ab/latency.sh A.so B.so [REPEATS] [RATE] [DUR] [VERSION] [PORT]
+# HOLD=1: an idle REPEATABLE READ transaction that has taken its snapshot is open in the
+# run's database through every run (vacuum may remove nothing written meanwhile).
 # RUNNERS="runtime" runs one of the two (default: "loop runtime"); BENCH_A, BENCH_B: each
 # build's relaybus-bench (default: bin/relaybus-bench for both), to compare runtimes.
 # relaybus.so in the installation is replaced; reinstall the build you want afterwards.
@@ -30,6 +32,13 @@ for ((r = 1; r <= repeats; r++)); do
         -c "CREATE EXTENSION pg_stat_statements" >/dev/null
       /usr/bin/python3 bench/peers/relaybus_loop.py reset --conn "$conn"
       psql -qX -h "$dir" -p "$port" -U postgres -d ab -c "SELECT pg_stat_statements_reset()" >/dev/null
+      holder=
+      if [ "${HOLD:-0}" = 1 ]; then
+        (echo "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM relaybus.subscriptions;"
+         sleep $((dur + 30))) | psql -qX -h "$dir" -p "$port" -U postgres -d ab >/dev/null &
+        holder=$!
+        sleep 1
+      fi
       if [ $runner = loop ]; then
         /usr/bin/python3 bench/peers/relaybus_loop.py mixed --conn "$conn" --out "$out/run" \
           --rate "$rate" --duration-s "$dur" --consumers 1 >/dev/null
@@ -42,7 +51,12 @@ for ((r = 1; r <= repeats; r++)); do
       fi
       claim=$(psql -qXAt -h "$dir" -p "$port" -U postgres -d ab -c "SELECT round(sum(total_exec_time)::numeric
         / nullif(sum(calls), 0), 2) FROM pg_stat_statements WHERE query LIKE '%relaybus.claim(%' AND toplevel")
-      echo "repeat $r, build $build, $runner: $(/usr/bin/python3 bench/ab/latency_of.py "$out/run"); claim ${claim} ms"
+      if [ -n "$holder" ]; then
+        psql -qX -h "$dir" -p "$port" -U postgres -d ab -c "SELECT pg_terminate_backend(pid)
+          FROM pg_stat_activity WHERE datname = 'ab' AND state = 'idle in transaction'" >/dev/null
+        wait "$holder" 2>/dev/null || true
+      fi
+      echo "repeat $r, build $build, $runner${HOLD:+ (snapshot held)}: $(/usr/bin/python3 bench/ab/latency_of.py "$out/run"); claim ${claim} ms"
       rm -f "$out"/run.*
     done
   done
