@@ -44,6 +44,9 @@ RUNTIME_DEFAULTS = dict(dispatchers=1, concurrency=10, batch=100, poll_ms=1000)
 VARIANTS = {
     "snapshot": f"SELECT {HARNESS} 1",
     "snapshot + xid": f"SELECT {HARNESS} txid_current()",
+    # The control: the same rounds with nothing held, to tell what the hold costs from what
+    # the rounds' growing tables cost.
+    "nothing": None,
 }
 
 COLORS = {"relaybus 0.2.0 loop": "#2a6fdb", "relaybus loop, VERSION 0.2.0": "#8fb3ee",
@@ -92,6 +95,10 @@ class Holder:
         self.conninfo, self.variant = conninfo, variant
         self.conn = psycopg.connect(conninfo, autocommit=True)
         self.pid = self.conn.info.backend_pid
+        self.begin_us, self.end_us = now_us(), None
+        if VARIANTS[variant] is None:
+            self.first = {}
+            return
         self.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         self.conn.execute(VARIANTS[variant])
         self.begin_us = now_us()
@@ -111,12 +118,15 @@ class Holder:
 
     def still_held(self):
         """True if the transaction still holds the snapshot it took (the same xmin)."""
+        if VARIANTS[self.variant] is None:
+            return True
         s = self.state()
         return s.get("backend_xmin") == self.first["backend_xmin"] and s.get("state") == "idle in transaction"
 
     def release(self):
         try:
-            self.conn.execute("ROLLBACK")
+            if VARIANTS[self.variant] is not None:
+                self.conn.execute("ROLLBACK")
         finally:
             self.end_us = now_us()
             self.conn.close()
@@ -427,8 +437,10 @@ def fmt(v, digits=0):
 
 
 def held_table(runs):
-    """Per config: per system, the rate per round (None: INVALID), last / first, dead tuples
-    per delivered event after the last round, and the last round's figures."""
+    """Per config: per system, the rate per round (None: INVALID), last / first, the mean of
+    the last three rounds over that of the first three (one round's rate varies by a tenth or
+    more from the next on this machine), dead tuples per delivered event after the last round,
+    and the last round's figures."""
     out = []
     for config in dict.fromkeys(r["config"] for r in runs if r["scenario"] == "held"):
         mine = [r for r in runs if r["scenario"] == "held" and r["config"] == config]
@@ -443,6 +455,8 @@ def held_table(runs):
             rows.append(dict(
                 system=s, label=rs[0].get("label", s), rates=rates, valid=all(r["valid"] for r in rs),
                 ratio=(rates[-1] / rates[0]) if rates and rates[0] and rates[-1] else None,
+                ratio3=(sum(rates[-3:]) / sum(rates[:3]))
+                if len(rates) >= 6 and all(v is not None for v in rates) else None,
                 dead_per_event=last["metrics"]["dead_tuples"] / max(1, delivered),
                 dead=last["metrics"]["dead_tuples"], mb=last["metrics"]["relation_bytes"] / 1e6,
                 mb_first=rs[0]["metrics"]["relation_bytes"] / 1e6,
@@ -461,14 +475,15 @@ def markdown(runs):
     for t in held_table(runs):
         out.append(f"### held: {t['config']} (drain rate, deliveries/s, by round)\n")
         out.append("| system | " + " | ".join(f"r{i + 1}" for i in range(t["rounds"]))
-                   + " | last / first | dead tuples per delivered event | dead tuples | MB first / last round "
+                   + " | last / first | last 3 / first 3 | dead tuples per delivered event | dead tuples | MB first / last round "
                      "| WAL B/event first / last round | tables with the most dead tuples |")
-        out.append("| --- | " + " | ".join("---" for _ in range(t["rounds"])) + " | --- | --- | --- | --- | --- | --- |")
+        out.append("| --- | " + " | ".join("---" for _ in range(t["rounds"])) + " | --- | --- | --- | --- | --- | --- | --- |")
         for r in t["rows"]:
             rates = ["INVALID" if v is None else fmt(v) for v in r["rates"]]
             tables = ", ".join(f"{name} {dead:,}" for name, dead in r["dead_tables"]) or "-"
             ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}x"
-            out.append(f"| {r['label']} | " + " | ".join(rates) + f" | {ratio}"
+            ratio3 = "-" if r["ratio3"] is None else f"{r['ratio3']:.2f}x"
+            out.append(f"| {r['label']} | " + " | ".join(rates) + f" | {ratio} | {ratio3}"
                        + f" | {r['dead_per_event']:.4f} | {r['dead']:,} | {r['mb_first']:,.1f} / {r['mb']:,.1f}"
                        + f" | {r['wal_per_event_first']:,.0f} / {r['wal_per_event']:,.0f} | {tables} |")
         out.append("")
