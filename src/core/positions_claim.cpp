@@ -145,7 +145,11 @@ LaneWrite positions_lane_write(LaneOrigin origin, std::int64_t epoch,
         outcome.runs_something || outcome.has_remaining || !outcome.lease_renewal_due;
     LaneWrite w = plan_lane_write(origin, epoch, /*has_live_in_flight=*/keeps,
                                   /*got_picks=*/false);
-    w.write = w.write || outcome.changed;
+    // One kept while its lease is due is written to renew it, running or not: a runtime
+    // leaves the renewal of the lanes it holds to its claims while they go on
+    // (Store::claim_renews_held_lanes), so a lane whose handler outlives the lease would
+    // otherwise lapse and be taken over under it.
+    w.write = w.write || outcome.changed || (w.hold && outcome.lease_renewal_due);
     return w;
   }
   // Acquired in this claim (free, expired or orphaned): held only if it runs something, at

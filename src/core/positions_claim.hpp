@@ -305,12 +305,12 @@ struct LaneOutcome {
 };
 
 // The write of one lane at the end of a claim, through plan_lane_write's epoch rule: a lane
-// that runs something is held; a held lane with something left stays held (written only if
-// it changed); a held lane with nothing left stays held, unwritten, until its lease is due
-// for renewal, and then goes back instead (a write either way, and a lease row rewritten at
-// every claim would leave a version per claim under a held snapshot); a lane acquired in
-// this claim that runs nothing is not kept (written only for what changed; a takeover
-// always is, at a new epoch).
+// that runs something is held; a held lane with something left stays held (written if it
+// changed, or to renew its lease once due); a held lane with nothing left stays held,
+// unwritten, until its lease is due for renewal, and then goes back instead (a write either way,
+// and a lease row rewritten at every claim would leave a version per claim under a held snapshot);
+// a lane acquired in this claim that runs nothing is not kept (written only for what changed; a
+// takeover always is, at a new epoch).
 LaneWrite positions_lane_write(LaneOrigin origin, std::int64_t epoch,
                                const LaneOutcome& outcome) noexcept;
 

@@ -874,11 +874,40 @@ TEST(PositionsClaimTest, AHeldLaneThatRunsEverythingItCanIsNotRewritten) {
   FakeStore store;
   for (int i = 0; i < 40; ++i) store.publish("h", 0, "e" + std::to_string(i));
   Claim(store, 100);
+  store.lane("h", 0).renewal_due = false;  // renewed by that claim
   store.lane_writes.clear();
   store.reads.clear();
   EXPECT_TRUE(Claim(store, 100).empty());
   EXPECT_TRUE(store.lane_writes.empty());
   EXPECT_TRUE(store.reads.empty()) << "a held lane without room is not even read";
+}
+
+TEST(PositionsClaimTest, AHeldLaneDueForRenewalIsRenewedWhileItRunsEverythingItCan) {
+  // A runtime leaves the lanes it holds to its claims' renewals while they go on
+  // (Store::claim_renews_held_lanes): a lane whose handlers outlive the lease must be
+  // renewed by them, or it lapses and is taken over under its handlers.
+  FakeStore store;
+  for (int i = 0; i < 40; ++i) store.publish("h", 0, "e" + std::to_string(i));
+  Claim(store, 100);
+  store.lane("h", 0).renewal_due = true;
+  store.lane_writes.clear();
+  store.reads.clear();
+  EXPECT_TRUE(Claim(store, 100).empty());
+  ASSERT_EQ(store.lane_writes.size(), 1u);
+  EXPECT_TRUE(store.lane_writes[0].write.hold);
+  EXPECT_FALSE(store.lane_writes[0].write.new_holder);
+  EXPECT_EQ(store.lane("h", 0).owner, std::optional<std::string>("w"));
+  EXPECT_TRUE(store.reads.empty()) << "a held lane without room is renewed, not read";
+  // The same with room: one delivery running, nothing else to pick.
+  FakeStore one;
+  one.publish("h", 0, "e0");
+  ASSERT_EQ(Claim(one, 10).size(), 1u);
+  one.lane("h", 0).renewal_due = true;
+  one.lane_writes.clear();
+  EXPECT_TRUE(Claim(one, 10).empty());
+  ASSERT_EQ(one.lane_writes.size(), 1u);
+  EXPECT_TRUE(one.lane_writes[0].write.hold);
+  EXPECT_EQ(one.lane("h", 0).progress.in_flight.size(), 1u);
 }
 
 TEST(PositionsClaimTest, AClaimReadsOnlyTheHeldLanesItsBatchNeedsOldestWorkFirst) {
@@ -1153,14 +1182,22 @@ TEST(PositionsLaneWriteTest, TheWriteOfEachOriginAndOutcome) {
   auto write = [](LaneOrigin origin, bool changed, bool runs, bool remaining) {
     return positions_lane_write(origin, 5, {changed, runs, remaining});
   };
-  // Held: kept while running or with something left, handed back otherwise.
+  // Held: kept while running or with something left (its lease renewed once due), handed
+  // back otherwise.
   LaneWrite w = write(LaneOrigin::kHeld, false, true, true);
-  EXPECT_FALSE(w.write);
+  EXPECT_TRUE(w.write && w.hold && !w.new_holder);  // due: renewed
+  EXPECT_EQ(w.epoch, 5);
+  w = positions_lane_write(LaneOrigin::kHeld, 5, {false, true, true, false});
+  EXPECT_FALSE(w.write);  // not due: left as it is
   EXPECT_TRUE(w.hold);
+  w = positions_lane_write(LaneOrigin::kHeld, 5, {false, true, false, true});
+  EXPECT_TRUE(w.write && w.hold);  // running only, due: renewed, not handed back
   w = write(LaneOrigin::kHeld, true, true, false);
   EXPECT_TRUE(w.write && w.hold && !w.new_holder);
   EXPECT_EQ(w.epoch, 5);
   w = write(LaneOrigin::kHeld, false, false, true);
+  EXPECT_TRUE(w.write && w.hold);
+  w = positions_lane_write(LaneOrigin::kHeld, 5, {false, false, true, false});
   EXPECT_FALSE(w.write);
   EXPECT_TRUE(w.hold);
   w = write(LaneOrigin::kHeld, false, false, false);

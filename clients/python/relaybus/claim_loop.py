@@ -44,7 +44,7 @@ class ClaimLoop:
                  handlers: List[str], lease: timedelta, batch_size: int,
                  free_capacity: Callable[[], int], dispatch: Callable[[list], None],
                  poll_interval: float, listen: bool, wakeup_interval: float,
-                 stats: StatsRecorder):
+                 stats: StatsRecorder, renews_held_lanes: bool = False):
         self._connect = connect
         self._worker = worker
         self._holder = holder
@@ -57,6 +57,11 @@ class ClaimLoop:
         self._listen = listen
         self._wakeup_interval = wakeup_interval
         self._last_claim = float("-inf")  # monotonic time the latest claim began
+        # Whether a claim that returns renewed every lane the worker holds (it names every
+        # handler the worker runs); then lanes_renewed_at is when the latest such claim
+        # began, for the lease renewer (read from its thread: a float, replaced whole).
+        self._renews_held_lanes = renews_held_lanes
+        self.lanes_renewed_at = float("-inf")
         self._stats = stats
         self.waker = Waker()
         self._wait = NotificationWait(handlers, self.waker)
@@ -123,6 +128,8 @@ class ClaimLoop:
         self._last_claim = time.monotonic()
         rows = self._conn.execute(
             _CLAIM, (self._worker, asked, self._lease, self._handlers, self._holder)).fetchall()
+        if self._renews_held_lanes:
+            self.lanes_renewed_at = self._last_claim
         self._stats.add(claims=1, claimed=len(rows))
         if rows:
             self._dispatch(rows)

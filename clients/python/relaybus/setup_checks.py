@@ -129,13 +129,23 @@ def check_publisher(conn: psycopg.Connection) -> None:
     _check_privileges(conn, PUBLISHER_FUNCTIONS, "publisher", check_extension(conn))
 
 
+def claims_renew_held_lanes(version: str) -> bool:
+    """True on relaybus versions whose claim, found something or not, leaves every lane the
+    worker holds for the handlers it named leased until at least the claim's start plus its
+    lease (0.3.0's claim renews those due). A worker then need not call extend_lease for
+    lanes a recent claim renewed: each extend_lease rewrites every lease row, which a held
+    snapshot keeps as a dead version."""
+    return _parse_version(version)[:2] == (0, 3)
+
+
 def check_worker(conn: psycopg.Connection, name: str, holder: str, handlers: list,
-                 lease) -> None:
+                 lease) -> str:
     """Everything a Worker needs before it claims: the extension, the worker right's privileges,
     and every handler subscribed. The handlers are checked by a real claim in a transaction
     that is rolled back: it validates exactly what the claim loop will send (names, holder,
-    lease) and leaves nothing behind."""
-    _check_privileges(conn, WORKER_FUNCTIONS, "worker", check_extension(conn))
+    lease) and leaves nothing behind. Returns the installed relaybus version."""
+    version = check_extension(conn)
+    _check_privileges(conn, WORKER_FUNCTIONS, "worker", version)
     try:
         with conn.transaction(force_rollback=True):
             conn.execute("SELECT count(*) FROM relaybus.claim(%s, 1, %s, %s, %s)",
@@ -147,6 +157,7 @@ def check_worker(conn: psycopg.Connection, name: str, holder: str, handlers: lis
         raise HandlerNotSubscribed(
             f"{message}; subscribe it first (as a role with the admin right): "
             f"SELECT relaybus.subscribe({handler}, ARRAY['<event type>'])") from exc
+    return version
 
 
 def _current_user_and_version(conn) -> tuple:

@@ -38,7 +38,7 @@ from .handler_runner import HandlerSpec, Outcome, ThreadConnections, error_text,
 from .holder import new_holder
 from .lease_renewer import LeaseRenewer
 from .settler import Settler
-from .setup_checks import check_worker
+from .setup_checks import check_worker, claims_renew_held_lanes
 from .stats import StatsRecorder, WorkerStats
 
 log = logging.getLogger("relaybus")
@@ -184,7 +184,7 @@ class Worker:
             handlers = sorted(self._handlers)
             conn = self._connect()
             try:
-                check_worker(conn, self._name, self._holder, handlers, self._lease)
+                version = check_worker(conn, self._name, self._holder, handlers, self._lease)
             finally:
                 connections.close_quietly(conn)
             self._thread_conns = ThreadConnections(self._connect)
@@ -192,12 +192,14 @@ class Worker:
                                                 thread_name_prefix=f"relaybus-{self._name}")
             self._settler = Settler(self._connect, self._completion_delay, self._completion_batch,
                                     self._settled, self._stats)
-            self._renewer = LeaseRenewer(self._connect, self._name, self._holder, self._lease,
-                                         lambda: self.in_flight > 0, self._stats)
             self._claims = ClaimLoop(self._connect, self._name, self._holder, handlers,
                                      self._lease, self._batch_size, self._free_capacity,
                                      self._dispatch, self._poll_interval, self._listen,
-                                     self._wakeup_interval, self._stats)
+                                     self._wakeup_interval, self._stats,
+                                     claims_renew_held_lanes(version))
+            self._renewer = LeaseRenewer(self._connect, self._name, self._holder, self._lease,
+                                         lambda: self.in_flight > 0, self._stats,
+                                         lambda: self._claims.lanes_renewed_at)
             self._settler.start()
             self._renewer.start()
             self._claims.start()

@@ -53,3 +53,39 @@ def test_an_idle_worker_renews_nothing(subscribe, workers):
     worker.start()
     time.sleep(0.5)
     assert worker.stats.renewals == 0
+
+
+def test_claims_that_renew_the_lanes_spare_the_renewals(conninfo, subscribe, workers):
+    # On 0.3.0 every claim renews the lanes the worker holds. A worker with free places
+    # keeps claiming (every poll interval here) while a slow handler runs past two leases:
+    # its lane stays leased by those claims alone, and the renewer sends no extend_lease,
+    # each of which would rewrite every lease row once more.
+    handler, event_type = subscribe()
+    publish_many(conninfo, event_type, 1, key=lambda i: "slow")
+    lease, runtime = 1.0, 2.5
+    started, runs = threading.Event(), []
+    worker = workers(lease=lease, concurrency=4, poll_interval=0.1)
+
+    @worker.handler(handler)
+    def slow(event):
+        runs.append(event.attempts)
+        started.set()
+        time.sleep(runtime)
+
+    worker.start()
+    assert started.wait(5)
+    taken = []
+    with psycopg.connect(conninfo, autocommit=True) as rival:
+        deadline = time.monotonic() + runtime
+        while time.monotonic() < deadline:
+            taken += rival.execute("SELECT event_id FROM relaybus.claim('rival', 10, '10 seconds', "
+                                   "ARRAY[%s])", (handler,)).fetchall()
+            time.sleep(0.1)
+        wait_until(lambda: worker.stats.completed + worker.stats.lost == 1,
+                   what="the slow handler's attempt to end")
+        rival.execute("SELECT relaybus.relinquish('rival')")
+    assert taken == [] and runs == [0]
+    stats = worker.stats
+    assert stats.completed == 1 and stats.lost == 0
+    assert stats.claims > 10  # the claims went on while the handler ran
+    assert stats.renewals == 0
