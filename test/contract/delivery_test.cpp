@@ -34,6 +34,31 @@ TEST_P(Contract, AtLeastOnceAfterLeaseExpiry) {
   EXPECT_TRUE(claim(*b, worker("c"), {h}).empty()) << "a completed delivery came back";
 }
 
+// A store whose claims renew the lanes its worker holds (Store::claim_renews_held_lanes: a
+// runtime then leaves the renewals to its claims while they go on) renews one whose
+// delivery outlives the lease though the claims pick nothing from it: no rival takes it
+// over, and the delivery completes with the token it was claimed with.
+TEST_P(Contract, ClaimsThatRenewHeldLanesKeepARunningOne) {
+  auto a = open(), b = open();
+  if (!a->claim_renews_held_lanes()) GTEST_SKIP() << "this store's claims do not renew lanes";
+  const std::string type = unique_name("type");
+  const std::string h = subscribe(*a, "h", {type});
+  const std::string id = a->publish(event(type, unique_name("e"), "k"));
+  const Worker wa = worker("a"), wb = worker("b");
+  const auto first = claim(*a, wa, {h}, 10, kShortLease);
+  ASSERT_EQ(ids(first), std::vector<std::string>{id});
+  // The handler runs for three leases while the worker keeps claiming, as a runtime with
+  // free places does.
+  const auto until = std::chrono::steady_clock::now() + kShortLease * 3;
+  while (std::chrono::steady_clock::now() < until) {
+    EXPECT_TRUE(claim(*a, wa, {h}, 10, kShortLease).empty());
+    std::this_thread::sleep_for(kShortLease / 8);
+  }
+  EXPECT_TRUE(claim(*b, wb, {h}, 10, kShortLease).empty()) << "the running lane was taken over";
+  EXPECT_EQ(a->complete_many({first[0].token}), 1);
+  EXPECT_EQ(a->lookup(id, h), std::nullopt);
+}
+
 // Fencing: after a takeover, every write with the old token is refused and changes
 // nothing; the new token works. A token spent by release or complete is fenced too.
 TEST_P(Contract, Fencing) {
