@@ -35,6 +35,13 @@ function atLeast(version, wanted) {
   return true;
 }
 
+// True on relaybus versions whose claim, found something or not, leaves every lane the
+// worker holds for the handlers it named leased until at least the claim's start plus its
+// lease (0.3.0's claim renews those due): the worker need not extend_lease them meanwhile.
+export function claimsRenewHeldLanes(version) {
+  return typeof version === 'string' && version.startsWith('0.3.');
+}
+
 export async function checkWorkerSetup(pool, { name, lease, handlers, holder }) {
   const client = await pool.connect();
   let broken = false;

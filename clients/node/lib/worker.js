@@ -26,7 +26,7 @@ import { CompletionBatcher } from './completion-batcher.js';
 import { explainDatabaseError } from './errors.js';
 import { makeHolder } from './holder.js';
 import { LeaseRenewer } from './lease-renewer.js';
-import { checkWorkerSetup } from './preflight.js';
+import { checkWorkerSetup, claimsRenewHeldLanes } from './preflight.js';
 import { stopOnSignals } from './signals.js';
 import { CLAIM, COMPLETE_MANY, EXTEND_LEASE, RELINQUISH } from './sql.js';
 import { checkBoolean, checkFunction, checkKnownOptions, checkName, interval } from './validate.js';
@@ -70,6 +70,10 @@ export class Worker extends EventEmitter {
   #database = null;
   #user = null;
   #version = null;
+  // Whether this database's claims renew the lanes the worker holds (they name every
+  // handler it runs), and when the latest such claim began (performance.now()).
+  #claimsRenew = false;
+  #lanesRenewedAt = -Infinity;
 
   #wakeup = new Wakeup();
   #lastClaim = -Infinity; // performance.now() when the latest claim began
@@ -210,6 +214,7 @@ export class Worker extends EventEmitter {
       this.#database = setup.database;
       this.#user = setup.user;
       this.#version = setup.version;
+      this.#claimsRenew = claimsRenewHeldLanes(setup.version);
     } catch (err) {
       this.#state = 'stopped';
       await this.#endPool();
@@ -242,6 +247,7 @@ export class Worker extends EventEmitter {
       renew: async () => (await this.#pool.query(EXTEND_LEASE, [o.name, this.#leaseText, this.#holder])).rows[0].n,
       lease: o.lease,
       holding: () => this.#inFlight > 0,
+      renewedAt: () => this.#lanesRenewedAt,
       onRenewed: (lanes) => {
         this.#recovered('extend_lease');
         this.#stats.renewals += 1;
@@ -313,6 +319,7 @@ export class Worker extends EventEmitter {
         this.#wakeup.clear(); // what woke it so far, this claim answers
         this.#lastClaim = performance.now();
         ({ rows } = await this.#pool.query(CLAIM, [o.name, wanted, this.#leaseText, handlers, this.#holder]));
+        if (this.#claimsRenew) this.#lanesRenewedAt = this.#lastClaim;
         this.#recovered('claim');
       } catch (err) {
         this.#report(err, 'claim');

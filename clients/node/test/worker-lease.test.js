@@ -76,3 +76,42 @@ test('an idle worker does not renew: its lanes lapse and free up', async () => {
     await worker.stop();
   }
 });
+
+test('claims that renew the lanes spare the renewals (0.3.0)', async () => {
+  // On 0.3.0 every claim renews the lanes the worker holds. A worker with free places keeps
+  // claiming (every poll interval here) while a slow handler runs past two leases: its lane
+  // stays leased by those claims alone, and the renewer sends no extend_lease, each of which
+  // would rewrite every lease row once more.
+  await subscribe(db.admin, 'spared', ['spared.event']);
+  const id = await publish(db.admin, 'spared.event', {}, { key: 'k' });
+  const LEASE = 600;
+  let calls = 0;
+  let finished = false;
+  const worker = new Worker({
+    connectionString: db.url, name: 'spared-worker', lease: LEASE, concurrency: 4, pollInterval: 50,
+    logger: recordingLogger().logger,
+  });
+  worker.handle('spared', async () => {
+    calls += 1;
+    await delay(LEASE * 2.5);
+    finished = true;
+  });
+  await worker.start();
+  let stolen = 0;
+  try {
+    await waitFor(() => calls === 1, { what: 'the handler to start' });
+    while (!finished) {
+      stolen += (await db.admin.query(
+        "SELECT count(*)::int AS n FROM relaybus.claim('intruder2', 10, '30 seconds', ARRAY['spared'])")).rows[0].n;
+      await delay(50);
+    }
+    await waitFor(async () => (await deliveryOf(db.admin, id, 'spared')) === undefined, { what: 'the completion' });
+  } finally {
+    await worker.stop();
+  }
+  assert.equal(stolen, 0, 'another worker claimed the running delivery');
+  assert.equal(calls, 1);
+  assert.equal(worker.stats.completed, 1);
+  assert.ok(worker.stats.claims > 10, `only ${worker.stats.claims} claims while the handler ran`);
+  assert.equal(worker.stats.renewals, 0);
+});
