@@ -1,8 +1,8 @@
 -- Guarantee: a claim renews the lease of every lane its worker holds once that lease is due
 -- (less than one lease left), whether or not the claim picks anything from the lane: the
--- C++ and Python runtimes leave the renewal of their lanes to their claims while claims go
--- on (Store::claim_renews_held_lanes, lease_renewer.py), so a lane whose handler outlives the
--- lease must not lapse under it and be taken over. Without the renewal, part 1 fails. A lane
+-- C++, Python and Node.js runtimes leave the renewal of their lanes to their claims while
+-- claims go on (Store::claim_renews_held_lanes, lease_renewer.py, lease-renewer.js), so a
+-- lane whose handler outlives the lease must not lapse under it and be taken over. Without the renewal, part 1 fails. A lane
 -- not due is left unwritten (part 2): a rewrite per claim would leave a version per claim
 -- under a held snapshot.
 SELECT rb_reset();
