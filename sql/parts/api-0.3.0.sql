@@ -691,7 +691,7 @@ $fn$;
 CREATE OR REPLACE FUNCTION relaybus.statistics()
   RETURNS TABLE(handler text, pending bigint, processing bigint, dead bigint, completed bigint,
                 oldest_pending timestamptz, paused boolean)
-  LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET jit = off
 AS $fn$
   WITH counts AS (
     SELECT c.handler, c.pending, c.in_flight AS processing, c.dead, c.oldest_pending AS oldest
@@ -725,7 +725,7 @@ CREATE OR REPLACE FUNCTION relaybus.list_deliveries(status text DEFAULT NULL, ha
   RETURNS TABLE(event_id text, handler text, type text, key text, status text,
                 attempts integer, available_at timestamptz, last_error text,
                 lease_owner text, created_at timestamptz, updated_at timestamptz)
-  LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET jit = off
 AS $fn$
   SELECT * FROM relaybus_internal.list_deliveries_impl($1, $2, $3)
 $fn$;
