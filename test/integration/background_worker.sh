@@ -227,7 +227,14 @@ q "CREATE FUNCTION refuse_purge() RETURNS trigger LANGUAGE plpgsql AS \$\$
    BEGIN RAISE EXCEPTION 'purge refused by a trigger'; END \$\$;
    CREATE TRIGGER refuse_purge BEFORE DELETE ON relaybus.events FOR EACH ROW EXECUTE FUNCTION refuse_purge()" >/dev/null
 q "SELECT relaybus.publish('ext.t', '{}', event_id => 'unpurgeable')" >/dev/null
-q "SELECT relaybus.complete(lease_token) FROM relaybus.claim('w-purge', 10, '30 s', ARRAY['ext'])" >/dev/null
+# An event in the lane of 'after-failed-rounds' (as one of the three unnamed ext.t events
+# above may be): w-purge hands back the lanes it leaves idle, or 'vanishing' finds that lane
+# held for 30 s.
+q "SELECT relaybus.publish('ext.t', '{}', event_id => (SELECT 'beside-' || i
+     FROM generate_series(1, 100000) i
+    WHERE relaybus.lane_of('beside-' || i) = relaybus.lane_of('after-failed-rounds') LIMIT 1))" >/dev/null
+q "SELECT relaybus.complete(lease_token) FROM relaybus.claim('w-purge', 10, '30 s', ARRAY['ext']);
+   SELECT relaybus.relinquish('w-purge')" >/dev/null
 q "SELECT relaybus.publish('ext.t', '{}', event_id => 'after-failed-rounds')" >/dev/null
 check "a worker claims a delivery with a 300 ms lease while purging fails" \
   "SELECT count(*) = 1 FROM relaybus.claim('vanishing', 1, '300 ms', ARRAY['ext'])"
