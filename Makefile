@@ -205,14 +205,16 @@ contract-tests: test/contract/contract_tests
 
 # The MongoDB store (src/mongo): a library of its own on libmongoc, with core and the
 # store seam. Never part of the extension's OBJS: the extension does not link libmongoc.
-# Objects go to build/mongo/, apart from the extension's (PGXS) objects of src/core.
+# Its own objects go to build/mongo/; core's are the runtime's (build/client/core/, the same
+# flags but for include paths core does not use), so a build compiles core twice, not three
+# times (the extension's PGXS objects are the other).
 MONGO_PKG = libmongoc-1.0
 MONGO_CFLAGS = $(shell pkg-config --cflags $(MONGO_PKG) 2>/dev/null)
 MONGO_LIBS = $(shell pkg-config --libs $(MONGO_PKG) 2>/dev/null)
 MONGO_CXXFLAGS = -std=c++17 -O2 -g -fPIC -Wall -Wextra -Isrc $(MONGO_CFLAGS) -MMD -MP \
                  $(CLIENT_EXTRA_CXXFLAGS)
 MONGO_SRCS = $(sort $(wildcard src/mongo/*.cpp))
-MONGO_OBJS = $(patsubst src/%.cpp,build/mongo/%.o,$(MONGO_SRCS) $(CORE_SRCS))
+MONGO_OBJS = $(patsubst src/%.cpp,build/mongo/%.o,$(MONGO_SRCS)) $(call runtime_objs,$(CORE_SRCS))
 MONGO_LIB = lib/librelaybus_mongo.a
 # The headers mongo-install installs; the other src/mongo/*.hpp are internal to the library.
 MONGO_PUBLIC_HDRS = src/mongo/commands.hpp src/mongo/documents.hpp src/mongo/mongo_store.hpp \
