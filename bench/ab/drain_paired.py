@@ -11,7 +11,8 @@ at batch 500 and is timed from its first call to its last.
 - loop: claim(batch) then complete_many, each in its own transaction (bench/peers/
   relaybus_loop.py's consumer);
 - joined: complete_many of the previous batch and the next claim in one transaction;
-- floor: the floor's pick and delete in one transaction (bench/peers/floor.py).
+- floor: the floor's pick and delete in one transaction (bench/peers/floor.py; 0.2's
+  tables only).
 --profile VARIANT drains once more with pg_stat_statements.track = all and prints the
 server time per statement (the database needs pg_stat_statements, and the cluster needs
 it preloaded, as scripts/cluster does). Used for issue 12's drain profile
@@ -29,6 +30,7 @@ import uuid
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "peers"))
 import floor  # noqa: E402
+import relaybus_loop  # noqa: E402
 import runner  # noqa: E402
 import psycopg  # noqa: E402
 
@@ -40,8 +42,9 @@ CLAIM = ("SELECT lease_token, event_id, key, payload->>'n', attempts FROM "
 def preload(conninfo, n):
     with psycopg.connect(conninfo, autocommit=True) as c:
         c.execute("SET client_min_messages = warning")
-        c.execute("TRUNCATE relaybus.deliveries, relaybus.events, relaybus.key_counters")
-        c.execute("SELECT relaybus.subscribe(%s, ARRAY['bench.event'])", (runner.HANDLER,))
+        # The harness's emptying (every relaybus table of the installed version), then its
+        # subscription (handler runner.HANDLER, type bench.event).
+        relaybus_loop.RelaybusLoop().reset(c)
         events = []
         for i in range(1, n + 1):
             e = {"type": "bench.event", "id": f"e-{i}", "payload": {"n": i}}
@@ -50,7 +53,7 @@ def preload(conninfo, n):
             events.append(e)
         for s in range(0, n, 1000):
             c.execute("SELECT count(*) FROM relaybus.publish_batch(%s::jsonb)", (json.dumps(events[s:s + 1000]),))
-        for t in ("deliveries", "events", "lanes", "key_counters"):
+        for (t,) in c.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'relaybus'").fetchall():
             c.execute(f"VACUUM ANALYZE relaybus.{t}")
         c.execute("CHECKPOINT")
 
