@@ -11,7 +11,7 @@ import sys
 root = pathlib.Path(__file__).resolve().parents[2]
 pages = (sorted(root.glob("docs/*.md")) + [root / "README.md"] +
          sorted(root.glob("clients/*/README.md")) + sorted(root.glob("examples/*/README.md")))
-link = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+link = re.compile(r"\]\(([^)\s]+)\)")  # the text may wrap onto earlier lines
 fence = re.compile(r"^\s*```")
 
 
