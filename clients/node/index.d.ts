@@ -208,3 +208,19 @@ export class RelaybusError extends Error {
   /** The server's SQLSTATE when a database error was translated. */
   readonly sqlState?: string;
 }
+
+/** The parts of prom-client (passed in: relaybus does not depend on it) the metrics use. */
+export interface PromClientLike {
+  Counter: new (config: any) => unknown;
+  Gauge: new (config: any) => unknown;
+  register: unknown;
+}
+
+/**
+ * Adds the worker's statistics to a prom-client registry (client.register unless given):
+ * relaybus_worker_<field>_total counters and the relaybus_worker_in_flight gauge, labelled
+ * with the worker's name, read at each scrape. One worker per name in a registry.
+ */
+export function registerWorkerMetrics(client: PromClientLike, worker: Worker, options?: { registry?: unknown }): void;
+/** Takes the worker's statistics out of the registry. */
+export function unregisterWorkerMetrics(client: PromClientLike, worker: Worker, options?: { registry?: unknown }): void;

@@ -3,3 +3,4 @@
 export { publish, publishBatch, subscribe } from './lib/publish.js';
 export { Worker } from './lib/worker.js';
 export { BuryError, RelaybusError } from './lib/errors.js';
+export { registerWorkerMetrics, unregisterWorkerMetrics } from './lib/prometheus.js';

@@ -1,7 +1,8 @@
 // Compiled (never run) by types.test.js: index.d.ts must accept the README's usage and
 // reject the mistakes marked @ts-expect-error (tsc fails if such a line compiles cleanly).
 import pg from 'pg';
-import { BuryError, RelaybusError, Worker, publish, publishBatch, subscribe, type RelaybusEvent } from 'relaybus';
+import promClient from 'prom-client';
+import { BuryError, RelaybusError, Worker, publish, publishBatch, registerWorkerMetrics, subscribe, unregisterWorkerMetrics, type RelaybusEvent } from 'relaybus';
 
 declare const client: { query(text: string, values?: unknown[]): Promise<{ rows: any[]; rowCount: number | null }> };
 
@@ -53,3 +54,14 @@ async function usage(): Promise<void> {
   worker.on('finished', () => {});
 }
 void usage;
+
+// Prometheus: prom-client is passed in.
+async function metricsUsage(): Promise<void> {
+  const metricsWorker = new Worker({ connectionString: 'postgres://localhost/app', name: 'typed' });
+  registerWorkerMetrics(promClient, metricsWorker);
+  registerWorkerMetrics(promClient, metricsWorker, { registry: new promClient.Registry() });
+  unregisterWorkerMetrics(promClient, metricsWorker);
+  // @ts-expect-error: the module, not a registry
+  registerWorkerMetrics(new promClient.Registry(), metricsWorker);
+}
+void metricsUsage;
