@@ -6,7 +6,8 @@
 # (prometheus_check.py): every metric the queries file declares is in the exporter's
 # scrape; every rule loads and evaluates without an error; every query of
 # docs/grafana-dashboard.json, its variables' included, returns the test database's series;
-# and promtool's unit tests of the rules (prometheus_rules_test.yml) pass. Needs
+# and promtool's unit tests of the rules (prometheus_rules_test.yml) pass. And a C++
+# dispatcher's rb::prometheus_text passes promtool's linter (prometheus_worker.cpp). Needs
 # prometheus and prometheus-postgres-exporter (scripts/install-deps --test).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -58,7 +59,31 @@ prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/data"
   --web.listen-address="127.0.0.1:$prometheus_port" >"$work/prometheus.log" 2>&1 &
 pids+=($!)
 
+# The C++ runtime's counters in Prometheus's text format, from a real dispatcher of the
+# installed runtime: promtool's linter accepts them, and they count what it handled.
+make -s client-install PREFIX="$work/prefix" >/dev/null
+PKG_CONFIG_PATH=$work/prefix/lib/pkgconfig g++ -std=c++17 -O1 -Wall -o "$work/worker" \
+  test/integration/prometheus_worker.cpp $(PKG_CONFIG_PATH=$work/prefix/lib/pkgconfig pkg-config --cflags --libs relaybus-client)
+psql -qX -h "$dir" -p "$port" -U postgres -d rb_prom \
+  -c "SELECT relaybus.subscribe('cpp', ARRAY['cpp.event'])" \
+  -c "SELECT count(relaybus.publish('cpp.event', '{}')) FROM generate_series(1, 12)" >/dev/null
+LD_LIBRARY_PATH=$work/prefix/lib "$work/worker" "host=$dir port=$port user=postgres dbname=rb_prom" cpp 12 \
+  >"$work/cpp-metrics.txt"
+cpp_failed=0
+if promtool check metrics <"$work/cpp-metrics.txt"; then
+  echo "ok - promtool check metrics accepts rb::prometheus_text's exposition"
+else
+  echo "not ok - promtool check metrics accepts rb::prometheus_text's exposition"; cpp_failed=1
+fi
+if grep -qx 'relaybus_worker_succeeded_total{worker="prom-cpp"} 12' "$work/cpp-metrics.txt"; then
+  echo "ok - the C++ dispatcher's exposition counts the 12 deliveries it handled"
+else
+  echo "not ok - the C++ dispatcher's exposition counts the 12 deliveries it handled"; cpp_failed=1
+  cat "$work/cpp-metrics.txt"
+fi
+
 /usr/bin/python3 test/integration/prometheus_check.py \
   --conn "host=$dir port=$port user=postgres dbname=rb_prom" \
   --exporter "http://127.0.0.1:$exporter_port" --prometheus "http://127.0.0.1:$prometheus_port" \
   || { echo "-- exporter log"; tail -20 "$work/exporter.log"; echo "-- prometheus log"; tail -20 "$work/prometheus.log"; exit 1; }
+exit $cpp_failed
