@@ -89,5 +89,5 @@ d.text(last_x - 6, y_hours(total_h) - 8, f"attempt {MAX_ATTEMPTS} starts {human(
        " when it fails, the delivery is dead", size=11, anchor="end", color=RED)
 d.text(X0, H - 20, f"Waits double from {human(BASE_S)} until they reach backoff_max after attempt "
        f"{next(n for n in range(1, MAX_ATTEMPTS) if backoff_s(n) >= CAP_S)}; a takeover (a worker crash) "
-       "charges an attempt with no wait.", size=11, color="#444444")
+       "charges an attempt with no backoff, once its lease has expired.", size=11, color="#444444")
 print(d.svg(), end="")

@@ -30,14 +30,14 @@ def note(y, at, label, color="#555555", width=250, lines=2):
 
 
 y = TOP + 30
-message(y, "A", "relaybus", "claim('a', ...)")
-note(y + 10, "relaybus", "leases lane 17 to A for 30 s: epoch 5\ndelivery d handed out, attempts = 0")
+message(y, "A", "relaybus", "claim('a', lease => '30 s')")
+note(y + 10, "relaybus", "leases lane 17 to A, epoch 5, until 45 s from now\n(1.5 x the 30 s lease); d handed out, attempts = 0", width=290)
 y += 70
 message(y, "relaybus", "A", "d with token t (epoch 5)")
 y += 30
 note(y, "A", "the handler runs ... and stalls\n(a long pause, a lost network)")
 y += 60
-note(y, "relaybus", "30 s pass: the lease has expired, but the\nlane is still A's and t still works")
+note(y, "relaybus", "45 s pass: the lease has expired, but the\nlane is still A's and t still works")
 y += 65
 message(y, "B", "relaybus", "claim('b', ...)")
 note(y + 10, "relaybus", "takes lane 17 over: epoch 6,\nd charged one attempt, due at once", width=260)
@@ -52,6 +52,7 @@ y += 45
 message(y, "B", "relaybus", "complete(t')", color=GREEN)
 y += 35
 message(y, "relaybus", "B", "true: d is completed, once", color=GREEN)
-d.text(W / 2, H - 4, "Without worker B, the maintenance background worker takes the lane over the same way "
-       "(take_over_expired, every second).", size=10, anchor="middle", color="#555555")
+d.text(W / 2, H - 4, "Without worker B, the maintenance background worker takes the lane over and frees it "
+       "(take_over_expired, every relaybus.maintenance_interval: 1 s by default).", size=10, anchor="middle",
+       color="#555555")
 print(d.svg(), end="")
