@@ -92,8 +92,10 @@ LeaseRenewal lease_renewal(std::int64_t now_us, std::int64_t lease_us) noexcept 
   constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
   const std::int64_t lease = std::max<std::int64_t>(lease_us, 0);
   const std::int64_t slack = lease / 2;
+  constexpr std::int64_t kMin = std::numeric_limits<std::int64_t>::min();
   auto plus = [&](std::int64_t a, std::int64_t b) { return a > kMax - b ? kMax : a + b; };
-  return {plus(now_us, lease), plus(plus(now_us, lease), slack)};
+  const std::int64_t since = now_us < kMin + slack ? kMin : now_us - slack;
+  return {plus(now_us, lease), plus(plus(now_us, lease), slack), since};
 }
 
 }  // namespace relaybus::core

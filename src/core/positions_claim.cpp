@@ -140,9 +140,10 @@ LaneWrite positions_lane_write(LaneOrigin origin, std::int64_t epoch,
     // Kept while it runs something or has something left; once it has neither, kept until
     // its lease is due for renewal and then handed back (a write), so that idle lanes do not
     // stay hidden from other workers for longer than half a lease, nor cost a write per
-    // claim while they are briefly idle.
-    const bool keeps =
-        outcome.runs_something || outcome.has_remaining || !outcome.lease_renewal_due;
+    // claim while they are briefly idle; but renewed instead while deliveries still come
+    // (LeaseRenewal::in_use_since_us).
+    const bool keeps = outcome.runs_something || outcome.has_remaining ||
+                       !outcome.lease_renewal_due || outcome.in_use;
     LaneWrite w = plan_lane_write(origin, epoch, /*has_live_in_flight=*/keeps,
                                   /*got_picks=*/false);
     // One kept while its lease is due is written to renew it, running or not: a runtime
@@ -227,6 +228,9 @@ class PositionsClaim {
     LaneInClaim l;
     l.lane = std::move(lane);
     l.origin = origin;
+    // A lane acquired or taken over is written at a new lease anyway: nothing to renew, so
+    // nothing for read_lanes to find out about its use (LaneContents::in_use).
+    if (origin != LaneOrigin::kHeld) l.lane.lease_renewal_due = false;
     const auto it = policies_.find(l.lane.handler);
     l.policy = it == policies_.end() ? &default_policy_ : &it->second;
     lanes_.push_back(std::move(l));
@@ -534,6 +538,7 @@ class PositionsClaim {
       outcome.has_remaining =
           !l.read || !lane_idle(l.lane.progress, l.contents.tail) || !l.contents.pending.empty();
       outcome.lease_renewal_due = l.lane.lease_renewal_due;
+      outcome.in_use = l.read && l.contents.in_use;
       l.write = positions_lane_write(l.origin, l.lane.epoch, outcome);
       if (!l.write.write) continue;
       writes.push_back({l.lane.handler, l.lane.lane, l.write, l.lane.progress, l.lane.retrying});

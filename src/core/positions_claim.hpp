@@ -61,7 +61,8 @@ struct PositionsLane {
   LaneProgress progress;
   PositionSet retrying;  // positions of exception rows its holder runs
   // A lane the caller holds: less than the claim's lease is left (lease_renewal), so its
-  // lease row is written anyway. Until then an idle held lane is kept as it is.
+  // lease row is written anyway. Until then an idle held lane is kept as it is. False for a
+  // lane the claim acquires or takes over (it gets a new lease whatever it holds).
   bool lease_renewal_due = true;
 };
 
@@ -139,6 +140,9 @@ struct LaneContents {
   // wait for it), except which unkeyed rows it takes when more than a lane's room of them
   // are due (unkeyed rows have no order to keep).
   std::vector<PendingException> pending;
+  // Of a held lane due for lease renewal (PositionsLane::lease_renewal_due): whether its last
+  // finished delivery was published since LeaseRenewal::in_use_since_us. Not read otherwise.
+  bool in_use = false;
 };
 
 // An exception row to insert, taking event id, key and created_at from its delivery row.
@@ -215,7 +219,8 @@ class PositionsClaimStore : public PositionsWriteStore {
   virtual std::vector<AcquiredPositionsLane> lock_acquirable(const std::vector<LaneRef>& window,
                                                              int wanted) = 0;
   // The contents of these locked lanes (as they are now: read after the locks and after
-  // this claim's earlier writes), one per lane in the order given.
+  // this claim's earlier writes), one per lane in the order given; LaneContents::in_use of
+  // those due for lease renewal.
   virtual std::vector<LaneContents> read_lanes(const std::vector<const PositionsLane*>& lanes) = 0;
 };
 
@@ -302,13 +307,16 @@ struct LaneOutcome {
   bool has_remaining = false;
   // A held lane's lease row is due for renewal (PositionsLane::lease_renewal_due).
   bool lease_renewal_due = true;
+  // A held lane had a delivery published since about its last renewal (LaneContents::in_use).
+  bool in_use = false;
 };
 
 // The write of one lane at the end of a claim, through plan_lane_write's epoch rule: a lane
 // that runs something is held; a held lane with something left stays held (written if it
 // changed, or to renew its lease once due); a held lane with nothing left stays held,
-// unwritten, until its lease is due for renewal, and then goes back instead (a write either way,
-// and a lease row rewritten at every claim would leave a version per claim under a held snapshot);
+// unwritten, until its lease is due for renewal, and then goes back instead unless it is in use
+// (renewed: LeaseRenewal says why) (a write either way, and a lease row rewritten at every claim
+// would leave a version per claim under a held snapshot);
 // a lane acquired in this claim that runs nothing is not kept (written only for what changed; a
 // takeover always is, at a new epoch).
 LaneWrite positions_lane_write(LaneOrigin origin, std::int64_t epoch,

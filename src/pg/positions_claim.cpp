@@ -545,8 +545,8 @@ std::vector<core::LaneContents> PgPositionsClaimStore::read_lanes(
     const std::vector<const core::PositionsLane*>& lanes) {
   // Per lane, in one snapshot: the window (one range scan of deliveries_pkey), the tail
   // (one backward probe of it) and the pending exception rows core::LaneContents asks for
-  // (the heads: exception_heads.hpp). Kind 0, 1 and 2 rows, each with the lane's place in
-  // the list.
+  // (the heads: exception_heads.hpp), and whether a lane due for renewal is in use. Kind 0,
+  // 1, 2 and 3 rows, each with the lane's place in the list.
   // The tail is probed above the cursor only (none there reads as 0, which core takes as
   // "nothing above the cursor", as it takes a tail at or below it): a B-tree scan reads
   // every matching entry of a leaf page before it returns one, so a probe bounded by the
@@ -590,15 +590,30 @@ std::vector<core::LaneContents> PgPositionsClaimStore::read_lanes(
       "  (SELECT x.* FROM relaybus.exceptions x WHERE x.handler = u.handler AND x.lane = u.lane"
       "   AND x.status = 'pending' AND x.key IS NULL AND x.available_at <= now()"
       "   AND x.position <> ALL (coalesce(($5::int8[])[u.rf:u.rf + u.rc - 1], '{}'))"
-      "   ORDER BY x.available_at LIMIT $8)) x",
+      "   ORDER BY x.available_at LIMIT $8)) x"
+      " UNION ALL"
+      // A lane due for lease renewal: its last finished delivery ($9, 0: not asked), if it
+      // was published since core::LeaseRenewal::in_use_since_us ($10). One point lookup.
+      " SELECT 3, u.n, d.position, NULL, NULL, NULL, 0, 0, false"
+      " FROM unnest($1::text[], $2::int2[], $9::int8[]) WITH ORDINALITY"
+      "  AS u(handler, lane, last, n)"
+      " CROSS JOIN LATERAL (SELECT d.position FROM relaybus.deliveries d"
+      "  WHERE u.last > 0 AND d.handler = u.handler AND d.lane = u.lane AND d.position = u.last"
+      "  AND d.created_at >= $10 OFFSET 0) d",
       {TEXTARRAYOID, INT2ARRAYOID, INT8ARRAYOID, INT8OID, INT8ARRAYOID, INT4ARRAYOID, INT4ARRAYOID,
-       INT4OID});
+       INT4OID, INT8ARRAYOID, TIMESTAMPTZOID});
   LaneList list;
-  std::vector<std::int64_t> acked, retrying;
+  std::vector<std::int64_t> acked, retrying, last_finished;
   std::vector<std::int32_t> retry_firsts, retry_counts;
   for (const core::PositionsLane* l : lanes) {
     list.add(l->handler, l->lane);
     acked.push_back(l->progress.acked_upto);
+    core::Position last = 0;
+    if (l->lease_renewal_due)
+      last = l->progress.done.empty()
+                 ? l->progress.acked_upto
+                 : std::max(l->progress.acked_upto, *l->progress.done.rbegin());
+    last_finished.push_back(last);
     retry_firsts.push_back(static_cast<std::int32_t>(retrying.size()) + 1);  // from 1
     retrying.insert(retrying.end(), l->retrying.begin(), l->retrying.end());
     retry_counts.push_back(static_cast<std::int32_t>(retrying.size()) + 1 - retry_firsts.back());
@@ -611,6 +626,9 @@ std::vector<core::LaneContents> PgPositionsClaimStore::read_lanes(
   params.int4_array(retry_firsts);
   params.int4_array(retry_counts);
   params.int4(core::kMaxInFlightPerLane);
+  params.int8_array(last_finished);
+  params.timestamptz(
+      core::lease_renewal(GetCurrentTransactionStartTimestamp(), holder_.lease_us).in_use_since_us);
   const std::uint64_t n = read.run(params);
   std::vector<core::LaneContents> out(lanes.size());
   for (std::uint64_t r = 0; r < n; ++r) {
@@ -622,6 +640,8 @@ std::vector<core::LaneContents> PgPositionsClaimStore::read_lanes(
     const core::Position position = row::int8(r, 3);
     if (kind == 1) {
       c.tail = position;
+    } else if (kind == 3) {
+      c.in_use = true;
     } else if (kind == 0) {
       // Column 9: published without a delay (core::WindowEntry::due_when_visible): its
       // available_at is its publish's now(), as created_at is.

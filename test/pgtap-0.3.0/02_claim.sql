@@ -13,7 +13,7 @@
 -- that a test sets their lanes, positions and due times (publish takes a due time in the
 -- past for now).
 SELECT rb_reset();
-SELECT plan(83);
+SELECT plan(85);
 
 -- A delivery of event `id` (made if new) to handler `h`, at the next position of its lane
 -- (lane_of its key, or of its id), due at `due`. Returns the position.
@@ -397,8 +397,18 @@ SELECT is((SELECT count(*)::int FROM relaybus.claim('iw', 10, '30 seconds', ARRA
 SELECT results_eq(format($$SELECT lease_owner, xmin::text || ctid::text FROM relaybus.lanes WHERE handler = 'idle' AND lane = %s$$, :idle_lane),
                   format($$VALUES ('iw'::text, %L)$$, :'idle_version'),
                   'an idle lane with more than the lease left stays with its holder, unwritten');
--- Less than the claim's lease left: the next claim hands the idle lane back instead of renewing it.
+-- Less than the claim's lease left: the next claim renews the idle lane while deliveries
+-- still come (one was published since about its last renewal, half a lease ago) and hands it
+-- back once none did.
 UPDATE relaybus.lanes SET lease_expires_at = now() + interval '20 seconds' WHERE handler = 'idle' AND lane = :idle_lane;
+SELECT is((SELECT count(*)::int FROM relaybus.claim('iw', 10, '30 seconds', ARRAY['idle'])), 0,
+          'nothing due');
+SELECT results_eq(format($$SELECT lease_owner, epoch, lease_expires_at > now() + interval '44 seconds' FROM relaybus.lanes WHERE handler = 'idle' AND lane = %s$$, :idle_lane),
+                  $$VALUES ('iw'::text, 1::bigint, true)$$,
+                  'an idle lane in use is renewed once its lease is due, not handed back (its epoch stays)');
+UPDATE relaybus.lanes SET lease_expires_at = now() + interval '20 seconds' WHERE handler = 'idle' AND lane = :idle_lane;
+UPDATE relaybus.deliveries SET created_at = now() - interval '15 seconds 1 microsecond'
+ WHERE handler = 'idle' AND lane = :idle_lane;
 SELECT is((SELECT count(*)::int FROM relaybus.claim('iw', 10, '30 seconds', ARRAY['idle'])), 0,
           'still nothing due');
 SELECT results_eq(format($$SELECT lease_owner, epoch, in_flight FROM relaybus.lane_state WHERE handler = 'idle' AND lane = %s$$, :idle_lane),

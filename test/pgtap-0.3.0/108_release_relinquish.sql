@@ -12,7 +12,7 @@
 -- lane lists what it runs as positions, in_flight (window picks) and retrying (exception
 -- rows run again), where 0.2 listed event ids.
 SELECT rb_reset();
-SELECT plan(30);
+SELECT plan(32);
 
 SELECT relaybus.subscribe('rr', ARRAY['t']);
 -- Two unkeyed events in different lanes.
@@ -65,7 +65,8 @@ SELECT is((SELECT count(*)::int FROM relaybus.lanes WHERE lease_owner = 'w'), 0,
 SELECT is(relaybus.relinquish('w'), 0, 'relinquish of a worker that holds nothing returns 0');
 
 -- A claim also hands back held lanes that run nothing, once their lease is due for renewal
--- (before that it keeps them as they are: no write per claim for a briefly idle lane).
+-- (before that it keeps them as they are: no write per claim for a briefly idle lane),
+-- unless a delivery was published into them since about their last renewal (half a lease).
 SELECT relaybus.publish('t', '{}', NULL, 'c');
 CREATE TEMP TABLE c4 AS SELECT * FROM relaybus.claim('w3', 10, '30 seconds', ARRAY['rr']);
 SELECT ok(relaybus.complete((SELECT lease_token FROM c4)), 'w3 completes c');
@@ -74,8 +75,13 @@ SELECT is((SELECT count(*)::int FROM relaybus.lanes WHERE lease_owner = 'w3'), 1
           'w3 keeps its idle lane while more than the lease is left');
 UPDATE relaybus.lanes SET lease_expires_at = now() + interval '20 seconds' WHERE lease_owner = 'w3';
 SELECT is((SELECT count(*)::int FROM relaybus.claim('w3', 10, '30 seconds', ARRAY['rr'])), 0, 'w3 still finds nothing');
+SELECT ok((SELECT lease_expires_at > now() + interval '44 seconds' FROM relaybus.lanes WHERE lease_owner = 'w3'),
+          'that claim renewed w3''s idle lane, c having been published since its last renewal');
+UPDATE relaybus.lanes SET lease_expires_at = now() + interval '20 seconds' WHERE lease_owner = 'w3';
+UPDATE relaybus.deliveries SET created_at = now() - interval '16 seconds' WHERE event_id = 'c';
+SELECT is((SELECT count(*)::int FROM relaybus.claim('w3', 10, '30 seconds', ARRAY['rr'])), 0, 'w3 still finds nothing');
 SELECT is((SELECT count(*)::int FROM relaybus.lanes WHERE lease_owner = 'w3'), 0,
-          'that claim handed back w3''s idle lane, its lease being due for renewal');
+          'a claim hands back w3''s idle lane once nothing was published into it for half a lease');
 
 -- Graceful shutdown: release everything, relinquish, and another worker takes it all at once.
 SELECT relaybus.publish('t', '{}', NULL, 'g' || n) FROM generate_series(1, 5) AS n;

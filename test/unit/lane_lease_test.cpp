@@ -325,6 +325,15 @@ TEST(LeaseRenewal, IsDueOutsideOneToOneAndAHalfLeases) {
   EXPECT_TRUE(r.due(now + 30 * lease));
 }
 
+// A lane is due for renewal half a lease after a claim renewed it: "in use" is a delivery
+// published since then, so that a lane that got one since its last renewal is kept.
+TEST(LeaseRenewal, InUseSinceHalfALeaseAgo) {
+  const std::int64_t lease = 30'000'000, now = 1'000'000'000;
+  EXPECT_EQ(lease_renewal(now, lease).in_use_since_us, now - lease / 2);
+  // The claim that finds the lane due is at least half a lease after the renewal at `now`.
+  EXPECT_EQ(lease_renewal(now + lease / 2, lease).in_use_since_us, now);
+}
+
 TEST(LeaseRenewal, SaturatesInsteadOfOverflowing) {
   const std::int64_t max = std::numeric_limits<std::int64_t>::max();
   const LeaseRenewal r = lease_renewal(max - 10, 30'000'000);
@@ -333,6 +342,8 @@ TEST(LeaseRenewal, SaturatesInsteadOfOverflowing) {
   const LeaseRenewal negative = lease_renewal(100, -5);
   EXPECT_EQ(negative.renew_before_us, 100);
   EXPECT_EQ(negative.expires_at_us, 100);
+  const std::int64_t min = std::numeric_limits<std::int64_t>::min();
+  EXPECT_EQ(lease_renewal(min + 10, 30'000'000).in_use_since_us, min);
 }
 
 }  // namespace

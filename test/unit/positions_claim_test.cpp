@@ -38,6 +38,7 @@ struct FakeLane {
   LaneProgress progress;
   PositionSet retrying;
   bool renewal_due = true;  // a held lane's lease is due for renewal (the default: read it)
+  bool in_use = false;      // a delivery was published since its last renewal
 };
 
 struct FakeDelivery {
@@ -76,6 +77,7 @@ class FakeStore final : public PositionsClaimStore, public PositionsTakeoverStor
   Names calls;
   std::vector<std::pair<std::vector<LaneRef>, int>> acquire_calls;
   std::vector<std::vector<LaneKey>> reads;
+  std::vector<LaneKey> asked_in_use;  // read_lanes: lanes asked whether in use
   std::vector<std::vector<LaneKey>> probes;
   std::vector<std::vector<LaneKey>> locks;  // lock_held's lanes, per call
   std::vector<bool> lock_waits;             // and whether it waited
@@ -238,6 +240,10 @@ class FakeStore final : public PositionsClaimStore, public PositionsTakeoverStor
         if (std::get<0>(k) == l->handler && std::get<1>(k) == l->lane && !x.dead)
           c.pending.push_back(
               {std::get<2>(k), x.event_id, x.key, x.available_at, x.attempts, x.claims});
+      if (l->lease_renewal_due) {
+        c.in_use = lanes.at({l->handler, l->lane}).in_use;
+        asked_in_use.push_back({l->handler, l->lane});
+      }
       out.push_back(std::move(c));
     }
     reads.push_back(keys);
@@ -1083,6 +1089,46 @@ TEST(PositionsClaimTest, AnIdleHeldLaneIsReadOnlyWhenItsRenewalIsDue) {
   EXPECT_EQ(store.lane_writes[0].lane, 1);
 }
 
+TEST(PositionsClaimTest, AnIdleHeldLaneStillInUseIsRenewedAtItsRenewal) {
+  // At a steady rate a lane is idle between its deliveries most of the time: handed back at
+  // its renewal, it would be acquired again at its next delivery, two lease writes for one.
+  FakeStore store;
+  store.publish("h", 0, "e0");
+  store.publish("h", 1, "e1");
+  Claim(store, 10);
+  store.complete_all("h", 0);
+  store.complete_all("h", 1);
+  const std::int64_t epoch = store.lane("h", 1).epoch;
+  store.lane("h", 0).renewal_due = true;  // idle, renewal due, nothing published since
+  store.lane("h", 1).renewal_due = true;  // idle, renewal due, published into since
+  store.lane("h", 1).in_use = true;
+  store.lane_writes.clear();
+  store.asked_in_use.clear();
+  EXPECT_TRUE(Claim(store, 10).empty());
+  EXPECT_EQ(store.asked_in_use, (std::vector<LaneKey>{{"h", 0}, {"h", 1}}));
+  EXPECT_FALSE(store.lane("h", 0).owner) << "not in use: handed back";
+  EXPECT_EQ(store.lane("h", 1).owner, "w") << "in use: kept";
+  EXPECT_EQ(store.lane("h", 1).epoch, epoch) << "renewed, not acquired again";
+  ASSERT_EQ(store.lane_writes.size(), 2u);
+  EXPECT_TRUE(store.lane_writes[1].write.write && store.lane_writes[1].write.hold);
+}
+
+TEST(PositionsClaimTest, OnlyHeldLanesDueForRenewalAreAskedWhetherInUse) {
+  // A lane acquired gets a new lease whatever it holds: asking about its use would be a
+  // lookup per acquired lane for nothing.
+  FakeStore store;
+  store.publish("h", 0, "e0");
+  store.publish("h", 1, "e1");
+  EXPECT_EQ(Claim(store, 10).size(), 2u);  // both acquired
+  EXPECT_TRUE(store.asked_in_use.empty());
+  store.publish("h", 0, "e2");
+  store.lane("h", 0).renewal_due = false;
+  store.lane("h", 1).renewal_due = false;
+  store.asked_in_use.clear();
+  EXPECT_EQ(Claim(store, 10).size(), 1u);
+  EXPECT_TRUE(store.asked_in_use.empty()) << "held, not due";
+}
+
 TEST(PositionsClaimTest, HeldLaneProbeAgreesWithTheRule) {
   // held_lane_probe over what read_lanes returns, against the store's probe_held, for lanes
   // with finished, running, absent, deferred and retried positions and exception rows due
@@ -1203,6 +1249,10 @@ TEST(PositionsLaneWriteTest, TheWriteOfEachOriginAndOutcome) {
   w = write(LaneOrigin::kHeld, false, false, false);
   EXPECT_TRUE(w.write);
   EXPECT_FALSE(w.hold);
+  // Idle, due, but a delivery was published into it since its last renewal: renewed.
+  w = positions_lane_write(LaneOrigin::kHeld, 5, {false, false, false, true, true});
+  EXPECT_TRUE(w.write && w.hold && !w.new_holder);
+  EXPECT_EQ(w.epoch, 5);
   // Idle but with more than the lease left: kept as it is, no write.
   w = positions_lane_write(LaneOrigin::kHeld, 5, {false, false, false, false});
   EXPECT_FALSE(w.write);
