@@ -56,7 +56,7 @@ for ((r = 1; r <= repeats; r++)); do
           FROM pg_stat_activity WHERE datname = 'ab' AND state = 'idle in transaction'" >/dev/null
         wait "$holder" 2>/dev/null || true
       fi
-      echo "repeat $r, build $build, $runner${HOLD:+ (snapshot held)}: $(/usr/bin/python3 bench/ab/latency_of.py "$out/run"); claim ${claim} ms"
+      echo "repeat $r, build $build, $runner$([ "${HOLD:-0}" = 1 ] && echo " (snapshot held)"): $(/usr/bin/python3 bench/ab/latency_of.py "$out/run"); claim ${claim} ms"
       rm -f "$out"/run.*
     done
   done

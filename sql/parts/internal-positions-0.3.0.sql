@@ -159,5 +159,21 @@ CREATE FUNCTION relaybus_internal.retire_unsubscribed(cutoff timestamptz) RETURN
   SET enable_seqscan = off SET enable_bitmapscan = off
   SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off;
 
+-- lanes_changed: the trigger of relaybus.lanes, after each insert and update of a lease row
+-- however it is written: moves the lane's lease counter in shared memory at commit, so that
+-- a claim that remembers the lane's lease reads it again (src/pg/lease_memory.hpp). No
+-- parameters; returns the row. Writes nothing, locks nothing. A trigger function cannot be
+-- called directly.
+CREATE FUNCTION relaybus_internal.lanes_changed() RETURNS trigger
+  AS 'MODULE_PATHNAME', 'relaybus_lanes_changed' LANGUAGE C VOLATILE
+  SET search_path = pg_catalog, pg_temp;
+
+-- lanes_changed: after each insert and update of a lease row, tells the claims that
+-- remember that lane's lease to read it again (relaybus_internal.lanes_changed).
+CREATE TRIGGER lanes_changed AFTER INSERT OR UPDATE ON relaybus.lanes
+  FOR EACH ROW EXECUTE FUNCTION relaybus_internal.lanes_changed();
+-- Also under session_replication_role = replica: a lease written then is a lease changed.
+ALTER TABLE relaybus.lanes ENABLE ALWAYS TRIGGER lanes_changed;
+
 -- A new function grants EXECUTE to PUBLIC: only the owner calls these.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA relaybus_internal FROM PUBLIC;

@@ -18,12 +18,14 @@ namespace relaybus::pg::lane_changes {
 namespace {
 
 // Slots of counters, each for every handler of every database whose (database, handler)
-// hashes to it: 128 x 256 lanes x 8 bytes = 256 KB. Handlers that share a slot move each
-// other's counters, which only makes a claim probe a lane it could have passed over.
+// hashes to it: 128 x 256 lanes x 8 bytes = 256 KB for what a probe reads, as much again
+// for the leases. Handlers that share a slot move each other's counters, which only makes a
+// claim read a lane it could have passed over.
 constexpr std::size_t kSlots = 128;
 
 struct SharedState {
   pg_atomic_uint64 lanes[kSlots][core::kLaneCount];
+  pg_atomic_uint64 leases[kSlots][core::kLaneCount];
 };
 
 SharedState* shared = nullptr;
@@ -32,6 +34,8 @@ void attach_shared_memory(void* memory, bool created) {
   shared = static_cast<SharedState*>(memory);
   if (!created) return;
   for (auto& slot : shared->lanes)
+    for (auto& counter : slot) pg_atomic_init_u64(&counter, 0);
+  for (auto& slot : shared->leases)
     for (auto& counter : slot) pg_atomic_init_u64(&counter, 0);
 }
 
@@ -63,17 +67,41 @@ std::unordered_map<std::string, LaneMemory>& memory() {
   return map;
 }
 
+using Counters = pg_atomic_uint64[kSlots][core::kLaneCount];
+
 // Moves the lane's counter. Must not fail: called from the transaction callback.
-void moved(const std::string& handler, std::int16_t lane) noexcept {
+void moved(Counters& counters, const std::string& handler, std::int16_t lane) noexcept {
   if (shared == nullptr || !valid_lane(lane)) return;
-  pg_atomic_fetch_add_u64(&shared->lanes[slot_of(handler)][lane], 1);
+  pg_atomic_fetch_add_u64(&counters[slot_of(handler)][lane], 1);
 }
+
+using LaneSet = std::set<std::pair<std::string, std::int16_t>>;
 
 // Lanes changed by the open transaction (changed_at_commit), counted at its commit; each
 // once, however many rows a transaction writes.
-std::set<std::pair<std::string, std::int16_t>>& changed() {
-  static std::set<std::pair<std::string, std::int16_t>> lanes;
+LaneSet& changed() {
+  static LaneSet lanes;
   return lanes;
+}
+
+// Lanes whose lease row the open transaction wrote (lease_changed_at_commit).
+LaneSet& leases_changed() {
+  static LaneSet lanes;
+  return lanes;
+}
+
+std::vector<std::uint64_t> read_counters(Counters& counters,
+                                         const std::vector<std::string>& handlers) {
+  if (shared == nullptr) return {};
+  std::vector<std::uint64_t> out(handlers.size() * core::kLaneCount);
+  for (std::size_t i = 0; i < handlers.size(); ++i) {
+    auto& slot = counters[slot_of(handlers[i])];
+    for (int l = 0; l < core::kLaneCount; ++l)
+      out[i * core::kLaneCount + static_cast<std::size_t>(l)] = pg_atomic_read_u64(&slot[l]);
+  }
+  // The probe's reads come after these: no counter read may move past them.
+  pg_memory_barrier();
+  return out;
 }
 
 // Runs in every backend at the end of every transaction: must not fail. Counted twice:
@@ -81,13 +109,17 @@ std::set<std::pair<std::string, std::int16_t>>& changed() {
 // it (before the transaction signals listeners and sets the in-database workers' latches:
 // this callback is registered after wakeup.cpp's, so PostgreSQL calls it first).
 void at_transaction_end(XactEvent event, void*) {
-  if (changed().empty()) return;
+  if (changed().empty() && leases_changed().empty()) return;
   if (event == XACT_EVENT_PRE_COMMIT || event == XACT_EVENT_PARALLEL_PRE_COMMIT ||
-      event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT)
-    for (const auto& [handler, lane] : changed()) moved(handler, lane);
+      event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT) {
+    for (const auto& [handler, lane] : changed()) moved(shared->lanes, handler, lane);
+    for (const auto& [handler, lane] : leases_changed()) moved(shared->leases, handler, lane);
+  }
   if (event != XACT_EVENT_PRE_COMMIT && event != XACT_EVENT_PARALLEL_PRE_COMMIT &&
-      event != XACT_EVENT_PRE_PREPARE)
+      event != XACT_EVENT_PRE_PREPARE) {
     changed().clear();
+    leases_changed().clear();
+  }
 }
 
 }  // namespace
@@ -103,17 +135,21 @@ void changed_at_commit(const std::string& handler, std::int16_t lane) {
   changed().emplace(handler, lane);
 }
 
+void lease_changed_at_commit(const std::string& handler, std::int16_t lane) {
+  if (shared == nullptr || !valid_lane(lane)) return;
+  leases_changed().emplace(handler, lane);
+}
+
+bool leases_written() noexcept {
+  return !leases_changed().empty();
+}
+
 std::vector<std::uint64_t> counters(const std::vector<std::string>& handlers) {
-  if (shared == nullptr) return {};
-  std::vector<std::uint64_t> out(handlers.size() * core::kLaneCount);
-  for (std::size_t i = 0; i < handlers.size(); ++i) {
-    auto& slot = shared->lanes[slot_of(handlers[i])];
-    for (int l = 0; l < core::kLaneCount; ++l)
-      out[i * core::kLaneCount + static_cast<std::size_t>(l)] = pg_atomic_read_u64(&slot[l]);
-  }
-  // The probe's reads come after these: no counter read may move past them.
-  pg_memory_barrier();
-  return out;
+  return shared == nullptr ? std::vector<std::uint64_t>{} : read_counters(shared->lanes, handlers);
+}
+
+std::vector<std::uint64_t> lease_counters(const std::vector<std::string>& handlers) {
+  return shared == nullptr ? std::vector<std::uint64_t>{} : read_counters(shared->leases, handlers);
 }
 
 PassOver known_lanes(const std::vector<std::string>& handlers,

@@ -55,6 +55,15 @@ void changed_at_commit(const std::string& handler, std::int16_t lane);
 // (handler i, lane l at i * kLaneCount + l); empty without shared memory.
 std::vector<std::uint64_t> counters(const std::vector<std::string>& handlers);
 
+// Leases have counters of their own, moved the same way by every transaction that writes a
+// lease row (relaybus.lanes' trigger, lanes_trigger.cpp): what lease_memory.hpp's memory
+// of each lane's lease is checked against. Apart from the others, which every publish,
+// claim and completion moves: a lease changes a few times a minute.
+void lease_changed_at_commit(const std::string& handler, std::int16_t lane);
+// Whether the open transaction has written a lease row (lease_changed_at_commit).
+bool leases_written() noexcept;
+std::vector<std::uint64_t> lease_counters(const std::vector<std::string>& handlers);
+
 // What a probe found of a lane without pending exception rows.
 struct Known {
   core::LaneProgress progress;

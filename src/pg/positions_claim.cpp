@@ -13,6 +13,7 @@
 #include "lane_lease_sql.hpp"
 #include "lane_changes.hpp"
 #include "lane_list.hpp"
+#include "lease_memory.hpp"
 #include "lane_order.hpp"
 #include "position_lanes.hpp"
 #include "positions_claim_writes.hpp"
@@ -86,7 +87,8 @@ class PgPositionsClaimStore final : public core::PositionsClaimStore {
  private:
   // Binds $1..$7 of held_lanes' and lock_held's statements (worker, handlers, this backend,
   // holder, lease renewal bounds).
-  void bind_held(Params& params, bool refresh);
+  void bind_held(Params& params);
+  lease_memory::Claimer claimer() const { return {holder_.worker, holder_.holder}; }
 
   LaneHolder holder_;
   std::vector<std::string> handlers_;  // held_lanes' handlers, for lock_held
@@ -128,12 +130,11 @@ std::vector<core::PositionsHandler> PgPositionsClaimStore::subscribed_handlers(
                   " coalesce(l.lease_expires_at < $6 OR l.lease_expires_at > $7, true)"
 constexpr int kHeldLaneColumns = kPositionsLaneColumns + 5;
 
-void PgPositionsClaimStore::bind_held(Params& params, bool refresh) {
+void PgPositionsClaimStore::bind_held(Params& params) {
   // Whether a lane's backend is alive is read from backend activity, which PostgreSQL
   // reads once per transaction: a claim in a transaction that had already read it would
   // take a connection opened since then for dead, and its lanes over. Read again once per
   // claim (held_lanes): lock_held, a moment later, judges by the same reading.
-  if (refresh) fresh_backend_activity();
   params.text(holder_.worker);
   params.text_array(handlers_);
   params.int4(current_holder_pid());
@@ -163,22 +164,30 @@ std::vector<core::HeldPositionsLane> PgPositionsClaimStore::held_lanes(
   // half of core::held_lane_probe (the first delivery of the window neither done nor in
   // flight: one range scan of deliveries_pkey); then the exception half (due heads not
   // being retried) for the lanes that have pending rows. Nothing is locked: lock_held locks
-  // the lanes core acts on and reads their progress again. A lane this backend probed and
-  // that nothing has changed since (lane_changes.hpp, $11) is not probed again: it is left
-  // out of the statement unless core must act on its lease, and what was remembered of it
-  // stands for its probe.
+  // the lanes core acts on and reads their progress again.
+  //
+  // Only the lanes listed are read, one probe of lanes_pkey each (lease_memory.hpp): a
+  // lane whose lease this backend does not remember; one it remembers as the worker's whose
+  // lease core must act on (expired, due for renewal, another incarnation's) or that changed
+  // since this backend probed it (lane_changes.hpp, $11). A lane it remembers as someone
+  // else's is lanes_with_work's; one it remembers as the caller's, live and unchanged is not
+  // read at all, and what was remembered of it stands for its probe. A listed lane another
+  // worker holds comes back with its lease only, to be remembered.
   static Statement read(
       "SELECT " RELAYBUS_POSITIONS_LANE_COLUMNS_SQL RELAYBUS_HELD_LANE_COLUMNS_SQL
       ","
-      " p.seq, coalesce(p.acked_upto, 0), p.done, p.in_flight, p.retrying, f.available_at, s.at"
-      " FROM relaybus.lanes l"
-      // The lane's place in the flattened per-lane arrays ($8, $11), and whether to pass it over.
-      " CROSS JOIN LATERAL (SELECT (array_position($2, l.handler) - 1) * $9 + l.lane + 1 AS at) a"
-      " CROSS JOIN LATERAL (SELECT coalesce(($11::bool[])[a.at], false) AS pass, a.at) s"
+      " p.seq, coalesce(p.acked_upto, 0), p.done, p.in_flight, p.retrying, f.available_at, u.at,"
+      " coalesce(l.lease_owner = $1, false), l.lease_owner IS NULL, l.lease_expires_at,"
+      " " RELAYBUS_LANE_IS_CALLERS_SQL("$5", "$3", "$4")
+      " FROM unnest($12::text[], $13::int2[], $14::int4[]) AS u(handler, lane, at)"
+      " JOIN relaybus.lanes l ON l.handler = u.handler AND l.lane = u.lane"
+      // Whether to pass over the lane's progress: another worker's, or unchanged ($11).
+      " CROSS JOIN LATERAL (SELECT NOT coalesce(l.lease_owner = $1, false)"
+      "  OR coalesce(($11::bool[])[u.at], false) AS pass) s"
       " LEFT JOIN LATERAL ("
       "  (SELECT p.seq, p.acked_upto, p.done, p.in_flight, p.retrying"
       "   FROM relaybus.lane_progress p WHERE NOT s.pass AND p.handler = l.handler"
-      "   AND p.lane = l.lane AND p.seq >= coalesce(($8::int8[])[s.at], 0)"
+      "   AND p.lane = l.lane AND p.seq >= coalesce(($8::int8[])[u.at], 0)"
       "   ORDER BY p.seq DESC LIMIT 1)"
       "  UNION ALL"
       "  (SELECT p.seq, p.acked_upto, p.done, p.in_flight, p.retrying"
@@ -190,31 +199,38 @@ std::vector<core::HeldPositionsLane> PgPositionsClaimStore::held_lanes(
       "  AND d.position > coalesce(p.acked_upto, 0) AND d.position <= coalesce(p.acked_upto, 0) + "
       "$10"
       "  AND d.position <> ALL (coalesce(p.done, '{}') || coalesce(p.in_flight, '{}'))"
-      "  ORDER BY d.position LIMIT 1) f ON true"
-      " WHERE l.lease_owner = $1 AND l.handler = ANY ($2)"
-      // A lane passed over is left out unless the claim must act on it anyway (its lease
-      // expired or due for renewal, or not the caller's incarnation's): a worker may hold
-      // every lane of a handler, and a row each cost more than the probes it spares.
-      "  AND (NOT s.pass OR l.lease_expires_at <= now()"
-      "       OR coalesce(l.lease_expires_at < $6 OR l.lease_expires_at > $7, true)"
-      "       OR NOT " RELAYBUS_LANE_IS_CALLERS_SQL("$5", "$3", "$4") ")",
+      "  ORDER BY d.position LIMIT 1) f ON true",
       {TEXTOID, TEXTARRAYOID, INT4OID, TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
-       INT8ARRAYOID, INT4OID, INT8OID, BOOLARRAYOID});
+       INT8ARRAYOID, INT4OID, INT8OID, BOOLARRAYOID, TEXTARRAYOID, INT2ARRAYOID, INT4ARRAYOID});
   handlers_ = handlers;
-  // Before the statement's snapshot: a publish that commits after it moves a counter.
+  // Before the statement's snapshot: a publish or a lease write that commits after it moves
+  // a counter.
   const std::vector<std::uint64_t> changes = lane_changes::counters(handlers);
+  const std::vector<std::uint64_t> lease_changes = lane_changes::lease_counters(handlers);
   const std::int64_t clock_us = GetCurrentTimestamp();
   const lane_changes::PassOver pass = lane_changes::known_lanes(handlers, changes, clock_us);
-  Params params;
-  bind_held(params, /*refresh=*/true);
-  params.int8_array(progress_hints::get_by_handler(handlers));
-  params.int4(core::kLaneCount);
-  params.int8(core::kPositionWindow);
-  params.bool_array(pass.pass);
-  const std::uint64_t n = read.run(params);
+  const std::vector<std::optional<lease_memory::Lease>> leases =
+      lease_memory::known(claimer(), handlers, lease_changes, clock_us);
+  const std::int64_t now = GetCurrentTransactionStartTimestamp();
+  const core::LeaseRenewal renewal = core::lease_renewal(now, holder_.lease_us);
+  // Per lane: read it, or take it as remembered (the caller's, live, not due, unchanged), or
+  // leave it out (remembered as nobody's or another worker's).
+  std::vector<bool> listed(pass.pass.size(), true);
+  LaneList list;
+  std::vector<std::int32_t> list_at;
+  for (std::size_t i = 0; i < listed.size(); ++i) {
+    if (const auto& m = leases[i]) {
+      if (m->holder != lease_memory::Lease::Holder::kWorker)
+        listed[i] = false;
+      else
+        listed[i] = !m->callers || m->expires_at_us <= now || renewal.due(m->expires_at_us) ||
+                    !pass.pass[i];
+    }
+    if (!listed[i]) continue;
+    list.add(handlers[i / core::kLaneCount], static_cast<std::int16_t>(i % core::kLaneCount));
+    list_at.push_back(static_cast<std::int32_t>(i) + 1);
+  }
   std::vector<core::HeldPositionsLane> out;
-  out.reserve(n);
-  constexpr int c = kHeldLaneColumns;
   std::vector<std::size_t> at;  // each lane's place in the flattened arrays, from 0
   // A lane passed over: what this backend remembers of it stands for its probe.
   const auto remembered = [&pass](core::HeldPositionsLane& lane, std::size_t i) {
@@ -223,32 +239,62 @@ std::vector<core::HeldPositionsLane> PgPositionsClaimStore::held_lanes(
     lane.lane.retrying = k.retrying;
     lane.probe.window_since_us = k.window_since_us;
   };
-  std::vector<bool> returned(pass.pass.size(), false);
-  for (std::uint64_t r = 0; r < n; ++r) {
-    core::HeldPositionsLane lane = held_lane_of_row(r);
-    at.push_back(static_cast<std::size_t>(row::int4(r, c + 7)) - 1);
-    returned[at.back()] = true;
-    if (pass.pass[at.back()]) {  // unchanged since this backend probed it; its lease to act on
-      remembered(lane, at.back());
+  // Whether a lane's backend lives is read once per claim, here, also when nothing is read
+  // now: lock_held judges by the same reading (bind_held).
+  fresh_backend_activity();
+  if (!list_at.empty()) {
+    Params params;
+    bind_held(params);
+    params.int8_array(progress_hints::get_by_handler(handlers));
+    params.int4(core::kLaneCount);
+    params.int8(core::kPositionWindow);
+    params.bool_array(pass.pass);
+    list.bind(params);
+    params.int4_array(list_at);
+    const std::uint64_t n = read.run(params);
+    out.reserve(n);
+    constexpr int c = kHeldLaneColumns;
+    const bool remember = !lease_changes.empty() && lease_memory::may_remember();
+    for (std::uint64_t r = 0; r < n; ++r) {
+      const std::size_t i = static_cast<std::size_t>(row::int4(r, c + 7)) - 1;
+      const bool workers = row::boolean(r, c + 8);
+      if (remember) {
+        lease_memory::Lease lease;
+        lease.holder = workers                  ? lease_memory::Lease::Holder::kWorker
+                       : row::boolean(r, c + 9) ? lease_memory::Lease::Holder::kNobody
+                                                : lease_memory::Lease::Holder::kOtherWorker;
+        if (!row::is_null(r, c + 10)) lease.expires_at_us = timestamp_of_row(r, c + 10);
+        lease.callers = workers && row::boolean(r, c + 11);
+        lease_memory::saw(claimer(), handlers[i / core::kLaneCount],
+                          static_cast<std::int16_t>(i % core::kLaneCount), lease_changes[i], lease,
+                          clock_us);
+      }
+      if (!workers) continue;
+      core::HeldPositionsLane lane = held_lane_of_row(r);
+      at.push_back(i);
+      if (pass.pass[i]) {  // unchanged since this backend probed it; its lease to act on
+        remembered(lane, i);
+        out.push_back(std::move(lane));
+        continue;
+      }
+      if (!row::is_null(r, c + 1))
+        progress_hints::note(lane.lane.handler, lane.lane.lane, row::int8(r, c + 1));
+      lane.lane.progress.acked_upto = row::int8(r, c + 2);
+      lane.lane.progress.done = position_set(r, c + 3);
+      lane.lane.progress.in_flight = position_set(r, c + 4);
+      lane.lane.retrying = position_set(r, c + 5);
+      if (!row::is_null(r, c + 6)) lane.probe.window_since_us = timestamp_of_row(r, c + 6);
       out.push_back(std::move(lane));
-      continue;
     }
-    if (!row::is_null(r, c + 1))
-      progress_hints::note(lane.lane.handler, lane.lane.lane, row::int8(r, c + 1));
-    lane.lane.progress.acked_upto = row::int8(r, c + 2);
-    lane.lane.progress.done = position_set(r, c + 3);
-    lane.lane.progress.in_flight = position_set(r, c + 4);
-    lane.lane.retrying = position_set(r, c + 5);
-    if (!row::is_null(r, c + 6)) lane.probe.window_since_us = timestamp_of_row(r, c + 6);
-    out.push_back(std::move(lane));
   }
-  // The lanes passed over that the statement left out: the caller's, their lease live and not
-  // due for renewal, as they were when this backend probed them. An idle one needs nothing
-  // from the claim; one with work is returned as remembered, for core to order and pick: the
-  // lanes it picks from are locked and read again (lock_held), and one no longer held is not
-  // locked. The binding is not read, and is what the statement's filter leaves.
-  for (std::size_t i = 0; i < pass.pass.size(); ++i) {
-    if (!pass.pass[i] || returned[i] || pass.known[i]->idle) continue;
+  // The lanes not read: the caller's, their lease live and not due for renewal, unchanged
+  // since this backend probed them. An idle one needs nothing from the claim; one with work
+  // is returned as remembered, for core to order and pick: the lanes it picks from are
+  // locked and read again (lock_held), and one no longer held is not locked.
+  for (std::size_t i = 0; i < listed.size(); ++i) {
+    if (listed[i] || !leases[i] || leases[i]->holder != lease_memory::Lease::Holder::kWorker ||
+        !pass.pass[i] || pass.known[i]->idle)
+      continue;
     core::HeldPositionsLane lane;
     lane.lane.handler = handlers[i / core::kLaneCount];
     lane.lane.lane = static_cast<std::int16_t>(i % core::kLaneCount);
@@ -302,36 +348,29 @@ std::vector<core::HeldPositionsLane> PgPositionsClaimStore::lock_held(
   // returned as it is after the wait (the lock re-reads the row, and a lane that changed
   // hands meanwhile fails the re-checked owner); its progress is read by a later statement,
   // after the lock. Whose incarnation each lane is (core::LaneBinding) is for core to judge.
-  // The lanes to lock are flagged in a bool[] laid out as the hints are ($8: handler i, lane
-  // l at i * kLaneCount + l + 1), so the statement is a scan of the worker's lanes with a
-  // filter: a join with the list, planned as a nested loop over a function scan, cost a
-  // step per lane per lane listed (7 ms a claim with 160 lanes to lock).
-#define RELAYBUS_LOCK_HELD_SQL(skip_locked)                                                   \
-  "SELECT " RELAYBUS_POSITIONS_LANE_COLUMNS_SQL RELAYBUS_HELD_LANE_COLUMNS_SQL                \
-  " FROM relaybus.lanes l"                                                                    \
-  " WHERE l.lease_owner = $1 AND l.handler = ANY ($2)"                                        \
-  " AND coalesce(($8::bool[])[(array_position($2, l.handler) - 1) * $9 + l.lane + 1], false)" \
+  // One probe of lanes_pkey per lane to lock ($8, $9), not a scan of the worker's lanes:
+  // under a held snapshot each lane row read is every version of it the snapshot keeps.
+#define RELAYBUS_LOCK_HELD_SQL(skip_locked)                                    \
+  "SELECT " RELAYBUS_POSITIONS_LANE_COLUMNS_SQL RELAYBUS_HELD_LANE_COLUMNS_SQL \
+  " FROM unnest($8::text[], $9::int2[]) AS u(handler, lane)"                   \
+  " JOIN relaybus.lanes l ON l.handler = u.handler AND l.lane = u.lane"        \
+  " WHERE l.lease_owner = $1"                                                  \
   " ORDER BY " RELAYBUS_LANE_LOCK_ORDER_SQL " FOR NO KEY UPDATE OF l" skip_locked
   static Statement lock(RELAYBUS_LOCK_HELD_SQL(""),
                         {TEXTOID, TEXTARRAYOID, INT4OID, TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID,
-                         TIMESTAMPTZOID, BOOLARRAYOID, INT4OID});
+                         TIMESTAMPTZOID, TEXTARRAYOID, INT2ARRAYOID});
   static Statement lock_unlocked(RELAYBUS_LOCK_HELD_SQL(" SKIP LOCKED"),
                                  {TEXTOID, TEXTARRAYOID, INT4OID, TIMESTAMPTZOID, TEXTOID,
-                                  TIMESTAMPTZOID, TIMESTAMPTZOID, BOOLARRAYOID, INT4OID});
+                                  TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTARRAYOID, INT2ARRAYOID});
 #undef RELAYBUS_LOCK_HELD_SQL
   if (lanes.empty()) return {};
-  std::vector<bool> wanted(handlers_.size() * core::kLaneCount, false);
-  for (const core::LaneRef& l : lanes) {
-    const auto h = std::find(handlers_.begin(), handlers_.end(), l.handler);
-    if (h == handlers_.end() || l.lane < 0 || l.lane >= core::kLaneCount)
+  for (const core::LaneRef& l : lanes)
+    if (std::find(handlers_.begin(), handlers_.end(), l.handler) == handlers_.end() || l.lane < 0 ||
+        l.lane >= core::kLaneCount)
       throw core::Error(core::ErrorCode::kInternal, "relaybus: a lane to lock not held_lanes'");
-    wanted[static_cast<std::size_t>(h - handlers_.begin()) * core::kLaneCount +
-           static_cast<std::size_t>(l.lane)] = true;
-  }
   Params params;
-  bind_held(params, /*refresh=*/false);
-  params.bool_array(wanted);
-  params.int4(core::kLaneCount);
+  bind_held(params);
+  lane_list_of(lanes).bind(params);
   const std::uint64_t n = (wait ? lock : lock_unlocked).run(params);
   std::vector<core::HeldPositionsLane> out;
   out.reserve(n);
@@ -375,56 +414,94 @@ std::vector<core::LaneWorkProbe> PgPositionsClaimStore::lanes_with_work(
   // entries of a leaf page in its range before returning one, so an unbounded probe of a
   // lane with a backlog reads a page of it; the unbounded one runs only where the window
   // holds none. Unlocked, as of this statement; lock_acquirable locks from core's list,
-  // and the progress is read again. A free lane this backend found idle and that nothing has
-  // changed since (lane_changes.hpp, $6) is left out: a handler whose lanes nobody holds
+  // and the progress is read again.
+  //
+  // Only the lanes listed are read ($6, $7, $8: one probe of lanes_pkey each), those that
+  // may be acquirable as far as this backend knows: not remembered, remembered free, or
+  // remembered as another worker's whose lease has expired (lease_memory.hpp); a lane it
+  // remembers as its worker's is held_lanes'. A free lane it found idle and that nothing has
+  // changed since (lane_changes.hpp) is left out too: a handler whose lanes nobody holds
   // (an in-database handler between batches, a quiet one) had all 256 probed by every claim
-  // that named it.
+  // that named it. A listed lane that is not acquirable comes back with its lease only, to
+  // be remembered.
   static Statement probe(
       "SELECT l.handler, l.lane, l.lease_owner IS NOT NULL, coalesce(p.acked_upto, 0), p.done,"
-      " p.in_flight, p.retrying, f.position, f.available_at, p.seq FROM relaybus.lanes l"
+      " p.in_flight, p.retrying, f.position, f.available_at, p.seq, a.acquirable,"
+      " coalesce(l.lease_owner = $2, false), l.lease_expires_at, u.at"
+      " FROM unnest($6::text[], $7::int2[], $8::int4[]) AS u(handler, lane, at)"
+      " JOIN relaybus.lanes l ON l.handler = u.handler AND l.lane = u.lane"
+      " CROSS JOIN LATERAL (SELECT " RELAYBUS_ACQUIRABLE_SQL("$2") " AS acquirable) a"
       " LEFT JOIN LATERAL ("
       "  (SELECT p.seq, p.acked_upto, p.done, p.in_flight, p.retrying"
-      "   FROM relaybus.lane_progress p WHERE p.handler = l.handler AND p.lane = l.lane"
-      "   AND p.seq >= coalesce(($3::int8[])[(array_position($1, l.handler) - 1) * $4 + l.lane"
-      "                                       + 1], 0)"
+      "   FROM relaybus.lane_progress p WHERE a.acquirable AND p.handler = l.handler"
+      "   AND p.lane = l.lane AND p.seq >= coalesce(($3::int8[])[u.at], 0)"
       "   ORDER BY p.seq DESC LIMIT 1)"
       "  UNION ALL"
       "  (SELECT p.seq, p.acked_upto, p.done, p.in_flight, p.retrying"
-      "   FROM relaybus.lane_progress p WHERE p.handler = l.handler AND p.lane = l.lane"
-      "   ORDER BY p.seq DESC LIMIT 1)"
+      "   FROM relaybus.lane_progress p WHERE a.acquirable AND p.handler = l.handler"
+      "   AND p.lane = l.lane ORDER BY p.seq DESC LIMIT 1)"
       "  LIMIT 1) p ON true"
       " LEFT JOIN LATERAL ("
       "  (SELECT d.position, d.available_at FROM relaybus.deliveries d"
-      "   WHERE d.handler = l.handler AND d.lane = l.lane"
+      "   WHERE a.acquirable AND d.handler = l.handler AND d.lane = l.lane"
       "   AND d.position > coalesce(p.acked_upto, 0) AND d.position <= coalesce(p.acked_upto, 0) + "
       "$5"
       "   ORDER BY d.position LIMIT 1)"
       "  UNION ALL"
       "  (SELECT d.position, d.available_at FROM relaybus.deliveries d"
-      "   WHERE d.handler = l.handler AND d.lane = l.lane"
+      "   WHERE a.acquirable AND d.handler = l.handler AND d.lane = l.lane"
       "   AND d.position > coalesce(p.acked_upto, 0) ORDER BY d.position LIMIT 1)"
-      "  LIMIT 1) f ON true"
-      " WHERE l.handler = ANY ($1) AND " RELAYBUS_ACQUIRABLE_SQL("$2")
-      "  AND NOT (l.lease_owner IS NULL AND"
-      "   coalesce(($6::bool[])[(array_position($1, l.handler) - 1) * $4 + l.lane + 1], false))",
-      {TEXTARRAYOID, TEXTOID, INT8ARRAYOID, INT4OID, INT8OID, BOOLARRAYOID});
-  // Before the statement's snapshot: a publish that commits after it moves a counter.
+      "  LIMIT 1) f ON true",
+      {TEXTARRAYOID, TEXTOID, INT8ARRAYOID, INT4OID, INT8OID, TEXTARRAYOID, INT2ARRAYOID,
+       INT4ARRAYOID});
+  // Before the statement's snapshot: a publish or a lease write that commits after it moves
+  // a counter.
   const std::vector<std::uint64_t> changes = lane_changes::counters(handlers);
+  const std::vector<std::uint64_t> lease_changes = lane_changes::lease_counters(handlers);
   const std::int64_t clock_us = GetCurrentTimestamp();
   const lane_changes::PassOver pass = lane_changes::known_lanes(handlers, changes, clock_us);
-  std::vector<bool> idle(pass.pass.size(), false);
-  for (std::size_t i = 0; i < idle.size(); ++i) idle[i] = pass.pass[i] && pass.known[i]->idle;
+  const std::vector<std::optional<lease_memory::Lease>> leases =
+      lease_memory::known(claimer(), handlers, lease_changes, clock_us);
+  const std::int64_t now = GetCurrentTransactionStartTimestamp();
+  LaneList list;
+  std::vector<std::int32_t> list_at;
+  for (std::size_t i = 0; i < pass.pass.size(); ++i) {
+    if (const auto& m = leases[i]) {
+      using Holder = lease_memory::Lease::Holder;
+      if (m->holder == Holder::kWorker) continue;
+      if (m->holder == Holder::kOtherWorker && m->expires_at_us > now) continue;
+      if (m->holder == Holder::kNobody && pass.pass[i] && pass.known[i]->idle) continue;
+    }
+    list.add(handlers[i / core::kLaneCount], static_cast<std::int16_t>(i % core::kLaneCount));
+    list_at.push_back(static_cast<std::int32_t>(i) + 1);
+  }
+  std::vector<core::LaneWorkProbe> out;
+  if (list_at.empty()) return out;
   Params params;
   params.text_array(handlers);
   params.text(holder_.worker);
   params.int8_array(progress_hints::get_by_handler(handlers));
   params.int4(core::kLaneCount);
   params.int8(core::kPositionWindow);
-  params.bool_array(idle);
+  list.bind(params);
+  params.int4_array(list_at);
   const std::uint64_t n = probe.run(params);
-  std::vector<core::LaneWorkProbe> out;
   out.reserve(n);
+  std::vector<std::size_t> out_at;  // each returned lane's place in the flattened arrays
+  const bool remember = !lease_changes.empty() && lease_memory::may_remember();
   for (std::uint64_t r = 0; r < n; ++r) {
+    const std::size_t i = static_cast<std::size_t>(row::int4(r, 14)) - 1;
+    // A lane of the caller's worker is remembered by held_lanes, with its binding.
+    if (remember && !row::boolean(r, 12)) {
+      lease_memory::Lease lease;
+      lease.holder = row::boolean(r, 3) ? lease_memory::Lease::Holder::kOtherWorker
+                                        : lease_memory::Lease::Holder::kNobody;
+      if (!row::is_null(r, 13)) lease.expires_at_us = timestamp_of_row(r, 13);
+      lease_memory::saw(claimer(), handlers[i / core::kLaneCount],
+                        static_cast<std::int16_t>(i % core::kLaneCount), lease_changes[i], lease,
+                        clock_us);
+    }
+    if (!row::boolean(r, 11)) continue;  // not acquirable
     core::LaneWorkProbe p;
     p.lane = {row::text(r, 1), row::int2(r, 2)};
     p.has_owner = row::boolean(r, 3);
@@ -436,6 +513,7 @@ std::vector<core::LaneWorkProbe> PgPositionsClaimStore::lanes_with_work(
     if (!row::is_null(r, 9)) p.first_available_us = timestamp_of_row(r, 9);
     if (!row::is_null(r, 10)) progress_hints::note(p.lane.handler, p.lane.lane, row::int8(r, 10));
     out.push_back(std::move(p));
+    out_at.push_back(i);
   }
   // The earliest due head of pending exception rows (exception_heads.hpp) of each lane. A
   // lane's retried rows count too: of an acquirable lane only an expired one has any, and
@@ -460,10 +538,7 @@ std::vector<core::LaneWorkProbe> PgPositionsClaimStore::lanes_with_work(
       !TransactionIdIsValid(GetTopTransactionIdIfAny())) {
     for (std::size_t i = 0; i < out.size(); ++i) {
       const core::LaneWorkProbe& p = out[i];
-      const auto h = std::find(handlers.begin(), handlers.end(), p.lane.handler);
-      if (h == handlers.end() || p.lane.lane < 0 || p.lane.lane >= core::kLaneCount) continue;
-      const std::size_t at = static_cast<std::size_t>(h - handlers.begin()) * core::kLaneCount +
-                             static_cast<std::size_t>(p.lane.lane);
+      const std::size_t at = out_at[i];
       if (p.has_owner || p.first_position || !p.progress.in_flight.empty() || !p.retrying.empty() ||
           has_rows[i]) {
         lane_changes::probed(p.lane.handler, p.lane.lane, changes[at], nullptr, clock_us);

@@ -1,0 +1,88 @@
+#include "lease_memory.hpp"
+
+#include "lane_changes.hpp"
+#include "postgres.hpp"
+
+#include "../core/lane.hpp"
+
+#include <array>
+#include <unordered_map>
+
+namespace relaybus::pg::lease_memory {
+
+namespace {
+
+struct Remembered {
+  bool valid = false;
+  std::uint64_t counter = 0;
+  std::int64_t seen_at_us = 0;
+  Lease lease;
+};
+using LaneLeases = std::array<Remembered, core::kLaneCount>;
+
+// Bounded: a backend that has claimed for more (worker, holder, handler) triples starts
+// over. Each takes 256 lanes x 40 bytes, so at most about 1.3 MB.
+constexpr std::size_t kMaxEntries = 128;
+
+std::unordered_map<std::string, LaneLeases>& memory() {
+  static std::unordered_map<std::string, LaneLeases> map;
+  return map;
+}
+
+std::string key_of(const Claimer& claimer, const std::string& handler) {
+  // Names cannot hold a NUL byte, so NUL separates them; \x01 marks "no holder", which no
+  // holder name is (an empty one is refused).
+  std::string key = claimer.worker;
+  key += '\0';
+  key += claimer.holder ? *claimer.holder : std::string("\x01");
+  key += '\0';
+  key += handler;
+  return key;
+}
+
+}  // namespace
+
+std::vector<std::optional<Lease>> known(const Claimer& claimer,
+                                        const std::vector<std::string>& handlers,
+                                        const std::vector<std::uint64_t>& counters,
+                                        std::int64_t now_us) {
+  std::vector<std::optional<Lease>> out(handlers.size() * core::kLaneCount);
+  // A transaction that wrote lease rows sees them, and their counters move only at its
+  // commit: what was remembered before would hide its own lanes from it.
+  if (counters.size() != out.size() || lane_changes::leases_written()) return out;
+  for (std::size_t i = 0; i < handlers.size(); ++i) {
+    const auto it = memory().find(key_of(claimer, handlers[i]));
+    if (it == memory().end()) continue;
+    for (std::size_t l = 0; l < static_cast<std::size_t>(core::kLaneCount); ++l) {
+      const Remembered& r = it->second[l];
+      const std::size_t at = i * core::kLaneCount + l;
+      if (r.valid && r.counter == counters[at] && now_us >= r.seen_at_us &&
+          now_us - r.seen_at_us < lane_changes::kIdleForUs)
+        out[at] = r.lease;
+    }
+  }
+  return out;
+}
+
+bool may_remember() {
+  return !IsolationUsesXactSnapshot() && !lane_changes::leases_written();
+}
+
+void saw(const Claimer& claimer, const std::string& handler, std::int16_t lane,
+         std::uint64_t counter, const Lease& lease, std::int64_t now_us) {
+  if (lane < 0 || lane >= core::kLaneCount) return;
+  auto& map = memory();
+  const std::string key = key_of(claimer, handler);
+  auto it = map.find(key);
+  if (it == map.end()) {
+    if (map.size() >= kMaxEntries) map.clear();
+    it = map.emplace(key, LaneLeases{}).first;
+  }
+  Remembered& r = it->second[static_cast<std::size_t>(lane)];
+  r.valid = true;
+  r.counter = counter;
+  r.seen_at_us = now_us;
+  r.lease = lease;
+}
+
+}  // namespace relaybus::pg::lease_memory
