@@ -185,6 +185,11 @@ bool lane_has_work(const LaneProgress& progress, Position tail) noexcept {
   return false;
 }
 
+Position last_finished(const LaneProgress& progress) noexcept {
+  return progress.done.empty() ? progress.acked_upto
+                               : std::max(progress.acked_upto, *progress.done.rbegin());
+}
+
 bool lane_idle(const LaneProgress& progress, Position tail) noexcept {
   const Position acked = progress.acked_upto;
   const bool runs_something =

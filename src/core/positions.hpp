@@ -168,6 +168,10 @@ bool lane_has_work(const LaneProgress& progress, Position tail) noexcept;
 // the caller adds what it knows of the lane's exception rows.
 bool lane_idle(const LaneProgress& progress, Position tail) noexcept;
 
+// The lane's highest finished position (the cursor, or above it the highest in done); 0:
+// none. For a lane with nothing running and nothing left (lane_idle), its last delivery.
+Position last_finished(const LaneProgress& progress) noexcept;
+
 // An in-flight position charged by a takeover: the store writes it as an exception row.
 struct LostPosition {
   Position position = 0;

@@ -162,6 +162,10 @@ LaneWrite positions_lane_write(LaneOrigin origin, std::int64_t epoch,
   return w;
 }
 
+bool in_use_lane_rotates(Position last_finished) noexcept {
+  return last_finished % kInUseRotation == 0;
+}
+
 namespace {
 
 // A delivery picked into the batch.
@@ -538,7 +542,8 @@ class PositionsClaim {
       outcome.has_remaining =
           !l.read || !lane_idle(l.lane.progress, l.contents.tail) || !l.contents.pending.empty();
       outcome.lease_renewal_due = l.lane.lease_renewal_due;
-      outcome.in_use = l.read && l.contents.in_use;
+      outcome.in_use =
+          l.read && l.contents.in_use && !in_use_lane_rotates(last_finished(l.lane.progress));
       l.write = positions_lane_write(l.origin, l.lane.epoch, outcome);
       if (!l.write.write) continue;
       writes.push_back({l.lane.handler, l.lane.lane, l.write, l.lane.progress, l.lane.retrying});

@@ -141,7 +141,8 @@ struct LaneContents {
   // are due (unkeyed rows have no order to keep).
   std::vector<PendingException> pending;
   // Of a held lane due for lease renewal (PositionsLane::lease_renewal_due): whether its last
-  // finished delivery was published since LeaseRenewal::in_use_since_us. Not read otherwise.
+  // finished delivery (last_finished) was published since LeaseRenewal::in_use_since_us. Not
+  // read otherwise, nor for a lane that rotates anyway (in_use_lane_rotates).
   bool in_use = false;
 };
 
@@ -321,6 +322,16 @@ struct LaneOutcome {
 // takeover always is, at a new epoch).
 LaneWrite positions_lane_write(LaneOrigin origin, std::int64_t epoch,
                                const LaneOutcome& outcome) noexcept;
+
+// Whether an idle held lane in use (LaneContents::in_use) is handed back at its renewal all
+// the same: when its last finished position (last_finished) is a multiple of
+// kInUseRotation. Renewed whenever in use, a lane a worker keeps busy would never reach a
+// worker that joins later; so about one renewal in four hands it back, and lanes still
+// spread over the workers claiming the handler within a few half leases, for 1.25 lease
+// writes per half lease on average instead of the 2 of handing back at every renewal.
+// Deterministic, from the lane's own positions.
+inline constexpr Position kInUseRotation = 4;
+bool in_use_lane_rotates(Position last_finished) noexcept;
 
 // ---- The maintenance takeover (take_over_expired). ----
 

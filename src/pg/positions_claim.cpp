@@ -683,12 +683,9 @@ std::vector<core::LaneContents> PgPositionsClaimStore::read_lanes(
   for (const core::PositionsLane* l : lanes) {
     list.add(l->handler, l->lane);
     acked.push_back(l->progress.acked_upto);
-    core::Position last = 0;
-    if (l->lease_renewal_due)
-      last = l->progress.done.empty()
-                 ? l->progress.acked_upto
-                 : std::max(l->progress.acked_upto, *l->progress.done.rbegin());
-    last_finished.push_back(last);
+    // A lane that rotates anyway (core::in_use_lane_rotates) is not looked up.
+    const core::Position last = core::last_finished(l->progress);
+    last_finished.push_back(l->lease_renewal_due && !core::in_use_lane_rotates(last) ? last : 0);
     retry_firsts.push_back(static_cast<std::int32_t>(retrying.size()) + 1);  // from 1
     retrying.insert(retrying.end(), l->retrying.begin(), l->retrying.end());
     retry_counts.push_back(static_cast<std::int32_t>(retrying.size()) + 1 - retry_firsts.back());

@@ -1113,6 +1113,41 @@ TEST(PositionsClaimTest, AnIdleHeldLaneStillInUseIsRenewedAtItsRenewal) {
   EXPECT_TRUE(store.lane_writes[1].write.write && store.lane_writes[1].write.hold);
 }
 
+TEST(PositionsClaimTest, AnIdleLaneInUseStillGoesBackOneRenewalInFour) {
+  // Renewed whenever in use, a lane its worker keeps busy would never reach a worker that
+  // joins later: when its last finished position is a multiple of kInUseRotation, it goes
+  // back all the same.
+  FakeStore store;
+  for (int i = 0; i < 4; ++i) store.publish("h", 0, "e" + std::to_string(i));
+  store.publish("h", 1, "f0");
+  ASSERT_EQ(Claim(store, 10).size(), 5u);
+  store.complete_all("h", 0);
+  store.complete_all("h", 1);
+  ASSERT_EQ(last_finished(store.lane("h", 0).progress), 4);
+  ASSERT_EQ(last_finished(store.lane("h", 1).progress), 1);
+  for (int lane : {0, 1}) {
+    store.lane("h", lane).renewal_due = true;
+    store.lane("h", lane).in_use = true;
+  }
+  store.asked_in_use.clear();
+  EXPECT_TRUE(Claim(store, 10).empty());
+  EXPECT_FALSE(store.lane("h", 0).owner) << "in use, but its turn to go back";
+  EXPECT_EQ(store.lane("h", 1).owner, "w") << "in use: renewed";
+}
+
+TEST(PositionsLaneWriteTest, InUseLanesRotateByTheirLastFinishedPosition) {
+  EXPECT_TRUE(in_use_lane_rotates(0));
+  EXPECT_FALSE(in_use_lane_rotates(1));
+  EXPECT_FALSE(in_use_lane_rotates(kInUseRotation - 1));
+  EXPECT_TRUE(in_use_lane_rotates(kInUseRotation));
+  EXPECT_TRUE(in_use_lane_rotates(kInUseRotation * 1000));
+  LaneProgress p;
+  p.acked_upto = 6;
+  EXPECT_EQ(last_finished(p), 6);
+  p.done = {8, 9};
+  EXPECT_EQ(last_finished(p), 9);
+}
+
 TEST(PositionsClaimTest, OnlyHeldLanesDueForRenewalAreAskedWhetherInUse) {
   // A lane acquired gets a new lease whatever it holds: asking about its use would be a
   // lookup per acquired lane for nothing.
