@@ -1,13 +1,12 @@
 #include "lane_changes.hpp"
 
+#include "lane_memory_map.hpp"
 #include "shared_memory.hpp"
 
 #include "../core/lane.hpp"
 
-#include <array>
 #include <functional>
 #include <set>
-#include <unordered_map>
 
 extern "C" {
 #include "port/atomics.h"
@@ -56,14 +55,12 @@ struct Remembered {
   std::int64_t probed_at_us = 0;
   Known known;
 };
-using LaneMemory = std::array<Remembered, core::kLaneCount>;
+// Bounded: a lane remembered holds at most a window's positions, so a handler's lanes take
+// a few hundred kilobytes at worst.
+using Memory = LaneMemoryMap<Remembered, 256>;
 
-// Bounded: a backend that has probed more handlers starts over. A lane remembered holds at
-// most a window's positions, so a handler's lanes take a few hundred kilobytes at worst.
-constexpr std::size_t kMaxHandlers = 256;
-
-std::unordered_map<std::string, LaneMemory>& memory() {
-  static std::unordered_map<std::string, LaneMemory> map;
+Memory& memory() {
+  static Memory map;
   return map;
 }
 
@@ -159,10 +156,10 @@ PassOver known_lanes(const std::vector<std::string>& handlers,
   out.known.assign(handlers.size() * core::kLaneCount, nullptr);
   if (counters.size() != out.pass.size()) return out;
   for (std::size_t i = 0; i < handlers.size(); ++i) {
-    const auto it = memory().find(handlers[i]);
-    if (it == memory().end()) continue;
+    const Memory::Lanes* lanes = memory().find(handlers[i]);
+    if (lanes == nullptr) continue;
     for (std::size_t l = 0; l < static_cast<std::size_t>(core::kLaneCount); ++l) {
-      const Remembered& r = it->second[l];
+      const Remembered& r = (*lanes)[l];
       const std::size_t at = i * core::kLaneCount + l;
       if (r.valid && r.counter == counters[at] && now_us >= r.probed_at_us &&
           now_us - r.probed_at_us < kIdleForUs) {
@@ -177,14 +174,8 @@ PassOver known_lanes(const std::vector<std::string>& handlers,
 void probed(const std::string& handler, std::int16_t lane, std::uint64_t counter,
             const Known* known, std::int64_t now_us) {
   if (shared == nullptr || !valid_lane(lane)) return;
-  auto& map = memory();
-  auto it = map.find(handler);
-  if (it == map.end()) {
-    if (known == nullptr) return;
-    if (map.size() >= kMaxHandlers) map.clear();
-    it = map.emplace(handler, LaneMemory{}).first;
-  }
-  Remembered& r = it->second[static_cast<std::size_t>(lane)];
+  if (known == nullptr && memory().find(handler) == nullptr) return;
+  Remembered& r = memory().at(handler)[static_cast<std::size_t>(lane)];
   if (known == nullptr) {
     r = Remembered{};
     return;

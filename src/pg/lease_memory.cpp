@@ -1,12 +1,10 @@
 #include "lease_memory.hpp"
 
 #include "lane_changes.hpp"
+#include "lane_memory_map.hpp"
 #include "postgres.hpp"
 
 #include "../core/lane.hpp"
-
-#include <array>
-#include <unordered_map>
 
 namespace relaybus::pg::lease_memory {
 
@@ -18,14 +16,12 @@ struct Remembered {
   std::int64_t seen_at_us = 0;
   Lease lease;
 };
-using LaneLeases = std::array<Remembered, core::kLaneCount>;
+// Bounded: each (worker, holder, handler) takes 256 lanes x 40 bytes, so at most about
+// 1.3 MB.
+using Memory = LaneMemoryMap<Remembered, 128>;
 
-// Bounded: a backend that has claimed for more (worker, holder, handler) triples starts
-// over. Each takes 256 lanes x 40 bytes, so at most about 1.3 MB.
-constexpr std::size_t kMaxEntries = 128;
-
-std::unordered_map<std::string, LaneLeases>& memory() {
-  static std::unordered_map<std::string, LaneLeases> map;
+Memory& memory() {
+  static Memory map;
   return map;
 }
 
@@ -51,10 +47,10 @@ std::vector<std::optional<Lease>> known(const Claimer& claimer,
   // commit: what was remembered before would hide its own lanes from it.
   if (counters.size() != out.size() || lane_changes::leases_written()) return out;
   for (std::size_t i = 0; i < handlers.size(); ++i) {
-    const auto it = memory().find(key_of(claimer, handlers[i]));
-    if (it == memory().end()) continue;
+    const Memory::Lanes* lanes = memory().find(key_of(claimer, handlers[i]));
+    if (lanes == nullptr) continue;
     for (std::size_t l = 0; l < static_cast<std::size_t>(core::kLaneCount); ++l) {
-      const Remembered& r = it->second[l];
+      const Remembered& r = (*lanes)[l];
       const std::size_t at = i * core::kLaneCount + l;
       if (r.valid && r.counter == counters[at] && now_us >= r.seen_at_us &&
           now_us - r.seen_at_us < lane_changes::kIdleForUs)
@@ -71,14 +67,7 @@ bool may_remember() {
 void saw(const Claimer& claimer, const std::string& handler, std::int16_t lane,
          std::uint64_t counter, const Lease& lease, std::int64_t now_us) {
   if (lane < 0 || lane >= core::kLaneCount) return;
-  auto& map = memory();
-  const std::string key = key_of(claimer, handler);
-  auto it = map.find(key);
-  if (it == map.end()) {
-    if (map.size() >= kMaxEntries) map.clear();
-    it = map.emplace(key, LaneLeases{}).first;
-  }
-  Remembered& r = it->second[static_cast<std::size_t>(lane)];
+  Remembered& r = memory().at(key_of(claimer, handler))[static_cast<std::size_t>(lane)];
   r.valid = true;
   r.counter = counter;
   r.seen_at_us = now_us;
