@@ -48,16 +48,10 @@ bool valid_lane(std::int16_t lane) noexcept {
   return lane >= 0 && lane < core::kLaneCount;
 }
 
-// What this backend's last probe of a lane found, when it had no pending exception rows.
-struct Remembered {
-  bool valid = false;
-  std::uint64_t counter = 0;
-  std::int64_t probed_at_us = 0;
-  Known known;
-};
+// What this backend's last probe of each lane found, when it had no pending exception rows.
 // Bounded: a lane remembered holds at most a window's positions, so a handler's lanes take
 // a few hundred kilobytes at worst.
-using Memory = LaneMemoryMap<Remembered, 256>;
+using Memory = LaneMemoryMap<Known, 256>;
 
 Memory& memory() {
   static Memory map;
@@ -155,35 +149,23 @@ PassOver known_lanes(const std::vector<std::string>& handlers,
   out.pass.assign(handlers.size() * core::kLaneCount, false);
   out.known.assign(handlers.size() * core::kLaneCount, nullptr);
   if (counters.size() != out.pass.size()) return out;
-  for (std::size_t i = 0; i < handlers.size(); ++i) {
-    const Memory::Lanes* lanes = memory().find(handlers[i]);
-    if (lanes == nullptr) continue;
+  for (std::size_t i = 0; i < handlers.size(); ++i)
     for (std::size_t l = 0; l < static_cast<std::size_t>(core::kLaneCount); ++l) {
-      const Remembered& r = (*lanes)[l];
       const std::size_t at = i * core::kLaneCount + l;
-      if (r.valid && r.counter == counters[at] && now_us >= r.probed_at_us &&
-          now_us - r.probed_at_us < kIdleForUs) {
-        out.pass[at] = true;
-        out.known[at] = &r.known;
-      }
+      out.known[at] = memory().fresh(handlers[i], l, counters[at], now_us, kIdleForUs);
+      out.pass[at] = out.known[at] != nullptr;
     }
-  }
   return out;
 }
 
 void probed(const std::string& handler, std::int16_t lane, std::uint64_t counter,
             const Known* known, std::int64_t now_us) {
   if (shared == nullptr || !valid_lane(lane)) return;
-  if (known == nullptr && memory().find(handler) == nullptr) return;
-  Remembered& r = memory().at(handler)[static_cast<std::size_t>(lane)];
-  if (known == nullptr) {
-    r = Remembered{};
-    return;
-  }
-  r.valid = true;
-  r.counter = counter;
-  r.probed_at_us = now_us;
-  r.known = *known;
+  const std::size_t l = static_cast<std::size_t>(lane);
+  if (known == nullptr)
+    memory().forget(handler, l);
+  else
+    memory().remember(handler, l, counter, now_us, *known);
 }
 
 }  // namespace relaybus::pg::lane_changes

@@ -10,15 +10,9 @@ namespace relaybus::pg::lease_memory {
 
 namespace {
 
-struct Remembered {
-  bool valid = false;
-  std::uint64_t counter = 0;
-  std::int64_t seen_at_us = 0;
-  Lease lease;
-};
 // Bounded: each (worker, holder, handler) takes 256 lanes x 40 bytes, so at most about
 // 1.3 MB.
-using Memory = LaneMemoryMap<Remembered, 128>;
+using Memory = LaneMemoryMap<Lease, 128>;
 
 Memory& memory() {
   static Memory map;
@@ -47,14 +41,12 @@ std::vector<std::optional<Lease>> known(const Claimer& claimer,
   // commit: what was remembered before would hide its own lanes from it.
   if (counters.size() != out.size() || lane_changes::leases_written()) return out;
   for (std::size_t i = 0; i < handlers.size(); ++i) {
-    const Memory::Lanes* lanes = memory().find(key_of(claimer, handlers[i]));
-    if (lanes == nullptr) continue;
+    const std::string key = key_of(claimer, handlers[i]);
     for (std::size_t l = 0; l < static_cast<std::size_t>(core::kLaneCount); ++l) {
-      const Remembered& r = (*lanes)[l];
       const std::size_t at = i * core::kLaneCount + l;
-      if (r.valid && r.counter == counters[at] && now_us >= r.seen_at_us &&
-          now_us - r.seen_at_us < lane_changes::kIdleForUs)
-        out[at] = r.lease;
+      if (const Lease* lease =
+              memory().fresh(key, l, counters[at], now_us, lane_changes::kIdleForUs))
+        out[at] = *lease;
     }
   }
   return out;
@@ -67,11 +59,8 @@ bool may_remember() {
 void saw(const Claimer& claimer, const std::string& handler, std::int16_t lane,
          std::uint64_t counter, const Lease& lease, std::int64_t now_us) {
   if (lane < 0 || lane >= core::kLaneCount) return;
-  Remembered& r = memory().at(key_of(claimer, handler))[static_cast<std::size_t>(lane)];
-  r.valid = true;
-  r.counter = counter;
-  r.seen_at_us = now_us;
-  r.lease = lease;
+  memory().remember(key_of(claimer, handler), static_cast<std::size_t>(lane), counter, now_us,
+                    lease);
 }
 
 }  // namespace relaybus::pg::lease_memory
