@@ -113,11 +113,12 @@ int lanes_to_acquire(int round, int remaining) noexcept;
 // A held lane that is idle when its renewal falls due is handed back, unless a delivery was
 // published into it since about its last renewal (`in_use_since_us`, half a lease ago): a
 // lane in use would be acquired again at its next delivery, two writes where a renewal is
-// one, and at a steady rate every lane is idle between its deliveries most of the time.
+// one, and at a steady rate every lane is idle between its deliveries most of the time
+// (one such renewal in four hands it back all the same: in_use_lane_rotates).
 struct LeaseRenewal {
   std::int64_t renew_before_us = 0;  // a lease expiring before this is renewed
   std::int64_t expires_at_us = 0;    // to this; one expiring after this is cut back to it
-  std::int64_t in_use_since_us = 0;  // an idle lane with a delivery published since is kept
+  std::int64_t in_use_since_us = 0;  // an idle lane published into since: renewed (mostly)
   // Whether a lease expiring at `expires_at` is rewritten.
   bool due(std::int64_t lease_expires_at_us) const noexcept {
     return lease_expires_at_us < renew_before_us || lease_expires_at_us > expires_at_us;

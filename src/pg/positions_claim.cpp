@@ -177,8 +177,7 @@ std::vector<core::HeldPositionsLane> PgPositionsClaimStore::held_lanes(
       "SELECT " RELAYBUS_POSITIONS_LANE_COLUMNS_SQL RELAYBUS_HELD_LANE_COLUMNS_SQL
       ","
       " p.seq, coalesce(p.acked_upto, 0), p.done, p.in_flight, p.retrying, f.available_at, u.at,"
-      " coalesce(l.lease_owner = $1, false), l.lease_owner IS NULL, l.lease_expires_at,"
-      " " RELAYBUS_LANE_IS_CALLERS_SQL("$5", "$3", "$4")
+      " coalesce(l.lease_owner = $1, false), l.lease_owner IS NULL, l.lease_expires_at"
       " FROM unnest($12::text[], $13::int2[], $14::int4[]) AS u(handler, lane, at)"
       " JOIN relaybus.lanes l ON l.handler = u.handler AND l.lane = u.lane"
       // Whether to pass over the lane's progress: another worker's, or unchanged ($11).
@@ -258,19 +257,21 @@ std::vector<core::HeldPositionsLane> PgPositionsClaimStore::held_lanes(
     for (std::uint64_t r = 0; r < n; ++r) {
       const std::size_t i = static_cast<std::size_t>(row::int4(r, c + 7)) - 1;
       const bool workers = row::boolean(r, c + 8);
+      // The binding columns are read of the worker's lanes only (a free lane's expiry is NULL).
+      core::HeldPositionsLane lane;
+      if (workers) lane = held_lane_of_row(r);
       if (remember) {
         lease_memory::Lease lease;
         lease.holder = workers                  ? lease_memory::Lease::Holder::kWorker
                        : row::boolean(r, c + 9) ? lease_memory::Lease::Holder::kNobody
                                                 : lease_memory::Lease::Holder::kOtherWorker;
         if (!row::is_null(r, c + 10)) lease.expires_at_us = timestamp_of_row(r, c + 10);
-        lease.callers = workers && row::boolean(r, c + 11);
+        lease.callers = workers && core::is_callers(lane.binding, holder_.holder.has_value());
         lease_memory::saw(claimer(), handlers[i / core::kLaneCount],
                           static_cast<std::int16_t>(i % core::kLaneCount), lease_changes[i], lease,
                           clock_us);
       }
       if (!workers) continue;
-      core::HeldPositionsLane lane = held_lane_of_row(r);
       at.push_back(i);
       if (pass.pass[i]) {  // unchanged since this backend probed it; its lease to act on
         remembered(lane, i);
