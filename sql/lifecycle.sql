@@ -16,7 +16,8 @@ SELECT id, type, key, handlers FROM relaybus.events ORDER BY id;
 
 -- e2 waits behind e1 (same key), for each handler
 CREATE TEMP TABLE batch1 AS SELECT * FROM relaybus.claim('worker-a', 10);
-SELECT lease_token, event_id, handler, type, key, payload, attempts
+-- A token ends with its event's publish time (microseconds since 1970), shown as <published>.
+SELECT regexp_replace(lease_token, '\.[0-9]{16}$', '.<published>') AS lease_token, event_id, handler, type, key, payload, attempts
   FROM batch1 ORDER BY handler, event_id;
 SELECT handler, pending, processing, dead, completed FROM relaybus.statistics();
 SELECT event_id, handler, status, lease_owner FROM relaybus.list_deliveries() ORDER BY 1, 2;
@@ -30,12 +31,12 @@ SELECT event_id, handler, status, attempts, last_error FROM relaybus.list_delive
 
 -- billing/e1 is retried at once (backoff 0); audit/e2 is due now that audit/e1 completed
 CREATE TEMP TABLE batch2 AS SELECT * FROM relaybus.claim('worker-a', 10);
-SELECT lease_token, event_id, handler, attempts FROM batch2 ORDER BY handler, event_id;
+SELECT regexp_replace(lease_token, '\.[0-9]{16}$', '.<published>') AS lease_token, event_id, handler, attempts FROM batch2 ORDER BY handler, event_id;
 SELECT relaybus.fail(lease_token, 'card declined again') FROM batch2 WHERE handler = 'billing';
 SELECT event_id, handler, status, attempts, last_error FROM relaybus.list_deliveries('dead');
 -- a dead head does not block its key: billing/e2 is claimable
 CREATE TEMP TABLE batch3 AS SELECT * FROM relaybus.claim('worker-a', 10);
-SELECT lease_token, event_id, handler, attempts FROM batch3 ORDER BY handler, event_id;
+SELECT regexp_replace(lease_token, '\.[0-9]{16}$', '.<published>') AS lease_token, event_id, handler, attempts FROM batch3 ORDER BY handler, event_id;
 SELECT relaybus.release(lease_token) FROM batch3;
 SELECT relaybus.requeue('e1', 'billing');
 SELECT relaybus.requeue('e1', 'billing');

@@ -514,14 +514,14 @@ $fn$;
 
 -- delivery_counts: per handler with deliveries left: pending = waiting and not in flight,
 -- due = those of pending whose available_at has come, in_flight, dead, oldest_pending =
--- creation time of the oldest delivery counted in pending. Internal: the figures
--- statistics() and metrics() share.
+-- creation time of the oldest delivery counted in pending, oldest_in_flight = the same of
+-- those in flight. Internal: the figures statistics() and metrics() share.
 --
 -- One pass over relaybus_internal.unfinished (see there what it scans). Reads lanes,
 -- deliveries, exceptions.
 CREATE FUNCTION relaybus_internal.delivery_counts()
   RETURNS TABLE(handler text, pending bigint, due bigint, in_flight bigint, dead bigint,
-                oldest_pending timestamptz)
+                oldest_pending timestamptz, oldest_in_flight timestamptz)
   LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp SET jit = off
 AS $fn$
   SELECT u.handler,
@@ -529,7 +529,8 @@ AS $fn$
          count(*) FILTER (WHERE u.status = 'pending' AND u.available_at <= now()),
          count(*) FILTER (WHERE u.status = 'processing'),
          count(*) FILTER (WHERE u.status = 'dead'),
-         min(u.created_at) FILTER (WHERE u.status = 'pending')
+         min(u.created_at) FILTER (WHERE u.status = 'pending'),
+         min(u.created_at) FILTER (WHERE u.status = 'processing')
     FROM relaybus_internal.unfinished(NULL) u GROUP BY u.handler
 $fn$;
 
@@ -1383,11 +1384,119 @@ CREATE FUNCTION relaybus.reset_counters() RETURNS timestamptz
   AS 'MODULE_PATHNAME', 'relaybus_reset_counters' LANGUAGE C VOLATILE;
 
 --------------------------------------------------------------------------------
--- metrics (0.3.0): 0.2.0's function (metrics-0.2.0.sql), which reads
--- relaybus_internal.delivery_counts, runs without jit, as the reads of the lanes' windows
--- under it do (see relaybus_internal.unfinished: each call compiled its expressions first).
+-- Monitoring (0.3.0): metrics() with the age of the oldest delivery in flight, and from
+-- the preloaded library's shared memory (src/pg/counters.cpp, named_counters.cpp) the
+-- counters of each handler, its publish-to-completion latency histogram, and the event
+-- types published to no handler.
 --------------------------------------------------------------------------------
-ALTER FUNCTION relaybus.metrics() SET jit = off;
+
+-- 0.2's metrics() (made just before by metrics-0.2.0.sql, or a 0.2.1 database's) is
+-- replaced: its result gains a column, which CREATE OR REPLACE cannot add. The roles that
+-- could execute it may execute the new one: its grants are kept here and given again below.
+SELECT pg_catalog.set_config('relaybus_update.metrics_acl',
+                             coalesce(p.proacl::text, ''), true)
+  FROM pg_catalog.pg_proc p WHERE p.oid = 'relaybus.metrics()'::pg_catalog.regprocedure;
+DROP FUNCTION relaybus.metrics();
+
+-- metrics: per handler (subscribed, or with deliveries left): paused, pending (waiting, not
+-- in flight), due (pending and due now), in_flight, dead, oldest_pending_age (now() minus
+-- the creation time of the oldest pending delivery; NULL when none), lanes_held (lanes
+-- under a lease that has not expired), workers (distinct owners of those) and
+-- oldest_in_flight_age (now() minus the creation time of the oldest delivery in flight;
+-- NULL when none).
+--
+-- Cost: relaybus_internal.delivery_counts, which statistics() shares, reads what is left
+-- of every lane (see relaybus_internal.unfinished) and the lanes once more for the lease
+-- figures. Scrape it every 30 s or so, not every second, on a deep queue. Takes no lock
+-- beyond reading. Reads subscriptions, lanes, lane_progress, deliveries, exceptions.
+-- Without jit, as the reads under it (each call compiled its expressions first).
+CREATE FUNCTION relaybus.metrics()
+  RETURNS TABLE(handler text, paused boolean, pending bigint, due bigint, in_flight bigint,
+                dead bigint, oldest_pending_age interval, lanes_held bigint, workers bigint,
+                oldest_in_flight_age interval)
+  LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET jit = off
+AS $fn$
+  WITH counts AS (
+    SELECT * FROM relaybus_internal.delivery_counts()
+  ), leases AS (
+    SELECT l.handler, count(*) AS lanes_held, count(DISTINCT l.lease_owner) AS workers
+      FROM relaybus.lanes l
+     WHERE l.lease_owner IS NOT NULL AND l.lease_expires_at > now()
+     GROUP BY l.handler
+  ), names AS (
+    SELECT s.handler FROM relaybus.subscriptions s
+    UNION SELECT c.handler FROM counts c
+  )
+  SELECT n.handler, coalesce(s.paused_at IS NOT NULL, false), coalesce(c.pending, 0),
+         coalesce(c.due, 0), coalesce(c.in_flight, 0), coalesce(c.dead, 0),
+         now() - c.oldest_pending, coalesce(l.lanes_held, 0), coalesce(l.workers, 0),
+         now() - c.oldest_in_flight
+    FROM names n
+    LEFT JOIN relaybus.subscriptions s ON s.handler = n.handler
+    LEFT JOIN counts c ON c.handler = n.handler
+    LEFT JOIN leases l ON l.handler = n.handler
+   ORDER BY n.handler
+$fn$;
+
+REVOKE ALL ON FUNCTION relaybus.metrics() FROM PUBLIC;
+DO $grants$
+DECLARE
+  item record;
+BEGIN
+  FOR item IN
+    SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_catalog.quote_ident(r.rolname) END AS grantee,
+           a.is_grantable
+      FROM pg_catalog.aclexplode(NULLIF(
+             pg_catalog.current_setting('relaybus_update.metrics_acl', true), '')::pg_catalog.aclitem[]) a
+      LEFT JOIN pg_catalog.pg_roles r ON r.oid = a.grantee
+     WHERE a.privilege_type = 'EXECUTE'
+       AND a.grantee <> (SELECT p.proowner FROM pg_catalog.pg_proc p
+                          WHERE p.oid = 'relaybus.metrics()'::pg_catalog.regprocedure)
+  LOOP
+    EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION relaybus.metrics() TO %s%s', item.grantee,
+                              CASE WHEN item.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+  END LOOP;
+END
+$grants$;
+
+-- handler_counters: what relaybus did for each handler in this database since the server
+-- started or the last reset_counters(), one row per handler and counter: published
+-- (deliveries the handler was given), claimed, completed, failed, dead_lettered,
+-- taken_over (its lanes), attempts_charged, handler_worker_errors. Only committed work
+-- counts. 55000 unless relaybus is in shared_preload_libraries.
+--
+-- A handler is listed from its first count until the server stops (unsubscribed, it keeps
+-- what it counted); one of 1024 slots of the server, each a handler or an unrouted type of
+-- one database. Touches no table.
+CREATE FUNCTION relaybus.handler_counters()
+  RETURNS TABLE(handler text, name text, value bigint, since timestamptz)
+  AS 'MODULE_PATHNAME', 'relaybus_handler_counters' LANGUAGE C VOLATILE;
+
+-- completion_latency: per handler, how long its completed deliveries took from the publish
+-- of their event to their completion, as a cumulative histogram: le holds the buckets'
+-- upper bounds in seconds (the last is Infinity), completions[i] how many took at most
+-- le[i]; total and total_seconds their count and sum. Only committed completions count.
+-- 55000 unless relaybus is in shared_preload_libraries.
+--
+-- The publish time comes from the lease token, which a claim gives it: a completion with a
+-- token made by hand counts in handler_counters but not here. Touches no table.
+CREATE FUNCTION relaybus.completion_latency()
+  RETURNS TABLE(handler text, le double precision[], completions bigint[], total bigint,
+                total_seconds double precision, since timestamptz)
+  AS 'MODULE_PATHNAME', 'relaybus_completion_latency' LANGUAGE C VOLATILE;
+
+-- unrouted_counters: per event type, how many events publish and publish_batch stored in
+-- this database for no handler (no subscription matched the type) since the server started
+-- or the last reset_counters(). Only committed publishes count. 55000 unless relaybus is in
+-- shared_preload_libraries.
+--
+-- A type takes one of the server's 1024 slots, as a handler does. Touches no table.
+CREATE FUNCTION relaybus.unrouted_counters()
+  RETURNS TABLE(type text, events bigint, since timestamptz)
+  AS 'MODULE_PATHNAME', 'relaybus_unrouted_counters' LANGUAGE C VOLATILE;
+
+REVOKE ALL ON FUNCTION relaybus.handler_counters(), relaybus.completion_latency(),
+  relaybus.unrouted_counters() FROM PUBLIC;
 
 --------------------------------------------------------------------------------
 -- Rights, per database. PostgreSQL's roles belong to the cluster, but privileges on a
@@ -1599,6 +1708,43 @@ REVOKE ALL ON FUNCTION relaybus.grant_rights(regrole, text[]), relaybus.revoke_r
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA relaybus_internal FROM PUBLIC;
 
 --------------------------------------------------------------------------------
+-- Rights (0.3.0): the functions 0.3.0 adds belong to the admin right too. 0.2.1's list
+-- (rights-0.2.1.sql) stays as it was shipped, under another name; this one adds to it.
+--------------------------------------------------------------------------------
+ALTER FUNCTION relaybus_internal.right_privileges(text) RENAME TO right_privileges_021;
+COMMENT ON FUNCTION relaybus_internal.right_privileges_021(text) IS
+  'right_privileges_021(right_name): the privileges of one right as relaybus 0.2.1 defined them; right_privileges adds 0.3.0''s.';
+
+-- right_privileges(right_name): the privileges one right is made of, as GRANT takes them
+-- (privilege, object), in this database: 0.2.1's (right_privileges_021) and admin's
+-- EXECUTE on handler_counters, completion_latency and unrouted_counters.
+--
+-- The one list of what each right may do; grant_rights, revoke_rights and rights() read it.
+-- Touches nothing.
+CREATE FUNCTION relaybus_internal.right_privileges(right_name text)
+  RETURNS TABLE(privilege text, object text)
+  LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp
+AS $fn$
+  SELECT p.privilege, p.object FROM relaybus_internal.right_privileges_021($1) p
+  UNION ALL
+  SELECT p.privilege, p.object
+    FROM (VALUES
+      ('admin', 'EXECUTE', 'FUNCTION relaybus.handler_counters()'),
+      ('admin', 'EXECUTE', 'FUNCTION relaybus.completion_latency()'),
+      ('admin', 'EXECUTE', 'FUNCTION relaybus.unrouted_counters()')
+    ) AS p(right_name, privilege, object)
+   WHERE p.right_name = $1
+$fn$;
+REVOKE ALL ON FUNCTION relaybus_internal.right_privileges(text) FROM PUBLIC;
+
+-- On an update, the roles that hold admin here get what it now includes (set_rights grants
+-- every privilege of the rights a role holds); on a fresh install no role holds one yet.
+SELECT relaybus_internal.set_rights(r.oid::pg_catalog.regrole, '{}', '{}')
+  FROM pg_catalog.pg_roles r
+ WHERE 'admin' = ANY (relaybus_internal.held_rights(r.oid))
+   AND r.oid <> (SELECT n.nspowner FROM pg_catalog.pg_namespace n WHERE n.nspname = 'relaybus');
+
+--------------------------------------------------------------------------------
 -- Descriptions (\df+, \dt+, \di+, \dn+): generated by scripts/build-sql from the first
 -- paragraph of the header comment above each CREATE in the parts of a fresh install.
 --------------------------------------------------------------------------------
@@ -1711,8 +1857,8 @@ COMMENT ON FUNCTION relaybus_internal.list_deliveries_impl(want_status text, wan
 COMMENT ON FUNCTION relaybus_internal.delivery_counts() IS
   'per handler with deliveries left: pending = waiting and not in flight, '
   'due = those of pending whose available_at has come, in_flight, dead, oldest_pending = '
-  'creation time of the oldest delivery counted in pending. Internal: the figures '
-  'statistics() and metrics() share.';
+  'creation time of the oldest delivery counted in pending, oldest_in_flight = the same of '
+  'those in flight. Internal: the figures statistics() and metrics() share.';
 COMMENT ON FUNCTION relaybus_internal.finish_position(handler text, lane smallint, lane_position bigint) IS
   'finishes one position of handler''s lane that is in the window, neither '
   'in flight nor finished, through core::finish_positions (the cursor moves over it when it '
@@ -1842,6 +1988,30 @@ COMMENT ON FUNCTION relaybus.counters() IS
 COMMENT ON FUNCTION relaybus.reset_counters() IS
   'sets this database''s counters to 0 and their since to now. Returns the '
   'new since. 55000 unless relaybus is in shared_preload_libraries.';
+COMMENT ON FUNCTION relaybus.metrics() IS
+  'per handler (subscribed, or with deliveries left): paused, pending (waiting, not '
+  'in flight), due (pending and due now), in_flight, dead, oldest_pending_age (now() minus '
+  'the creation time of the oldest pending delivery; NULL when none), lanes_held (lanes '
+  'under a lease that has not expired), workers (distinct owners of those) and '
+  'oldest_in_flight_age (now() minus the creation time of the oldest delivery in flight; '
+  'NULL when none).';
+COMMENT ON FUNCTION relaybus.handler_counters() IS
+  'what relaybus did for each handler in this database since the server '
+  'started or the last reset_counters(), one row per handler and counter: published '
+  '(deliveries the handler was given), claimed, completed, failed, dead_lettered, '
+  'taken_over (its lanes), attempts_charged, handler_worker_errors. Only committed work '
+  'counts. 55000 unless relaybus is in shared_preload_libraries.';
+COMMENT ON FUNCTION relaybus.completion_latency() IS
+  'per handler, how long its completed deliveries took from the publish '
+  'of their event to their completion, as a cumulative histogram: le holds the buckets'' '
+  'upper bounds in seconds (the last is Infinity), completions[i] how many took at most '
+  'le[i]; total and total_seconds their count and sum. Only committed completions count. '
+  '55000 unless relaybus is in shared_preload_libraries.';
+COMMENT ON FUNCTION relaybus.unrouted_counters() IS
+  'per event type, how many events publish and publish_batch stored in '
+  'this database for no handler (no subscription matched the type) since the server started '
+  'or the last reset_counters(). Only committed publishes count. 55000 unless relaybus is in '
+  'shared_preload_libraries.';
 COMMENT ON FUNCTION relaybus_internal.right_privileges(right_name text) IS
   'the privileges one right is made of, as GRANT takes them '
   '(privilege, object), in this database: publisher publishes, worker claims and ends '
@@ -1869,3 +2039,7 @@ COMMENT ON FUNCTION relaybus.revoke_rights(role regrole, VARIADIC rights text[])
 COMMENT ON FUNCTION relaybus.rights() IS
   'every role holding a relaybus right in this database, with the rights it holds '
   '(admin listed with the publisher and worker rights it brings).';
+COMMENT ON FUNCTION relaybus_internal.right_privileges(right_name text) IS
+  'the privileges one right is made of, as GRANT takes them '
+  '(privilege, object), in this database: 0.2.1''s (right_privileges_021) and admin''s '
+  'EXECUTE on handler_counters, completion_latency and unrouted_counters.';

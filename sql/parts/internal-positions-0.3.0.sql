@@ -104,14 +104,14 @@ $fn$;
 
 -- delivery_counts: per handler with deliveries left: pending = waiting and not in flight,
 -- due = those of pending whose available_at has come, in_flight, dead, oldest_pending =
--- creation time of the oldest delivery counted in pending. Internal: the figures
--- statistics() and metrics() share.
+-- creation time of the oldest delivery counted in pending, oldest_in_flight = the same of
+-- those in flight. Internal: the figures statistics() and metrics() share.
 --
 -- One pass over relaybus_internal.unfinished (see there what it scans). Reads lanes,
 -- deliveries, exceptions.
 CREATE FUNCTION relaybus_internal.delivery_counts()
   RETURNS TABLE(handler text, pending bigint, due bigint, in_flight bigint, dead bigint,
-                oldest_pending timestamptz)
+                oldest_pending timestamptz, oldest_in_flight timestamptz)
   LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp SET jit = off
 AS $fn$
   SELECT u.handler,
@@ -119,7 +119,8 @@ AS $fn$
          count(*) FILTER (WHERE u.status = 'pending' AND u.available_at <= now()),
          count(*) FILTER (WHERE u.status = 'processing'),
          count(*) FILTER (WHERE u.status = 'dead'),
-         min(u.created_at) FILTER (WHERE u.status = 'pending')
+         min(u.created_at) FILTER (WHERE u.status = 'pending'),
+         min(u.created_at) FILTER (WHERE u.status = 'processing')
     FROM relaybus_internal.unfinished(NULL) u GROUP BY u.handler
 $fn$;
 

@@ -83,6 +83,10 @@ std::string encode(const PositionToken& token) {
   out += std::to_string(token.handler.size());
   out += '.';
   out += token.handler;
+  if (token.published_us > 0) {
+    out += '.';
+    out += std::to_string(token.published_us);
+  }
   return out;
 }
 
@@ -104,8 +108,19 @@ PositionToken parse_position_token(std::string_view text) {
   const auto handler_length = static_cast<std::size_t>(
       read_field(text, static_cast<std::int64_t>(text.size()), "handler length"));
   if (handler_length == 0) malformed("handler is empty");
-  if (handler_length != text.size()) malformed("handler length does not match");
-  token.handler = std::string(text);
+  if (handler_length > text.size()) malformed("handler length does not match");
+  token.handler = std::string(text.substr(0, handler_length));
+  text.remove_prefix(handler_length);
+  if (!text.empty()) {
+    if (text[0] != '.') malformed("handler length does not match");
+    text.remove_prefix(1);
+    std::string field(text);
+    field += '.';  // read_field reads up to a dot
+    std::string_view rest(field);
+    token.published_us = read_field(rest, std::numeric_limits<std::int64_t>::max(), "publish time");
+    if (!rest.empty()) malformed("publish time is not a number");
+    if (token.published_us == 0) malformed("publish time is 0");
+  }
   return token;
 }
 

@@ -37,9 +37,15 @@ struct PositionToken {
   std::int64_t position = 0;
   std::int32_t claims = 0;
   std::string handler;
+  // When the delivery's event was published, in microseconds since the Unix epoch; 0: not
+  // carried. Only the completion latency histogram reads it, so a forged value can skew
+  // that histogram and nothing else: the fence is the fields above.
+  std::int64_t published_us = 0;
 };
 
-// "r3.<lane>.<epoch>.<position>.<claims>.<handler length>.<handler>".
+// "r3.<lane>.<epoch>.<position>.<claims>.<handler length>.<handler>", then
+// ".<published_us>" when published_us is positive (the handler is length-prefixed, so
+// what follows it is unambiguous).
 std::string encode(const PositionToken& token);
 
 // Parses a 0.3.0 token; throws core::Error (SQLSTATE 22023) for anything malformed,

@@ -1,5 +1,12 @@
 #include "counters.hpp"
+#include "named_counters.hpp"
 
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "database_exists.hpp"
 #include "guard.hpp"
 #include "shared_memory.hpp"
 
@@ -8,7 +15,7 @@
 extern "C" {
 #include "access/xact.h"
 #include "port/atomics.h"
-#include "utils/syscache.h"
+#include "utils/float.h"
 }
 
 namespace relaybus::pg::counters {
@@ -37,13 +44,36 @@ SharedState* shared = nullptr;
 // (a claim inside an in-database handler's batch and a savepoint: three), not as deep as
 // the nesting. Beyond kMaxFrames levels, a count goes to the innermost frame there is (an
 // outer level's): a rollback of the deeper level then keeps it. No real caller nests so.
+// A frame's named deltas (per handler, per unrouted type) are few: a transaction touches a
+// handful of handlers. The vector keeps its capacity across transactions, so it allocates
+// only when a transaction touches more names than any before it in this backend.
 struct Frame {
   int level;
   std::uint64_t values[kCounterCount];
+  std::vector<named_counters::Delta> named;
 };
 constexpr int kMaxFrames = 16;
 Frame frames[kMaxFrames];
 int depth = 0;
+
+// Adds a committed subtransaction's named delta to its parent's frame. A delta that finds
+// no room is dropped (see named_delta).
+void merge(Frame& outer, const named_counters::Delta& delta) noexcept {
+  named_counters::Delta* into = nullptr;
+  for (named_counters::Delta& d : outer.named)
+    if (d.slot == delta.slot) into = &d;
+  if (into == nullptr) {
+    try {
+      outer.named.push_back(delta);
+    } catch (...) {
+    }
+    return;
+  }
+  for (int c = 0; c < kCounterCount; ++c) into->values[c] += delta.values[c];
+  for (int b = 0; b < core::kLatencyBucketCount; ++b)
+    into->latency_buckets[b] += delta.latency_buckets[b];
+  into->latency_sum_us += delta.latency_sum_us;
+}
 
 void attach_shared_memory(void* memory, bool created) {
   shared = static_cast<SharedState*>(memory);
@@ -69,21 +99,6 @@ uint32 settled_owner(DatabaseCounters& db) noexcept {
     owner = pg_atomic_read_u32(&db.database);
   }
   return owner;
-}
-
-// Whether a database with this OID exists; true when that cannot be read (a slot is not
-// taken back on a doubt). Only inside a transaction: it reads the catalog.
-bool database_exists(Oid database) noexcept {
-  bool exists = true;
-  try {
-    pg_call([&] { exists = SearchSysCacheExists1(DATABASEOID, ObjectIdGetDatum(database)); });
-  } catch (const PgError& e) {
-    FreeErrorData(e.data);
-    exists = true;
-  } catch (...) {
-    exists = true;
-  }
-  return exists;
 }
 
 // A slot of a database dropped since it counted, taken for this one with its counters
@@ -136,8 +151,10 @@ DatabaseCounters* this_database(bool take, bool may_reclaim = false) noexcept {
 void flush() noexcept {
   if (depth == 0) return;
   std::uint64_t total[kCounterCount] = {};
-  for (int f = 0; f < depth; ++f)
+  for (int f = 0; f < depth; ++f) {
     for (int c = 0; c < kCounterCount; ++c) total[c] += frames[f].values[c];
+    for (const named_counters::Delta& delta : frames[f].named) named_counters::add(delta);
+  }
   depth = 0;
   DatabaseCounters* db = this_database(/*take=*/true);
   if (db == nullptr) return;
@@ -176,7 +193,9 @@ void at_subtransaction_end(SubXactEvent event, SubTransactionId, SubTransactionI
   Frame& inner = frames[depth - 1];
   if (inner.level < level) return;  // this subtransaction counted nothing
   if (depth >= 2 && frames[depth - 2].level == level - 1) {
-    for (int c = 0; c < kCounterCount; ++c) frames[depth - 2].values[c] += inner.values[c];
+    Frame& outer = frames[depth - 2];
+    for (int c = 0; c < kCounterCount; ++c) outer.values[c] += inner.values[c];
+    for (const named_counters::Delta& delta : inner.named) merge(outer, delta);
     --depth;
   } else {
     inner.level = level - 1;
@@ -215,14 +234,19 @@ DatabaseCounters& require_slot() {
 }  // namespace
 
 void install(bool preloading) {
+  named_counters::install(preloading);
   if (!preloading) return;
   shared_memory::reserve("relaybus counters", sizeof(SharedState), attach_shared_memory);
   RegisterXactCallback(at_transaction_end, nullptr);
   RegisterSubXactCallback(at_subtransaction_end, nullptr);
 }
 
-void add(Counter c, std::uint64_t n) noexcept {
-  if (shared == nullptr || n == 0) return;
+namespace {
+
+// The innermost frame, for a count at the current nesting level: pushed (empty) when the
+// innermost one is an outer level's. nullptr when nothing is counted (no shared memory).
+Frame* current_frame() noexcept {
+  if (shared == nullptr) return nullptr;
   // The slot is found (or taken back from a dropped database) here, inside the
   // transaction, once per backend: at the commit, where the counts go, the catalog cannot
   // be read.
@@ -241,8 +265,59 @@ void add(Counter c, std::uint64_t n) noexcept {
     Frame& frame = frames[depth++];
     frame.level = level;
     for (auto& value : frame.values) value = 0;
+    frame.named.clear();
   }
-  frames[depth - 1].values[c] += n;
+  return &frames[depth - 1];
+}
+
+// The frame's delta of a named slot, added if new; nullptr when it cannot be (no slot for
+// the name, or no memory for one more delta: that count is dropped).
+named_counters::Delta* named_delta(Frame& frame, named_counters::Kind kind,
+                                   std::string_view name) noexcept {
+  const int slot = named_counters::slot_of(kind, name);
+  if (slot < 0) return nullptr;
+  for (named_counters::Delta& delta : frame.named)
+    if (delta.slot == slot) return &delta;
+  try {
+    frame.named.emplace_back();
+  } catch (...) {
+    return nullptr;
+  }
+  frame.named.back().slot = slot;
+  return &frame.named.back();
+}
+
+}  // namespace
+
+void add(Counter c, std::uint64_t n) noexcept {
+  if (n == 0) return;
+  if (Frame* frame = current_frame()) frame->values[c] += n;
+}
+
+void add(Counter c, std::string_view handler, std::uint64_t n) noexcept {
+  if (n == 0) return;
+  Frame* frame = current_frame();
+  if (frame == nullptr) return;
+  frame->values[c] += n;
+  if (named_counters::Delta* delta = named_delta(*frame, named_counters::Kind::kHandler, handler))
+    delta->values[c] += n;
+}
+
+void add_unrouted(std::string_view type) noexcept {
+  Frame* frame = current_frame();
+  if (frame == nullptr) return;
+  frame->values[kUnrouted] += 1;
+  if (named_counters::Delta* delta = named_delta(*frame, named_counters::Kind::kUnroutedType, type))
+    delta->values[kUnrouted] += 1;
+}
+
+void add_completion(std::string_view handler, std::int64_t latency_us) noexcept {
+  Frame* frame = current_frame();
+  if (frame == nullptr) return;
+  named_counters::Delta* delta = named_delta(*frame, named_counters::Kind::kHandler, handler);
+  if (delta == nullptr) return;
+  delta->latency_buckets[core::latency_bucket(latency_us)] += 1;
+  delta->latency_sum_us += static_cast<std::uint64_t>(latency_us > 0 ? latency_us : 0);
 }
 
 namespace {
@@ -271,8 +346,111 @@ Datum reset_counters_body(FunctionCallInfo) {
   DatabaseCounters& db = require_slot();
   const TimestampTz now = GetCurrentTimestamp();
   for (auto& value : db.values) pg_atomic_write_u64(&value, 0);
+  named_counters::reset_this_database();
   pg_atomic_write_u64(&db.since, static_cast<std::uint64_t>(now));
   return TimestampTzGetDatum(now);
+}
+
+// This database's slots of kind, sorted by name (byte order), so that a scrape lists them
+// in a stable order.
+std::vector<std::pair<std::string, named_counters::Reading>> readings(named_counters::Kind kind) {
+  std::vector<std::pair<std::string, named_counters::Reading>> out;
+  named_counters::for_each(
+      kind, [&](const named_counters::Reading& r) { out.emplace_back(std::string(r.name), r); });
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [name, reading] : out) reading.name = name;  // the copy outlives the slot's bytes
+  return out;
+}
+
+// What handler_counters() reports for a handler: the database counters that count per
+// handler, under the names they have there ("published": deliveries it was given).
+struct HandlerCounterName {
+  Counter counter;
+  const char* name;
+};
+constexpr HandlerCounterName kHandlerCounters[] = {{kDeliveriesPublished, "published"},
+                                                   {kClaimed, "claimed"},
+                                                   {kCompleted, "completed"},
+                                                   {kFailed, "failed"},
+                                                   {kDeadLettered, "dead_lettered"},
+                                                   {kTakenOver, "taken_over"},
+                                                   {kAttemptsCharged, "attempts_charged"},
+                                                   {kHandlerWorkerErrors, "handler_worker_errors"}};
+
+Datum handler_counters_body(FunctionCallInfo fcinfo) {
+  DatabaseCounters& db = require_slot();
+  const TimestampTz since = static_cast<TimestampTz>(pg_atomic_read_u64(&db.since));
+  const auto handlers = readings(named_counters::Kind::kHandler);
+  ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
+  pg_call([&] {
+    InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
+    for (const auto& [name, reading] : handlers) {
+      for (const HandlerCounterName& c : kHandlerCounters) {
+        Datum values[4] = {
+            PointerGetDatum(cstring_to_text_with_len(name.data(), static_cast<int>(name.size()))),
+            CStringGetTextDatum(c.name),
+            Int64GetDatum(static_cast<int64>(reading.values[c.counter])),
+            TimestampTzGetDatum(since)};
+        bool nulls[4] = {false, false, false, false};
+        tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+      }
+    }
+  });
+  return (Datum)0;
+}
+
+// One row per handler: the bucket bounds in seconds (the last +Infinity), the cumulative
+// count of completions at or under each, the total count and the sum of the latencies.
+Datum completion_latency_body(FunctionCallInfo fcinfo) {
+  DatabaseCounters& db = require_slot();
+  const TimestampTz since = static_cast<TimestampTz>(pg_atomic_read_u64(&db.since));
+  const auto handlers = readings(named_counters::Kind::kHandler);
+  ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
+  pg_call([&] {
+    InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
+    Datum bounds[core::kLatencyBucketCount];
+    for (int b = 0; b < core::kLatencyBoundCount; ++b)
+      bounds[b] = Float8GetDatum(static_cast<double>(core::kLatencyBoundsUs[b]) / 1e6);
+    bounds[core::kLatencyBoundCount] = Float8GetDatum(get_float8_infinity());
+    for (const auto& [name, reading] : handlers) {
+      Datum cumulative[core::kLatencyBucketCount];
+      std::uint64_t total = 0;
+      for (int b = 0; b < core::kLatencyBucketCount; ++b) {
+        total += reading.latency_buckets[b];
+        cumulative[b] = Int64GetDatum(static_cast<int64>(total));
+      }
+      Datum values[6] = {
+          PointerGetDatum(cstring_to_text_with_len(name.data(), static_cast<int>(name.size()))),
+          PointerGetDatum(construct_array(bounds, core::kLatencyBucketCount, FLOAT8OID, 8,
+                                          FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)),
+          PointerGetDatum(construct_array(cumulative, core::kLatencyBucketCount, INT8OID, 8,
+                                          FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)),
+          Int64GetDatum(static_cast<int64>(total)),
+          Float8GetDatum(static_cast<double>(reading.latency_sum_us) / 1e6),
+          TimestampTzGetDatum(since)};
+      bool nulls[6] = {false, false, false, false, false, false};
+      tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+    }
+  });
+  return (Datum)0;
+}
+
+Datum unrouted_counters_body(FunctionCallInfo fcinfo) {
+  DatabaseCounters& db = require_slot();
+  const TimestampTz since = static_cast<TimestampTz>(pg_atomic_read_u64(&db.since));
+  const auto types = readings(named_counters::Kind::kUnroutedType);
+  ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
+  pg_call([&] {
+    InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
+    for (const auto& [name, reading] : types) {
+      Datum values[3] = {
+          PointerGetDatum(cstring_to_text_with_len(name.data(), static_cast<int>(name.size()))),
+          Int64GetDatum(static_cast<int64>(reading.values[kUnrouted])), TimestampTzGetDatum(since)};
+      bool nulls[3] = {false, false, false};
+      tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+    }
+  });
+  return (Datum)0;
 }
 
 }  // namespace
@@ -281,3 +459,6 @@ Datum reset_counters_body(FunctionCallInfo) {
 
 RELAYBUS_SQL_FUNCTION(relaybus_counters, relaybus::pg::counters::counters_body)
 RELAYBUS_SQL_FUNCTION(relaybus_reset_counters, relaybus::pg::counters::reset_counters_body)
+RELAYBUS_SQL_FUNCTION(relaybus_handler_counters, relaybus::pg::counters::handler_counters_body)
+RELAYBUS_SQL_FUNCTION(relaybus_completion_latency, relaybus::pg::counters::completion_latency_body)
+RELAYBUS_SQL_FUNCTION(relaybus_unrouted_counters, relaybus::pg::counters::unrouted_counters_body)

@@ -1,6 +1,9 @@
 // Cumulative counters of what relaybus did (events published, deliveries claimed,
 // completed, failed, ...), kept in shared memory by the preloaded library, one set per
-// database, read by relaybus.counters() and zeroed by relaybus.reset_counters().
+// database (relaybus.counters()), one per handler (relaybus.handler_counters(), with the
+// handler's publish-to-completion latency histogram, relaybus.completion_latency()) and
+// one per event type published to no handler (relaybus.unrouted_counters());
+// relaybus.reset_counters() zeroes a database's.
 //
 // Only what commits is counted. A call adds to a delta of the backend's own, kept per
 // subtransaction nesting level: a subtransaction that commits hands its delta to its
@@ -12,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 namespace relaybus::pg::counters {
 
@@ -25,6 +29,7 @@ enum Counter : int {
   kTakenOver,            // lanes taken over (by claim or take_over_expired)
   kAttemptsCharged,      // attempts charged: fail, bury, takeover charges
   kHandlerWorkerErrors,  // in-database handler calls that raised
+  kUnrouted,             // events stored by publish / publish_batch for no handler
   kCounterCount
 };
 
@@ -37,7 +42,8 @@ inline constexpr const char* kNames[kCounterCount] = {"published",
                                                       "dead_lettered",
                                                       "taken_over",
                                                       "attempts_charged",
-                                                      "handler_worker_errors"};
+                                                      "handler_worker_errors",
+                                                      "unrouted"};
 
 // Databases that can have counters at once (a slot is taken at a database's first count
 // and kept until the server stops).
@@ -48,5 +54,14 @@ void install(bool preloading);
 
 // Adds n to counter c in the current (sub)transaction's delta. Never fails.
 void add(Counter c, std::uint64_t n = 1) noexcept;
+
+// The same, for the database and for one handler.
+void add(Counter c, std::string_view handler, std::uint64_t n = 1) noexcept;
+
+// An event of `type` stored for no handler: kUnrouted, for the database and for the type.
+void add_unrouted(std::string_view type) noexcept;
+
+// A delivery of handler completed latency_us after its event was published.
+void add_completion(std::string_view handler, std::int64_t latency_us) noexcept;
 
 }  // namespace relaybus::pg::counters

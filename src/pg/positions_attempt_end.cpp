@@ -148,10 +148,11 @@ AttemptResult end_attempt(const core::PositionToken& token, Ending ending,
   ProgressInserts lane_write;
   lane_write.add(token.handler, token.lane, stored, end.lane.progress, end.lane.retrying);
   lane_write.run();
-  if (ending == Ending::kFail) counters::add(counters::kFailed);
+  if (ending == Ending::kFail) counters::add(counters::kFailed, token.handler);
   if (end.charged > 0)
-    counters::add(counters::kAttemptsCharged, static_cast<std::uint64_t>(end.charged));
-  if (end.end.dead) counters::add(counters::kDeadLettered);
+    counters::add(counters::kAttemptsCharged, token.handler,
+                  static_cast<std::uint64_t>(end.charged));
+  if (end.end.dead) counters::add(counters::kDeadLettered, token.handler);
   return end.end.result;
 }
 

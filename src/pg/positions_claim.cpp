@@ -19,6 +19,7 @@
 #include "positions_claim_writes.hpp"
 #include "progress_hints.hpp"
 #include "spi.hpp"
+#include "unix_time.hpp"
 #include "subscription_policy.hpp"
 #include "worker_arg.hpp"
 
@@ -400,9 +401,11 @@ std::vector<core::PositionsLane> PgPositionsClaimStore::lock_for_takeover(
   out.reserve(n);
   for (std::uint64_t r = 0; r < n; ++r) out.push_back(positions_lane_of_row(r));
   std::vector<core::PositionsLane*> locked;
-  for (auto& l : out) locked.push_back(&l);
+  for (auto& l : out) {
+    locked.push_back(&l);
+    counters::add(counters::kTakenOver, l.handler);  // each one is taken over
+  }
   writes_.load_progress(locked);
-  counters::add(counters::kTakenOver, n);  // each one is taken over
   return out;
 }
 
@@ -608,7 +611,7 @@ std::vector<core::AcquiredPositionsLane> PgPositionsClaimStore::lock_acquirable(
     a.lane = positions_lane_of_row(r);
     a.had_owner = row::boolean(r, kPositionsLaneColumns + 1);
     a.window_position = static_cast<std::size_t>(row::int8(r, kPositionsLaneColumns + 2));
-    counters::add(counters::kTakenOver, a.had_owner ? 1 : 0);
+    counters::add(counters::kTakenOver, a.lane.handler, a.had_owner ? 1 : 0);
     out.push_back(std::move(a));
   }
   std::vector<core::PositionsLane*> locked;
@@ -797,7 +800,12 @@ void emit(const std::vector<core::PositionsClaimed>& claimed, ReturnSetInfo* rsi
   }
   for (std::uint64_t r = 0; r < n; ++r) {
     const core::PositionsClaimed& c = claimed[r];
-    const std::string token = core::encode(c.token);
+    // The token carries the event's publish time, for the completion latency histogram.
+    core::PositionToken carried = c.token;
+    bool no_time = true;
+    const TimestampTz published = DatumGetTimestampTz(row::datum(r, 4, &no_time));
+    if (!no_time && !TIMESTAMP_NOT_FINITE(published)) carried.published_us = unix_us_of(published);
+    const std::string token = core::encode(carried);
     Datum values[9];
     bool nulls[9] = {false, false, false, false, !c.key.has_value(), false, false, false, false};
     pg_call([&] {
@@ -841,7 +849,11 @@ Datum claim_positions_body(FunctionCallInfo fcinfo) {
   PgPositionsClaimStore store(LaneHolder{std::move(worker), lease_us, std::move(holder)});
   const std::vector<core::PositionsClaimed> claimed =
       core::run_positions_claim(store, requested, batch_size, has_holder);
-  counters::add(counters::kClaimed, claimed.size());
+  // One count per run of a handler's deliveries (a claim returns them handler by handler).
+  for (std::size_t i = 0, j = 0; i < claimed.size(); i = j) {
+    while (j < claimed.size() && claimed[j].token.handler == claimed[i].token.handler) ++j;
+    counters::add(counters::kClaimed, claimed[i].token.handler, j - i);
+  }
   emit(claimed, rsinfo);
   spi.finish();
   return (Datum)0;

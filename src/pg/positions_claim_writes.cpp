@@ -70,7 +70,6 @@ void PositionsWrites::insert_exceptions(const std::vector<core::NewException>& r
   std::vector<std::int64_t> positions, available;
   std::vector<bool> dead, lost;
   std::vector<std::int32_t> attempts, claims;
-  std::uint64_t charged = 0, dead_lettered = 0;
   for (const auto& x : rows) {
     handlers.push_back(x.handler);
     lanes.push_back(x.lane);
@@ -80,8 +79,6 @@ void PositionsWrites::insert_exceptions(const std::vector<core::NewException>& r
     claims.push_back(x.claims);
     available.push_back(x.available_at_us);
     lost.push_back(x.lease_lost);
-    charged += x.lease_lost ? 1 : 0;
-    dead_lettered += x.dead ? 1 : 0;
   }
   Params params;
   params.text_array(handlers);
@@ -95,8 +92,10 @@ void PositionsWrites::insert_exceptions(const std::vector<core::NewException>& r
   params.text(std::string(core::kLeaseLostError));
   insert.run(params);
   // Counted as decided: a charged position always has its delivery row (it was claimed).
-  counters::add(counters::kAttemptsCharged, charged);
-  counters::add(counters::kDeadLettered, dead_lettered);
+  for (const auto& x : rows) {
+    counters::add(counters::kAttemptsCharged, x.handler, x.lease_lost ? 1 : 0);
+    counters::add(counters::kDeadLettered, x.handler, x.dead ? 1 : 0);
+  }
 }
 
 void PositionsWrites::charge_exceptions(const std::vector<core::ExceptionCharge>& charges) {
@@ -119,7 +118,6 @@ void PositionsWrites::charge_exceptions(const std::vector<core::ExceptionCharge>
   std::vector<std::int64_t> positions, available;
   std::vector<std::int32_t> attempts;
   std::vector<bool> dead;
-  std::uint64_t dead_lettered = 0;
   for (const auto& c : charges) {
     handlers.push_back(c.handler);
     lanes.push_back(c.lane);
@@ -127,7 +125,6 @@ void PositionsWrites::charge_exceptions(const std::vector<core::ExceptionCharge>
     attempts.push_back(c.attempts);
     dead.push_back(c.dead);
     available.push_back(c.available_at_us);
-    dead_lettered += c.dead ? 1 : 0;
   }
   Params params;
   params.text_array(handlers);
@@ -138,8 +135,10 @@ void PositionsWrites::charge_exceptions(const std::vector<core::ExceptionCharge>
   timestamptz_array(available, params);
   params.text(std::string(core::kLeaseLostError));
   charge.run(params);
-  counters::add(counters::kAttemptsCharged, charges.size());
-  counters::add(counters::kDeadLettered, dead_lettered);
+  for (const auto& c : charges) {
+    counters::add(counters::kAttemptsCharged, c.handler);
+    counters::add(counters::kDeadLettered, c.handler, c.dead ? 1 : 0);
+  }
 }
 
 void PositionsWrites::write_lanes(const std::vector<core::PositionsLaneWrite>& writes) {

@@ -25,6 +25,7 @@
 #include "progress_hints.hpp"
 #include "settings.hpp"
 #include "spi.hpp"
+#include "unix_time.hpp"
 
 #include <limits>
 #include <map>
@@ -150,6 +151,22 @@ void read_retries(std::vector<LockedLane>& locked) {
   }
 }
 
+// Counts the completions of one lane for its handler, each with its latency from the
+// publish time its token carries (tokens without one count without a latency).
+void count_completions(const std::string& handler, const std::vector<core::PositionToken>& tokens,
+                       const core::LaneCompletion& c, std::int64_t now_unix_us) {
+  counters::add(counters::kCompleted, handler, c.count());
+  auto observe = [&](core::Position p) {
+    for (const core::PositionToken& t : tokens) {
+      if (t.position != p) continue;
+      if (t.published_us > 0) counters::add_completion(handler, now_unix_us - t.published_us);
+      return;
+    }
+  };
+  for (core::Position p : c.completed) observe(p);
+  for (core::Position p : c.retries) observe(p);
+}
+
 // The attempt that completed, for the history: a window pick was never charged.
 std::int32_t completing_attempt(std::int32_t charged) {
   return charged < std::numeric_limits<std::int32_t>::max() ? charged + 1 : charged;
@@ -186,6 +203,7 @@ std::uint64_t complete_position_tokens(std::vector<core::PositionToken> tokens) 
   std::vector<std::int64_t> retries, done_positions;
   std::vector<std::int32_t> done_attempts;
   std::uint64_t completed = 0;
+  const std::int64_t now_unix_us = unix_us_of(GetCurrentTimestamp());
   for (const LockedLane& l : locked) {
     const core::LaneCompletion c = core::complete_lane(l.lane, *l.tokens, l.exceptions);
     if (!c.write) continue;
@@ -193,6 +211,7 @@ std::uint64_t complete_position_tokens(std::vector<core::PositionToken> tokens) 
     const std::int16_t lane = std::get<1>(*l.key);
     writes.add(handler, lane, l.stored, c.lane.progress, c.lane.retrying);
     completed += c.count();
+    count_completions(handler, *l.tokens, c, now_unix_us);
     for (core::Position p : c.retries) {
       handlers.push_back(handler);
       lanes.push_back(lane);
@@ -227,7 +246,6 @@ std::uint64_t complete_position_tokens(std::vector<core::PositionToken> tokens) 
     params.int4_array(done_attempts);
     history.run(params);
   }
-  counters::add(counters::kCompleted, completed);
   return completed;
 }
 

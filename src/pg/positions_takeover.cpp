@@ -87,7 +87,7 @@ void take_over(std::vector<core::ExpiredPositionsLane> lanes) {
   for (auto& l : lanes) locked.push_back(&l.lane);
   store.load_progress(locked);
   core::take_over_expired_positions(store, lanes, GetCurrentTransactionStartTimestamp());
-  counters::add(counters::kTakenOver, lanes.size());
+  for (const auto& l : lanes) counters::add(counters::kTakenOver, l.lane.handler);
 }
 
 // A lane whose takeover raised: reported, left as it is (still expired, so tried again in

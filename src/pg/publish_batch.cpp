@@ -4,6 +4,7 @@
 // element through publish_one (publish_one.cpp). Either way the rows are those of one
 // publish per element. One body for every version.
 #include "counters.hpp"
+#include "unrouted.hpp"
 #include "delivery_writer.hpp"
 #include "publish_one.hpp"
 #include "spi.hpp"
@@ -109,6 +110,11 @@ bool publish_new_events(std::vector<PublishInput>& inputs, std::vector<std::stri
   counters::add(counters::kPublished, inserted_count);
   std::set<std::string> inserted;
   for (std::uint64_t r = 0; r < inserted_count; ++r) inserted.insert(row::text(r, 1));
+  std::vector<std::string> unrouted_types;
+  for (std::size_t i = 0; i < n; ++i)
+    if (targets[i].handlers.empty() && !inputs[i].handlers && inserted.count(ids[i]))
+      unrouted_types.push_back(inputs[i].type);
+  unrouted::stored(unrouted_types);
 
   // An id stored by a concurrent transaction between the check and the insert (the insert
   // waited for it to commit, then skipped it): that element is a republication, and the

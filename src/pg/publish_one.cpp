@@ -1,5 +1,6 @@
 // Publishing one event, in the caller's transaction, for every version (publish_one.hpp).
 #include "counters.hpp"
+#include "unrouted.hpp"
 #include "delivery_writer.hpp"
 #include "due_time.hpp"
 #include "handler_event.hpp"
@@ -197,6 +198,8 @@ std::string publish_one(PublishInput& in, const std::string& where, const Delive
   params.datum(in.headers, in.headers_null);
   params.text_array(handlers);
   if (insert_event.run(params) == 1) {
+    // Routed by its type to no handler (an explicit empty list of handlers is a choice).
+    if (handlers.empty() && !in.handlers) unrouted::stored({in.type});
     counters::add(counters::kPublished);
     writer.write(event_id, in.key, handlers, in.available_at);
     wake(handlers, targets);

@@ -45,6 +45,13 @@ int sql_handler_batch_value = 10;
 int sql_handler_poll_interval_value = 1000;
 int sql_handler_max_payload_value = kDefaultSqlHandlerMaxPayloadKb;
 bool notify_value = true;
+int unrouted_publish_value = static_cast<int>(UnroutedPublish::kNotice);
+const config_enum_entry unrouted_publish_options[] = {
+    {"ignore", static_cast<int>(UnroutedPublish::kIgnore), false},
+    {"notice", static_cast<int>(UnroutedPublish::kNotice), false},
+    {"warning", static_cast<int>(UnroutedPublish::kWarning), false},
+    {"error", static_cast<int>(UnroutedPublish::kError), false},
+    {nullptr, 0, false}};
 
 // relaybus.sql_handler_timeout is the sql_timeout of handlers subscribed without one: the
 // same bounds, in the setting's unit.
@@ -177,6 +184,16 @@ void define() {
                            "transaction and handler) and wakes the in-database handler "
                            "workers. Polling stays the correctness path.",
                            &notify_value, true, PGC_SUSET, 0, nullptr, nullptr, nullptr);
+  // PGC_USERSET: it only changes what the publishing session is told (the count is kept
+  // whatever it says), so a publisher may choose for itself.
+  DefineCustomEnumVariable(
+      "relaybus.unrouted_publish",
+      "What a publish that stores an event no handler is subscribed to reports.",
+      "ignore, notice (the default), warning, or error (42704: the event is not stored). Such "
+      "events are counted in relaybus.counters() and relaybus.unrouted_counters() whatever "
+      "this says.",
+      &unrouted_publish_value, static_cast<int>(UnroutedPublish::kNotice), unrouted_publish_options,
+      PGC_USERSET, 0, nullptr, nullptr, nullptr);
   // Settings of context postmaster may only be defined while the library is preloaded.
   if (process_shared_preload_libraries_in_progress) {
     DefineCustomStringVariable(
@@ -239,13 +256,18 @@ int sql_handler_timeout_ms() {
 int sql_handler_batch() {
   return sql_handler_batch_value;
 }
-int max_delay_s() { return max_delay_value; }
+int max_delay_s() {
+  return max_delay_value;
+}
 
 int sql_handler_poll_interval_ms() {
   return sql_handler_poll_interval_value;
 }
 std::int64_t sql_handler_max_payload_bytes() {
   return static_cast<std::int64_t>(sql_handler_max_payload_value) * 1024;
+}
+UnroutedPublish unrouted_publish() {
+  return static_cast<UnroutedPublish>(unrouted_publish_value);
 }
 bool notify() {
   return notify_value;

@@ -61,5 +61,9 @@ inline constexpr int kMaxSqlHandlerMaxPayloadKb = 1024 * 1024;
 std::int64_t sql_handler_max_payload_bytes();
 // relaybus.notify: a publish wakes idle workers at commit.
 bool notify();
+// relaybus.unrouted_publish: what a publish that stores an event for no handler (no
+// subscription matches its type) reports, beside counting it.
+enum class UnroutedPublish { kIgnore, kNotice, kWarning, kError };
+UnroutedPublish unrouted_publish();
 
 }  // namespace relaybus::pg::settings

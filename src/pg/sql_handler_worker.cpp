@@ -281,7 +281,7 @@ void SqlHandlerWorker::handle(const Job& job) {
     MemoryContextDelete(call_memory);
   });
   if (call.outcome == handler_call::Outcome::kFailed) {
-    counters::add(counters::kHandlerWorkerErrors);
+    counters::add(counters::kHandlerWorkerErrors, job.handler);
     Params params;
     params.text(job.token);
     params.text(std::string_view(call.error));

@@ -36,11 +36,12 @@ void stage_event(Oid table, const std::string& event_id, const std::optional<std
   const std::int16_t lane = core::lane_of(key ? *key : event_id);
   // As 0.2's coalesce(available_at, now()): the transaction's start.
   const TimestampTz due = available_at ? *available_at : GetCurrentTransactionStartTimestamp();
-  for (const std::string& handler : handlers)
-    commit_order::stage(table, handler, lane, event_id, key, due);
   // Counted now, kept only if the transaction commits (counters.hpp): a subtransaction
   // that rolls back drops these counts as commit_order drops its staged rows.
-  counters::add(counters::kDeliveriesPublished, handlers.size());
+  for (const std::string& handler : handlers) {
+    commit_order::stage(table, handler, lane, event_id, key, due);
+    counters::add(counters::kDeliveriesPublished, handler);
+  }
 }
 
 class StagedDeliveries final : public DeliveryWriter {

@@ -27,7 +27,7 @@ databases="relaybus_up3_fresh relaybus_up3_empty relaybus_up3_chain relaybus_up3
 drop_all() {
   local db
   for db in $databases; do q postgres "DROP DATABASE IF EXISTS $db" >/dev/null 2>&1 || true; done
-  q postgres "DROP ROLE IF EXISTS relaybus_up3_pub" >/dev/null 2>&1 || true
+  q postgres "DROP ROLE IF EXISTS relaybus_up3_pub, relaybus_up3_admin, relaybus_up3_monitor" >/dev/null 2>&1 || true
 }
 drop_all
 trap drop_all EXIT
@@ -75,6 +75,7 @@ db=relaybus_up3_data
 fresh_db $db
 q $db "CREATE EXTENSION relaybus VERSION '0.2.1'" >/dev/null
 q postgres "CREATE ROLE relaybus_up3_pub" >/dev/null
+q postgres "CREATE ROLE relaybus_up3_admin; CREATE ROLE relaybus_up3_monitor" >/dev/null
 psql -qX -v ON_ERROR_STOP=1 -d $db >/dev/null <<'SQL'
 SET relaybus.completion_history = on;
 SELECT relaybus.subscribe('live', ARRAY['t']);
@@ -82,6 +83,10 @@ SELECT relaybus.subscribe('poisoned', ARRAY['t'], 2);
 SELECT relaybus.subscribe('paused', ARRAY['t']);
 SELECT relaybus.pause('paused');
 SELECT relaybus.grant_rights('relaybus_up3_pub', 'publisher');
+SELECT relaybus.grant_rights('relaybus_up3_admin', 'admin');
+-- A monitoring role given metrics() alone, as docs/operations.md shows.
+GRANT USAGE ON SCHEMA relaybus TO relaybus_up3_monitor;
+GRANT EXECUTE ON FUNCTION relaybus.metrics() TO relaybus_up3_monitor;
 -- An event only live had, completed (0.2.1 deletes the delivery), and one nobody had.
 SELECT relaybus.publish('t', '{}', NULL, 'done-021', ARRAY['live']);
 SELECT relaybus.complete(lease_token) FROM relaybus.claim('w-done', 1, '30 seconds', ARRAY['live']);
@@ -145,6 +150,19 @@ check $db "the paused handler stays paused, the rights stay" \
   "SELECT (SELECT paused FROM relaybus.statistics() WHERE handler = 'paused')
       AND NOT EXISTS (SELECT * FROM rights_before EXCEPT SELECT * FROM relaybus.rights())
       AND NOT EXISTS (SELECT * FROM relaybus.rights() EXCEPT SELECT * FROM rights_before)"
+check $db "metrics() is replaced (oldest_in_flight_age) and keeps its grants: the monitoring role may still run it" \
+  "SELECT has_function_privilege('relaybus_up3_monitor', 'relaybus.metrics()', 'EXECUTE')
+      AND NOT has_function_privilege('relaybus_up3_monitor', 'relaybus.counters()', 'EXECUTE')
+      AND NOT has_function_privilege('relaybus_up3_pub', 'relaybus.metrics()', 'EXECUTE')
+      AND NOT has_function_privilege('public', 'relaybus.metrics()', 'EXECUTE')
+      AND (SELECT proargnames @> ARRAY['oldest_in_flight_age'] FROM pg_proc
+            WHERE oid = 'relaybus.metrics()'::regprocedure)"
+check $db "the admin right now includes the functions 0.3.0 adds; publisher does not" \
+  "SELECT has_function_privilege('relaybus_up3_admin', 'relaybus.handler_counters()', 'EXECUTE')
+      AND has_function_privilege('relaybus_up3_admin', 'relaybus.completion_latency()', 'EXECUTE')
+      AND has_function_privilege('relaybus_up3_admin', 'relaybus.unrouted_counters()', 'EXECUTE')
+      AND NOT has_function_privilege('relaybus_up3_pub', 'relaybus.handler_counters()', 'EXECUTE')
+      AND NOT has_function_privilege('public', 'relaybus.unrouted_counters()', 'EXECUTE')"
 check $db "statistics count what was left: live 59 (1 dead), poisoned 60 (1 dead), paused 61" \
   "SELECT array_agg(handler || ':' || pending + processing || '/' || dead ORDER BY handler)
           = ARRAY['live:59/1', 'paused:61/0', 'poisoned:60/1'] FROM relaybus.statistics()"

@@ -31,13 +31,16 @@ CREATE FUNCTION pg_temp.put(h text, id text, k text DEFAULT NULL, due timestampt
   RETURNING position;
 $$;
 
--- A token's fields: r3.<lane>.<epoch>.<position>.<claims>.<handler length>.<handler>.
+-- A token's fields: r3.<lane>.<epoch>.<position>.<claims>.<handler length>.<handler>, then
+-- .<publish time> (microseconds since 1970) when the claim knew it.
 CREATE FUNCTION pg_temp.tok(token text)
-  RETURNS TABLE(lane smallint, epoch bigint, lane_position bigint, claims int, handler text)
+  RETURNS TABLE(lane smallint, epoch bigint, lane_position bigint, claims int, handler text,
+                published_us bigint)
   LANGUAGE sql AS $$
-  SELECT m[1]::smallint, m[2]::bigint, m[3]::bigint, m[4]::int, m[6]
+  SELECT m[1]::smallint, m[2]::bigint, m[3]::bigint, m[4]::int, left(m[6], m[5]::int),
+         nullif(substr(m[6], m[5]::int + 2), '')::bigint
     FROM regexp_match($1, '^r3\.(\d+)\.(\d+)\.(\d+)\.(\d+)\.(\d+)\.(.*)$') m
-   WHERE length(m[6]) = m[5]::int
+   WHERE length(m[6]) = m[5]::int OR substr(m[6], m[5]::int + 1) ~ '^\.[1-9][0-9]*$'
 $$;
 
 -- Whether a token holds (the contract's fence): its lane has its epoch and lists its

@@ -155,9 +155,11 @@ SELECT is((SELECT array_agg(signature ORDER BY signature) FROM rb_functions
           NULL, 'every SECURITY DEFINER function and every helper pins search_path to pg_catalog, pg_temp');
 SELECT is((SELECT array_agg(signature ORDER BY signature) FROM rb_functions
             WHERE NOT prosecdef AND NOT internal),
-          ARRAY['relaybus.counters()', 'relaybus.lane_of(text)', 'relaybus.reset_counters()',
-                'relaybus.subscribe(text,text[],integer,interval,interval,regprocedure,interval)'],
-          'the API functions that are not SECURITY DEFINER: three touch no table, subscribe takes its rights in C');
+          ARRAY['relaybus.completion_latency()', 'relaybus.counters()', 'relaybus.handler_counters()',
+                'relaybus.lane_of(text)', 'relaybus.reset_counters()',
+                'relaybus.subscribe(text,text[],integer,interval,interval,regprocedure,interval)',
+                'relaybus.unrouted_counters()'],
+          'the API functions that are not SECURITY DEFINER: six touch no table, subscribe takes its rights in C');
 
 -- Each role tries the tables and helpers directly: 42501 every time.
 CREATE TEMP TABLE attempts (n serial, statement text);

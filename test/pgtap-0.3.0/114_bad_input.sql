@@ -136,8 +136,9 @@ CREATE FUNCTION pg_temp.token(lane int, epoch bigint, pos bigint, claims int, ha
   RETURNS text LANGUAGE sql AS $$
   SELECT format('r3.%s.%s.%s.%s.%s.%s', lane, epoch, pos, claims, length(handler), handler)
 $$;
-SELECT is(pg_temp.token(lane, epoch, pos, claims, 'bi_h1'), (SELECT token FROM tok WHERE event_id = 'ev-1'),
-          'the token format is understood (rebuilt token equals the real one)')
+SELECT is(pg_temp.token(lane, epoch, pos, claims, 'bi_h1'),
+          (SELECT regexp_replace(token, '\.[0-9]+$', '') FROM tok WHERE event_id = 'ev-1'),
+          'the token format is understood (rebuilt token equals the real one, without the publish time it carries)')
   FROM real;
 SELECT is((SELECT d.event_id FROM real r JOIN relaybus.deliveries d
             ON d.handler = 'bi_h1' AND d.lane = r.lane AND d.position = r.pos), 'ev-1',

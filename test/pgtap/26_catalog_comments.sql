@@ -178,8 +178,13 @@ SELECT ok((SELECT count(*) FROM rb_documented) >= 19,
           'docs/sql-api.md was read and has its function sections (run pg_prove from the repository root)');
 SELECT is((SELECT array_agg(DISTINCT name ORDER BY name) FROM rb_api WHERE name NOT IN (SELECT name FROM rb_documented)),
           NULL, 'every function of schema relaybus has its section in docs/sql-api.md');
-SELECT is((SELECT array_agg(name ORDER BY name) FROM rb_documented WHERE name NOT IN (SELECT name FROM rb_api)),
-          NULL, 'every function docs/sql-api.md documents is in schema relaybus');
+-- Sections that say "0.3.0 only." document functions 0.2.1 does not have.
+SELECT is((SELECT array_agg(name ORDER BY name) FROM rb_documented
+            WHERE name NOT IN (SELECT name FROM rb_api)
+              AND name NOT IN (SELECT (regexp_match(s, '^([a-z_]+)\n'))[1]
+                                 FROM regexp_split_to_table(:'api_doc', '\n## ') s
+                                WHERE s ~ '0\.3\.0 only\.')),
+          NULL, 'every function docs/sql-api.md documents is in schema relaybus (but those of 0.3.0 only)');
 SELECT is((SELECT array_agg(name ORDER BY name) FROM (SELECT name FROM rb_api GROUP BY name HAVING count(*) > 1) o),
           NULL, 'each function of the API has one signature (no overloads the docs do not show)');
 

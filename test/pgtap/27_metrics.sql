@@ -93,7 +93,7 @@ $$;
 
 SELECT is((SELECT array_agg(name ORDER BY name) FROM relaybus.counters()),
           ARRAY['attempts_charged', 'claimed', 'completed', 'dead_lettered', 'deliveries_published',
-                'failed', 'handler_worker_errors', 'published', 'taken_over'],
+                'failed', 'handler_worker_errors', 'published', 'taken_over', 'unrouted'],
           'counters: one row per counter');
 SELECT is((SELECT count(DISTINCT since)::int FROM relaybus.counters()), 1, 'counters: one since for all');
 

@@ -56,6 +56,22 @@ TEST(PositionTokenTest, RoundTripsBoundaryNumbersAndAwkwardHandlers) {
   }
 }
 
+TEST(PositionTokenTest, CarriesThePublishTimeAfterTheHandler) {
+  PositionToken t = Make(7, 42, 1001, 3, "billing");
+  t.published_us = 1796601600123456;
+  EXPECT_EQ(encode(t), "r3.7.42.1001.3.7.billing.1796601600123456");
+  const PositionToken parsed = parse_position_token(encode(t));
+  ExpectSame(t, parsed);
+  EXPECT_EQ(parsed.published_us, t.published_us);
+  // A handler that looks like a publish time stays the handler: its length says where it ends.
+  t.handler = "h.12";
+  const PositionToken awkward = parse_position_token(encode(t));
+  EXPECT_EQ(awkward.handler, "h.12");
+  EXPECT_EQ(awkward.published_us, t.published_us);
+  // Without one (a token made before publish times were carried, or by hand): 0.
+  EXPECT_EQ(parse_position_token("r3.7.42.1001.3.7.billing").published_us, 0);
+}
+
 TEST(PositionTokenTest, RefusesA02TokenSayingSo) {
   EXPECT_TRUE(ThrowsInvalidParameter([] { parse_position_token("r1.7.42.3.7.billingevt-1"); }));
   try {
@@ -71,7 +87,11 @@ TEST(PositionTokenTest, RefusesMalformedTokens) {
        {"", "r3.", "r3.7.42.1001.3.7.billin", "r3.7.42.1001.3.7.billingx", "r3.256.1.1.0.1.h",
         "r3.-1.1.1.0.1.h", "r3.7.1.0.0.1.h", "r3.07.1.1.0.1.h", "r3.7.1.1.0.0.",
         "r3.7.1.1.2147483648.1.h", "r3.7.9223372036854775808.1.0.1.h", "r3.7.1.1.0.1",
-        "r3.7.1.1.0.h", "r3.7.1.1 .0.1.h", "R3.7.1.1.0.1.h", "r2.7.1.1.0.1.h"}) {
+        "r3.7.1.1.0.h", "r3.7.1.1 .0.1.h", "R3.7.1.1.0.1.h", "r2.7.1.1.0.1.h",
+        // a publish time after the handler: digits only, positive, nothing after it
+        "r3.7.1.1.0.1.h.", "r3.7.1.1.0.1.h.0", "r3.7.1.1.0.1.h.-5", "r3.7.1.1.0.1.h.05",
+        "r3.7.1.1.0.1.h.5.6", "r3.7.1.1.0.1.h.5x", "r3.7.1.1.0.1.hx5",
+        "r3.7.1.1.0.1.h.9223372036854775808"}) {
     EXPECT_TRUE(ThrowsInvalidParameter([&] { parse_position_token(bad); })) << "token: " << bad;
   }
 }
