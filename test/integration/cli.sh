@@ -194,10 +194,14 @@ check "a worker buries the two deliveries of mailer it claims" \
   "SELECT count(*) FILTER (WHERE relaybus.bury(lease_token, 'boom: ' || event_id)) = 2
      FROM relaybus.claim('cli-test', 10, '30 seconds', ARRAY['mailer'])"
 q "SELECT relaybus.publish('order.placed', '{\"n\": 3}', event_id => 'e3')" >/dev/null
+# Two events of a misspelled type: stored for no handler, and stats lists the type.
+q "SET relaybus.unrouted_publish = ignore;
+   SELECT relaybus.publish('order.plcaed', '{}'), relaybus.publish('order.plcaed', '{}')" >/dev/null
 
 run stats $cli stats --json
 if [ "$code" = 0 ] && json stats '
-    sorted(doc) == ["handlers"]
+    sorted(doc) == ["handlers", "unrouted"]
+    and doc["unrouted"] == [{"type": "order.plcaed", "events": 2}]
     and {h["handler"]: (h["pending"], h["processing"], h["dead"], h["completed"])
          for h in doc["handlers"]} == {"mailer": (1, 0, 2, 0), "audit": (3, 0, 0, 0)}
     and all(sorted(h) == ["completed", "completed_recorded", "dead", "handler", "oldest_pending",
@@ -207,12 +211,14 @@ if [ "$code" = 0 ] && json stats '
             for h in doc["handlers"])
     and all(isinstance(h["oldest_pending"], str) and h["oldest_pending"].endswith("Z")
             for h in doc["handlers"])'; then
-  ok "stats --json is one document with each handler's counts"
+  ok "stats --json is one document with each handler's counts and the types stored for no handler"
 else
   not_ok "stats --json is one document with each handler's counts: $(cat "$out/stats.out" "$out/stats.err")"
 fi
 run stats-human $cli stats
 expect "stats prints a table by default" 0 stats-human "handler | pending | processing" "(2 rows)"
+expect "stats lists the event types stored for no handler" 0 stats-human \
+  "events stored for no handler (no subscription matches their type):" "order.plcaed | 2"
 # The completion history is off in this cluster (the default): completed is not claimed to
 # be 0, and the oldest pending delivery shows as an age.
 expect "stats: completed is 'not recorded' while the history is off, the oldest pending an age" 0 \

@@ -120,7 +120,8 @@ int cancel_command(const tool::Parsed& args) {
 
 int stats_command(const tool::Parsed& args) {
   auto db = open_operator_store(db_of(args), "relaybus stats");
-  print_statistics(db->statistics(), format_of(args));
+  const auto stats = db->statistics();
+  print_statistics(stats, unrouted_types(*db, db_of(args)), format_of(args));
   return 0;
 }
 

@@ -2,7 +2,13 @@
 // declared in main.cpp.
 #pragma once
 
+#include <optional>
+#include <string>
+#include <vector>
+
 #include "client/tool/command_line.hpp"
+#include "listings.hpp"
+#include "store/store.hpp"
 
 namespace relaybus::cli {
 
@@ -19,5 +25,9 @@ int maintain_command(const tool::Parsed& args);
 int list_command(const tool::Parsed& args);
 int show_command(const tool::Parsed& args);
 int counters_command(const tool::Parsed& args);
+
+// The event types published to no handler, most events first, where the store counts them
+// (PostgreSQL with relaybus 0.3.0, preloaded); nullopt elsewhere.
+std::optional<std::vector<UnroutedType>> unrouted_types(store::Store& store, const std::string& db);
 
 }  // namespace relaybus::cli

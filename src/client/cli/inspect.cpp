@@ -304,6 +304,30 @@ int show_command(const tool::Parsed& args) {
   return 0;
 }
 
+std::optional<std::vector<UnroutedType>> unrouted_types(store::Store& store,
+                                                        const std::string& db) {
+  if (tool::is_mongodb_uri(db)) return std::nullopt;
+  PGconn* conn = client::pg_connection(store);
+  Result known =
+      query(conn, "SELECT to_regprocedure('relaybus.unrouted_counters()') IS NOT NULL", {});
+  if (std::string(PQgetvalue(known.get(), 0, 0)) != "t") return std::nullopt;  // before 0.3.0
+  Result r(nullptr, PQclear);
+  try {
+    r = query(conn,
+              "SELECT type, events FROM relaybus.unrouted_counters() WHERE events > 0"
+              " ORDER BY events DESC, type",
+              {});
+  } catch (const store::StoreError& e) {
+    if (e.native_code() == "55000") return std::nullopt;  // not preloaded: nothing counted
+    throw;
+  }
+  std::vector<UnroutedType> out;
+  for (int i = 0; i < PQntuples(r.get()); ++i)
+    out.push_back(
+        {PQgetvalue(r.get(), i, 0), std::strtoll(PQgetvalue(r.get(), i, 1), nullptr, 10)});
+  return out;
+}
+
 int counters_command(const tool::Parsed& args) {
   const std::string db = args.get<std::string>("db");
   postgresql_only(db, "counters", "relaybus stats shows the counts per handler on any store");

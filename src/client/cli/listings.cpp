@@ -22,7 +22,8 @@ void print_json(const JsonWriter& json) {
 
 }  // namespace
 
-void print_statistics(const std::vector<store::HandlerStatistics>& stats, Format format) {
+void print_statistics(const std::vector<store::HandlerStatistics>& stats,
+                      const std::optional<std::vector<UnroutedType>>& unrouted, Format format) {
   const std::int64_t now = now_us();
   if (format == Format::kJson) {
     JsonWriter json;
@@ -52,7 +53,14 @@ void print_statistics(const std::vector<store::HandlerStatistics>& stats, Format
       }
       json.end_object();
     }
-    json.end_array().end_object();
+    json.end_array();
+    if (unrouted) {
+      json.key("unrouted").begin_array();
+      for (const auto& u : *unrouted)
+        json.begin_object().key("type").value(u.type).key("events").value(u.events).end_object();
+      json.end_array();
+    }
+    json.end_object();
     print_json(json);
     return;
   }
@@ -71,6 +79,13 @@ void print_statistics(const std::vector<store::HandlerStatistics>& stats, Format
   if (std::any_of(stats.begin(), stats.end(),
                   [](const store::HandlerStatistics& s) { return !s.completed_recorded; }))
     std::printf("completed: not recorded while relaybus.completion_history is off (the default)\n");
+  if (unrouted && !unrouted->empty()) {
+    std::printf("\nevents stored for no handler (no subscription matches their type):\n");
+    Table types;
+    types.columns = {"type", "events"};
+    for (const auto& u : *unrouted) types.rows.push_back({u.type, std::to_string(u.events)});
+    print_table(types);
+  }
 }
 
 void print_deliveries(const std::vector<store::ListedDelivery>& deliveries, Format format) {

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "store/store.hpp"
@@ -12,10 +14,18 @@ namespace relaybus::cli {
 
 enum class Format { kHuman, kJson };
 
+// Events stored for no handler, of one type (relaybus.unrouted_counters()).
+struct UnroutedType {
+  std::string type;
+  std::int64_t events = 0;
+};
+
 // relaybus stats:
 //   {"handlers": [{"handler", "pending", "processing", "dead", "completed",
-//                  "oldest_pending": RFC 3339 time or null}]}
-void print_statistics(const std::vector<store::HandlerStatistics>& stats, Format format);
+//                  "oldest_pending": RFC 3339 time or null}],
+//    "unrouted": [{"type", "events"}] (only where the store counts them)}
+void print_statistics(const std::vector<store::HandlerStatistics>& stats,
+                      const std::optional<std::vector<UnroutedType>>& unrouted, Format format);
 
 // relaybus dead list:
 //   {"deliveries": [{"event_id", "handler", "type", "key": string or null, "status",

@@ -190,8 +190,11 @@ relaybus::tool::Program program() {
       "dead: dead letters; completed: the completion history's count, \"not recorded\" while\n"
       "relaybus.completion_history is off (the default); oldest_pending_age: how long the\n"
       "oldest pending delivery has waited; paused: yes while relaybus pause holds it.\n"
+      "Then, on PostgreSQL with relaybus 0.3.0, the event types stored for no handler (no\n"
+      "subscription matches them: a misspelled type?) with how many events.\n"
       "--json: {\"handlers\": [{handler, pending, processing, dead, completed,\n"
-      "completed_recorded, oldest_pending (UTC time or null), oldest_pending_age_s, paused}]}.\n";
+      "completed_recorded, oldest_pending (UTC time or null), oldest_pending_age_s, paused}],\n"
+      "\"unrouted\": [{type, events}] (where the store counts them)}.\n";
 
   Command list = command(
       "list", "list deliveries waiting (pending, delayed) and in flight, with their ages",
