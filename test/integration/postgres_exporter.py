@@ -71,6 +71,13 @@ def main():
             time.sleep(0.05)
         assert counter(conn, "handler_worker_errors") == before + 1, "handler_worker_errors did not move by 1"
         print("ok - an in-database handler that raises moves handler_worker_errors by 1")
+        errors = conn.execute("SELECT value FROM relaybus.handler_counters()"
+                              " WHERE handler = 'exp_sql' AND name = 'handler_worker_errors'").fetchone()
+        assert errors == (1,), f"handler_counters: exp_sql's handler_worker_errors is {errors}, not 1"
+        print("ok - and the handler's own handler_worker_errors, in handler_counters()")
+        # An event of a type nobody is subscribed to: a row for relaybus_unrouted.
+        conn.execute("SET relaybus.unrouted_publish = ignore")
+        conn.execute("SELECT relaybus.publish('exp.nobody', '{}')")
         check_queries(conn)
 
 

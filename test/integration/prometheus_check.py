@@ -61,6 +61,7 @@ def workload(conn):
         c.execute("SELECT relaybus.pause('idle')")
         c.execute("SELECT relaybus.publish('order.placed', jsonb_build_object('n', i)) FROM generate_series(1, 50) i")
         c.execute("SELECT relaybus.publish('nothing.yet', '{}')")
+        c.execute("SELECT relaybus.publish('no.such.type', '{}')")  # unrouted
         c.execute(f"SELECT relaybus.complete(lease_token) FROM {CLAIM}", (20, "mailer"))
         # Left in flight under a live lease: in_flight, lanes_held and workers.
         c.execute(f"SELECT count(*) FROM {CLAIM}", (5, "mailer"))
