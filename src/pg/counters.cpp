@@ -358,8 +358,7 @@ std::vector<std::pair<std::string, named_counters::Reading>> readings(named_coun
   named_counters::for_each(
       kind, [&](const named_counters::Reading& r) { out.emplace_back(std::string(r.name), r); });
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (auto& [name, reading] : out) reading.name = name;  // the copy outlives the slot's bytes
-  return out;
+  return out;  // each reading's name is the pair's first: its own name points into the slot
 }
 
 // What handler_counters() reports for a handler: the database counters that count per

@@ -1,5 +1,8 @@
 #include "named_counters.hpp"
 
+#include <algorithm>
+#include <cstring>
+
 #include "database_exists.hpp"
 #include "guard.hpp"
 #include "shared_memory.hpp"
@@ -9,8 +12,6 @@ extern "C" {
 #include "port/atomics.h"
 #include "storage/spin.h"
 }
-
-#include <cstring>
 
 namespace relaybus::pg::named_counters {
 
@@ -110,6 +111,16 @@ int find(Kind kind, std::uint64_t hash, std::string_view name) noexcept {
 // (it reads the catalog); under it the sequence is walked again, so that two backends
 // taking a slot for one name at once take one slot.
 int take(Kind kind, std::uint64_t hash, std::string_view name) noexcept {
+  // This database's share of the kind, counted without the lock: concurrent takers may pass
+  // it by a few.
+  int mine = 0;
+  for (Slot& slot : shared->slots) {
+    if (pg_atomic_read_u32(&slot.state) != kReady) continue;
+    pg_read_barrier();
+    if (slot.database == MyDatabaseId && slot.kind == kind) ++mine;
+  }
+  if (mine >= (kind == Kind::kHandler ? kMaxHandlersPerDatabase : kMaxUnroutedTypesPerDatabase))
+    return -1;
   Oid gone[kMaxSlots];
   int gone_count = 0;
   for (int i = 0; i < kMaxSlots; ++i) {
@@ -167,13 +178,15 @@ int slot_of(Kind kind, std::string_view name) noexcept {
   const std::uint64_t hash = hash_of(kind, name);
   const int found = find(kind, hash, name);
   if (found >= 0) return found;
-  // With every slot taken, a new name is looked for room again at most once a second per
-  // backend: each look walks the table and reads the catalog for its databases.
-  static TimestampTz full_since = 0;
+  // With no room for a kind (every slot taken, or this database's share of the kind), a new
+  // name of it is looked for room again at most once a second per backend: each look walks
+  // the table and may read the catalog for its databases.
+  static TimestampTz full_since[3] = {0, 0, 0};
+  TimestampTz& since = full_since[static_cast<int>(kind)];
   const TimestampTz now = GetCurrentTimestamp();
-  if (full_since != 0 && now - full_since < USECS_PER_SEC) return -1;
+  if (since != 0 && now - since < USECS_PER_SEC) return -1;
   const int taken = take(kind, hash, name);
-  full_since = taken < 0 ? now : 0;
+  since = taken < 0 ? now : 0;
   return taken;
 }
 
@@ -193,12 +206,19 @@ void add(const Delta& delta) noexcept {
 
 void for_each(Kind kind, const std::function<void(const Reading&)>& visit) {
   if (shared == nullptr) return;
+  char name[kMaxNameBytes];
   for (Slot& slot : shared->slots) {
     if (pg_atomic_read_u32(&slot.state) != kReady) continue;
     pg_read_barrier();
     if (slot.database != MyDatabaseId || slot.kind != kind) continue;
+    const std::uint32_t kept = std::min<std::uint32_t>(slot.kept, kMaxNameBytes);
+    std::memcpy(name, slot.name, kept);
+    // A slot taken back for a name of this database while it was read is left out of this
+    // reading: its fields may be half written.
+    pg_read_barrier();
+    if (pg_atomic_read_u32(&slot.state) != kReady) continue;
     Reading r;
-    r.name = std::string_view(slot.name, slot.kept);
+    r.name = std::string_view(name, kept);
     for (int c = 0; c < counters::kCounterCount; ++c)
       r.values[c] = pg_atomic_read_u64(&slot.values[c]);
     for (int b = 0; b < core::kLatencyBucketCount; ++b)

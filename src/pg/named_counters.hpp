@@ -24,6 +24,10 @@ enum class Kind : std::uint8_t { kHandler = 1, kUnroutedType = 2 };
 
 // Slots for the whole server, every database's names together.
 inline constexpr int kMaxSlots = 1024;
+// The most one database takes of each kind, so that no database (nor a publisher in it,
+// whose event types are its to choose) can take every slot from the others.
+inline constexpr int kMaxHandlersPerDatabase = 512;
+inline constexpr int kMaxUnroutedTypesPerDatabase = 64;
 // Longer names are counted under their first kMaxNameBytes bytes (cut at a character
 // boundary); the whole name tells slots apart.
 inline constexpr int kMaxNameBytes = 128;
@@ -40,14 +44,15 @@ struct Delta {
 void install(bool preloading);
 
 // The slot of (this database, kind, name), taken if the name has none yet; -1 without
-// shared memory or when every slot is taken by a database that still exists. Only inside
-// a transaction: taking back a slot of a dropped database reads the catalog. Never fails.
+// shared memory, when this database has its most of the kind, or when every slot is taken
+// by a database that still exists. Only inside a transaction: taking back a slot of a
+// dropped database reads the catalog. Never fails.
 int slot_of(Kind kind, std::string_view name) noexcept;
 
 // Adds a delta to its slot with one atomic add per value that moved. Never fails.
 void add(const Delta& delta) noexcept;
 
-// One slot as read: its name (cut to kMaxNameBytes), its values.
+// One slot as read: its name (cut to kMaxNameBytes; valid during the visit only), its values.
 struct Reading {
   std::string_view name;
   std::uint64_t values[counters::kCounterCount] = {};
