@@ -138,9 +138,13 @@ bool ClaimLoop::leave_out_unsubscribed(const std::string& error,
     retrying_.erase(std::remove(retrying_.begin(), retrying_.end(), h), retrying_.end());
     if (!reported_.insert(h).second) return true;  // said once already
     const auto every = options_.recheck_unsubscribed.count();
-    log_("handler " + h +
-         " is not subscribed: claiming for the other handlers without it, and trying it again "
-         "every " +
+    // Once a handler is left out, whether any other is still claimed for.
+    const bool others = std::any_of(handlers_.begin(), handlers_.end(), [&](const std::string& o) {
+      return o != h && left_out_.find(o) == left_out_.end();
+    });
+    log_("handler " + h + " is not subscribed: " +
+         (others ? "claiming for the other handlers without it" : "claiming nothing for now") +
+         ", and trying it again every " +
          (every % 1000 == 0 ? std::to_string(every / 1000) + " s" : std::to_string(every) + " ms") +
          " (an admin must run " + subscribe_statement(h) + ", or fix the name in the worker)");
     return true;

@@ -145,12 +145,14 @@ void HandlerPool::work(const std::shared_ptr<State>& state) {
     Result r = run(s, store, d);
     // Said after the hand-over, outside the lock: the log function is the user's.
     std::string note;
+    // attempts=N as the API numbers them (claim's attempts, the attempts charged before this
+    // one: 0 on a first try), as the Python and Node.js workers log them.
     if (r.outcome == Outcome::kThrew)
-      note = "handler " + d.handler + " failed on event " + d.event_id + " (attempt " +
-             std::to_string(d.attempts + 1) + "): " + r.error;
+      note = "handler " + d.handler + " failed on event " + d.event_id +
+             ", attempts=" + std::to_string(d.attempts) + ": " + r.error;
     else if (r.outcome == Outcome::kBuried)
-      note = "handler " + d.handler + " buried event " + d.event_id + " (attempt " +
-             std::to_string(d.attempts + 1) + "): " + r.error;
+      note = "handler " + d.handler + " failed on event " + d.event_id +
+             ", attempts=" + std::to_string(d.attempts) + ", and buried it: " + r.error;
     else if (r.outcome == Outcome::kLost)
       note = "handler " + d.handler + " on event " + d.event_id +
              ": the lease was lost, its transaction rolled back";

@@ -72,6 +72,37 @@ TEST(FailFast, AnUnsubscribedHandlerDoesNotStarveTheOthers) {
   const auto notice = std::find_if(logged.begin(), logged.end(), is_notice);
   ASSERT_NE(notice, logged.end());
   EXPECT_NE(notice->find("SELECT relaybus.subscribe('mialer'"), std::string::npos) << *notice;
+  EXPECT_NE(notice->find("claiming for the other handlers without it"), std::string::npos)
+      << *notice;
+}
+
+// The only handler left out: the notice does not speak of other handlers there are none of.
+TEST(FailFast, TheOnlyHandlerLeftOutSaysNothingIsClaimed) {
+  FakeBackend backend;
+  backend.unsubscribed = {"late"};
+  std::vector<std::string> logged;
+  std::mutex log_mutex;
+  auto config = quick_config();
+  config.log = [&](const std::string& line) {
+    std::lock_guard<std::mutex> lock(log_mutex);
+    logged.push_back(line);
+  };
+  Dispatcher d(fake_factory(backend), config, {{"late", [](const Delivery&) {}}});
+  d.start();
+  auto noticed = [&] {
+    std::lock_guard<std::mutex> lock(log_mutex);
+    return std::any_of(logged.begin(), logged.end(), [](const std::string& line) {
+      return line.find("handler late is not subscribed") != std::string::npos;
+    });
+  };
+  ASSERT_TRUE(eventually(noticed));
+  d.stop();
+  std::lock_guard<std::mutex> lock(log_mutex);
+  const auto notice = std::find_if(logged.begin(), logged.end(), [](const std::string& line) {
+    return line.find("handler late is not subscribed") != std::string::npos;
+  });
+  EXPECT_NE(notice->find("claiming nothing for now"), std::string::npos) << *notice;
+  EXPECT_EQ(notice->find("other handlers"), std::string::npos) << *notice;
 }
 
 TEST(FailFast, ALeftOutHandlerIsTriedAgainAndRunsOnceSubscribed) {

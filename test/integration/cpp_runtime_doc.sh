@@ -104,7 +104,7 @@ pid=
 [ $rc = 0 ] && ok "SIGTERM: it stops and exits 0" || not_ok "SIGTERM: exit $rc ($(cat "$tmp/run.err"))"
 grep -q '^mail for order 7$' "$tmp/run.out" && ok "the handler read order_id through rb::payload" \
   || not_ok "stdout: $(cat "$tmp/run.out")"
-grep -q "handler mailer buried event bad (attempt 1): no order_id" "$tmp/run.err" \
+grep -q "handler mailer failed on event bad, attempts=0, and buried it: no order_id" "$tmp/run.err" \
   && ok "the burial is logged" || not_ok "stderr: $(cat "$tmp/run.err")"
 check "SIGTERM: its lanes are relinquished" \
   "SELECT NOT EXISTS (SELECT 1 FROM relaybus.lanes WHERE lease_owner LIKE 'mailer-%')"

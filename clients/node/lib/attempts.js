@@ -257,10 +257,16 @@ export class Attempts {
     this.#stats.failed += 1;
     if (outcome === 'dead') this.#stats.dead += 1;
     if (outcome === 'lost') this.#stats.lost += 1;
-    this.#log.debug(`delivery ${event.id} of ${event.handler} failed (${outcome}): ${text}`);
+    // attempts=N as the API numbers them (the attempts charged before this one: 0 on a
+    // first try), as the Python and C++ workers log them. A retry is a warning on one line,
+    // a dead letter an error: someone must look at it.
+    const failed = `handler ${event.handler} failed on event ${event.id}, attempts=${event.attempts}`;
+    const line = text.split('\n')[0];
+    if (outcome === 'retry') this.#log.warn(`${failed}, will retry: ${line}`);
+    else if (outcome === 'lost') this.#log.warn(`${failed}, but the lease was already lost: ${line}`);
     this.#emit('failed', event, err, outcome);
     if (outcome === 'dead') {
-      this.#log.info(`delivery ${event.id} of ${event.handler} is a dead letter: ${text}`);
+      this.#log.error(`${failed}, and it is dead (${bury ? 'buried' : 'max_attempts reached'}): ${line}`);
       this.#emit('dead', event, err);
     }
   }

@@ -35,7 +35,8 @@ test('a throwing handler is retried, then dead-lettered with its last error', as
   const id = await publish(db.admin, 'flaky.event', { card: '4242' });
   const attempts = [];
   const outcomes = [];
-  const worker = new Worker({ connectionString: db.url, name: 'flaky-worker', pollInterval: 50, logger: recordingLogger().logger });
+  const log = recordingLogger();
+  const worker = new Worker({ connectionString: db.url, name: 'flaky-worker', pollInterval: 50, logger: log.logger });
   worker.handle('flaky', async (event) => {
     attempts.push(event.attempts);
     throw new TypeError(`card ${event.payload.card} declined on try ${event.attempts + 1}`);
@@ -58,6 +59,14 @@ test('a throwing handler is retried, then dead-lettered with its last error', as
   });
   assert.equal(worker.stats.dead, 1);
   assert.equal(worker.stats.failed, 3);
+  // Logged as the Python and C++ workers log it, attempts numbered as the API numbers them:
+  // each retry a warning on one line, the dead letter an error.
+  const failures = log.lines.filter((l) => l.text.includes(`failed on event ${id}`));
+  assert.deepEqual(failures.map((l) => `${l.level}: ${l.text}`), [
+    `warn: handler flaky failed on event ${id}, attempts=0, will retry: TypeError: card 4242 declined on try 1`,
+    `warn: handler flaky failed on event ${id}, attempts=1, will retry: TypeError: card 4242 declined on try 2`,
+    `error: handler flaky failed on event ${id}, attempts=2, and it is dead (max_attempts reached): TypeError: card 4242 declined on try 3`,
+  ]);
 });
 
 test('a database error keeps its SQLSTATE in the stored error text', async () => {
