@@ -553,14 +553,25 @@ REVOKE ALL ON relaybus.deliveries, relaybus.lanes, relaybus.lane_progress, relay
 
 -- The admin right reads every relaybus table (relaybus_internal.right_privileges: SELECT ON
 -- ALL TABLES IN SCHEMA relaybus), and the tables made above are new: each role holding it
--- here is given its right again, as grant_rights gives it, so that it reads them too.
--- (Without this an admin kept SELECT on events but lost it on deliveries, lanes and
--- exceptions, while relaybus.rights() still listed it as admin.)
-SELECT relaybus_internal.set_rights(r.oid::regrole, '{}', '{}')
-  FROM pg_catalog.pg_roles r
- WHERE 'admin' = ANY (relaybus_internal.held_rights(r.oid))
-   AND r.oid <> (SELECT n.nspowner FROM pg_catalog.pg_namespace n WHERE n.nspname = 'relaybus')
- ORDER BY r.rolname;
+-- here is given SELECT on them, as grant_rights gives it. (Without this an admin kept
+-- SELECT on events but lost it on deliveries, lanes and exceptions, while relaybus.rights()
+-- still listed it as admin.) Only granted, nothing revoked: relaybus_internal.set_rights
+-- revokes every privilege of the rights and grants them again, which fails where an admin
+-- passed on a privilege it holds with the grant option, and drops any given by hand.
+DO $grants$
+DECLARE
+  holder name;
+BEGIN
+  FOR holder IN
+    SELECT r.rolname FROM pg_catalog.pg_roles r
+     WHERE 'admin' = ANY (relaybus_internal.held_rights(r.oid))
+       AND r.oid <> (SELECT n.nspowner FROM pg_catalog.pg_namespace n WHERE n.nspname = 'relaybus')
+     ORDER BY r.rolname
+  LOOP
+    EXECUTE pg_catalog.format('GRANT SELECT ON ALL TABLES IN SCHEMA relaybus TO %I', holder);
+  END LOOP;
+END
+$grants$;
 
 --------------------------------------------------------------------------------
 -- Functions implemented in C++ (src/pg). Each is a thin entry point guarded against
@@ -1302,8 +1313,33 @@ $fn$;
 --------------------------------------------------------------------------------
 
 -- 0.2's metrics() (made just before by metrics-0.2.0.sql, or a 0.2.1 database's) is
--- replaced: its result gains a column, which CREATE OR REPLACE cannot add. The roles that
--- could execute it may execute the new one: its grants are kept here and given again below.
+-- replaced: its result gains a column, which CREATE OR REPLACE cannot add. What depends on
+-- it (a view of the operator's) would go with it, so the update refuses, saying what, and
+-- changes nothing. The roles that could execute it may execute the new one: its grants
+-- are kept here and given again below.
+DO $dependents$
+DECLARE
+  found text;
+BEGIN
+  -- A view depends through its rewrite rule: named as the view.
+  SELECT pg_catalog.string_agg(DISTINCT CASE WHEN r.oid IS NOT NULL
+              THEN pg_catalog.pg_describe_object('pg_catalog.pg_class'::pg_catalog.regclass, r.ev_class, 0)
+              ELSE pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid) END, ', ')
+    INTO found
+    FROM pg_catalog.pg_depend d
+    LEFT JOIN pg_catalog.pg_rewrite r
+      ON d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass AND r.oid = d.objid
+   WHERE d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+     AND d.refobjid = 'relaybus.metrics()'::pg_catalog.regprocedure
+     AND d.deptype = 'n';
+  IF found IS NOT NULL THEN
+    RAISE EXCEPTION 'relaybus 0.3.0 replaces relaybus.metrics(), and other objects depend on it: %', found
+      USING ERRCODE = 'dependent_objects_still_exist',
+            DETAIL = 'metrics() gains a column, oldest_in_flight_age, which needs the function dropped and created again. Nothing was changed.',
+            HINT = 'Drop those objects, run the update, then create them again.';
+  END IF;
+END
+$dependents$;
 SELECT pg_catalog.set_config('relaybus_update.metrics_acl',
                              coalesce(p.proacl::text, ''), true)
   FROM pg_catalog.pg_proc p WHERE p.oid = 'relaybus.metrics()'::pg_catalog.regprocedure;
@@ -1439,12 +1475,25 @@ AS $fn$
 $fn$;
 REVOKE ALL ON FUNCTION relaybus_internal.right_privileges(text) FROM PUBLIC;
 
--- On an update, the roles that hold admin here get what it now includes (set_rights grants
--- every privilege of the rights a role holds); on a fresh install no role holds one yet.
-SELECT relaybus_internal.set_rights(r.oid::pg_catalog.regrole, '{}', '{}')
-  FROM pg_catalog.pg_roles r
- WHERE 'admin' = ANY (relaybus_internal.held_rights(r.oid))
-   AND r.oid <> (SELECT n.nspowner FROM pg_catalog.pg_namespace n WHERE n.nspname = 'relaybus');
+-- On an update, the roles that hold admin here get the functions it now includes, and
+-- nothing else changes (set_rights would revoke and grant every privilege again, which
+-- fails on a grant option passed on, and drops any an operator gave by hand). On a fresh
+-- install no role holds a right yet.
+DO $grants$
+DECLARE
+  holder name;
+BEGIN
+  FOR holder IN
+    SELECT r.rolname FROM pg_catalog.pg_roles r
+     WHERE 'admin' = ANY (relaybus_internal.held_rights(r.oid))
+       AND r.oid <> (SELECT n.nspowner FROM pg_catalog.pg_namespace n WHERE n.nspname = 'relaybus')
+  LOOP
+    EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION relaybus.handler_counters(), '
+                              'relaybus.completion_latency(), relaybus.unrouted_counters() TO %I',
+                              holder);
+  END LOOP;
+END
+$grants$;
 
 --------------------------------------------------------------------------------
 -- Descriptions (\df+, \dt+, \di+, \dn+): generated by scripts/build-sql from the first

@@ -6,8 +6,33 @@
 --------------------------------------------------------------------------------
 
 -- 0.2's metrics() (made just before by metrics-0.2.0.sql, or a 0.2.1 database's) is
--- replaced: its result gains a column, which CREATE OR REPLACE cannot add. The roles that
--- could execute it may execute the new one: its grants are kept here and given again below.
+-- replaced: its result gains a column, which CREATE OR REPLACE cannot add. What depends on
+-- it (a view of the operator's) would go with it, so the update refuses, saying what, and
+-- changes nothing. The roles that could execute it may execute the new one: its grants
+-- are kept here and given again below.
+DO $dependents$
+DECLARE
+  found text;
+BEGIN
+  -- A view depends through its rewrite rule: named as the view.
+  SELECT pg_catalog.string_agg(DISTINCT CASE WHEN r.oid IS NOT NULL
+              THEN pg_catalog.pg_describe_object('pg_catalog.pg_class'::pg_catalog.regclass, r.ev_class, 0)
+              ELSE pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid) END, ', ')
+    INTO found
+    FROM pg_catalog.pg_depend d
+    LEFT JOIN pg_catalog.pg_rewrite r
+      ON d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass AND r.oid = d.objid
+   WHERE d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+     AND d.refobjid = 'relaybus.metrics()'::pg_catalog.regprocedure
+     AND d.deptype = 'n';
+  IF found IS NOT NULL THEN
+    RAISE EXCEPTION 'relaybus 0.3.0 replaces relaybus.metrics(), and other objects depend on it: %', found
+      USING ERRCODE = 'dependent_objects_still_exist',
+            DETAIL = 'metrics() gains a column, oldest_in_flight_age, which needs the function dropped and created again. Nothing was changed.',
+            HINT = 'Drop those objects, run the update, then create them again.';
+  END IF;
+END
+$dependents$;
 SELECT pg_catalog.set_config('relaybus_update.metrics_acl',
                              coalesce(p.proacl::text, ''), true)
   FROM pg_catalog.pg_proc p WHERE p.oid = 'relaybus.metrics()'::pg_catalog.regprocedure;

@@ -28,9 +28,22 @@ AS $fn$
 $fn$;
 REVOKE ALL ON FUNCTION relaybus_internal.right_privileges(text) FROM PUBLIC;
 
--- On an update, the roles that hold admin here get what it now includes (set_rights grants
--- every privilege of the rights a role holds); on a fresh install no role holds one yet.
-SELECT relaybus_internal.set_rights(r.oid::pg_catalog.regrole, '{}', '{}')
-  FROM pg_catalog.pg_roles r
- WHERE 'admin' = ANY (relaybus_internal.held_rights(r.oid))
-   AND r.oid <> (SELECT n.nspowner FROM pg_catalog.pg_namespace n WHERE n.nspname = 'relaybus');
+-- On an update, the roles that hold admin here get the functions it now includes, and
+-- nothing else changes (set_rights would revoke and grant every privilege again, which
+-- fails on a grant option passed on, and drops any an operator gave by hand). On a fresh
+-- install no role holds a right yet.
+DO $grants$
+DECLARE
+  holder name;
+BEGIN
+  FOR holder IN
+    SELECT r.rolname FROM pg_catalog.pg_roles r
+     WHERE 'admin' = ANY (relaybus_internal.held_rights(r.oid))
+       AND r.oid <> (SELECT n.nspowner FROM pg_catalog.pg_namespace n WHERE n.nspname = 'relaybus')
+  LOOP
+    EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION relaybus.handler_counters(), '
+                              'relaybus.completion_latency(), relaybus.unrouted_counters() TO %I',
+                              holder);
+  END LOOP;
+END
+$grants$;

@@ -42,8 +42,8 @@ SharedState* shared = nullptr;
 // counted something, innermost last. A frame is pushed only by a count at a deeper level
 // than the innermost frame's, so the stack is as deep as the levels that counted at once
 // (a claim inside an in-database handler's batch and a savepoint: three), not as deep as
-// the nesting. Beyond kMaxFrames levels, a count goes to the innermost frame there is (an
-// outer level's): a rollback of the deeper level then keeps it. No real caller nests so.
+// the nesting. Beyond kMaxFrames levels a count is dropped: kept in an outer level's frame,
+// a rollback of the deeper level would keep it. No real caller nests so.
 // A frame's named deltas (per handler, per unrouted type) are few: a transaction touches a
 // handful of handlers. The vector keeps its capacity across transactions, so it allocates
 // only when a transaction touches more names than any before it in this backend.
@@ -61,7 +61,7 @@ int depth = 0;
 void merge(Frame& outer, const named_counters::Delta& delta) noexcept {
   named_counters::Delta* into = nullptr;
   for (named_counters::Delta& d : outer.named)
-    if (d.slot == delta.slot) into = &d;
+    if (d.kind == delta.kind && d.name == delta.name) into = &d;
   if (into == nullptr) {
     try {
       outer.named.push_back(delta);
@@ -106,7 +106,7 @@ uint32 settled_owner(DatabaseCounters& db) noexcept {
 // drop hundreds), and without this the 65th of them would have no counters until a
 // restart. Two backends of this database reclaiming at once take one slot: the loser of
 // the compare-and-swap waits for the winner to finish and finds it this database's.
-DatabaseCounters* reclaim() noexcept {
+DatabaseCounters* reclaim() {
   for (auto& db : shared->databases) {
     const uint32 owner = settled_owner(db);
     if (owner == MyDatabaseId) return &db;
@@ -127,9 +127,9 @@ DatabaseCounters* reclaim() noexcept {
 
 // This database's slot, taken if `take` and it has none yet; nullptr when every slot is
 // another database's. With `may_reclaim` (inside a transaction, not at its commit: it reads
-// the catalog), a slot of a database that no longer exists is taken back. A backend stays
-// in one database, so the answer is kept.
-DatabaseCounters* this_database(bool take, bool may_reclaim = false) noexcept {
+// the catalog, and may raise), a slot of a database that no longer exists is taken back. A
+// backend stays in one database, so the answer is kept.
+DatabaseCounters* this_database(bool take, bool may_reclaim = false) {
   static DatabaseCounters* mine = nullptr;
   if (mine != nullptr) return mine;
   if (shared == nullptr || !OidIsValid(MyDatabaseId)) return nullptr;
@@ -162,8 +162,33 @@ void flush() noexcept {
     if (total[c] != 0) pg_atomic_fetch_add_u64(&db->values[c], static_cast<int64>(total[c]));
 }
 
+// Just before the commit (or PREPARE), inside the transaction still: the catalog can be
+// read, and an error (a cancel) aborts the transaction. Finds this database's slot and the
+// slot of each name the transaction counted for, so that a transaction that rolls back
+// takes none. With every database slot taken, it looks for one of a dropped database at
+// most every ten seconds: each look reads the catalog for every slot's database.
+void resolve(void*) {
+  if (depth == 0) return;
+  if (this_database(/*take=*/true) == nullptr) {
+    static TimestampTz last_look = 0;
+    const TimestampTz now = GetCurrentTimestamp();
+    if (last_look == 0 || now - last_look >= 10 * USECS_PER_SEC) {
+      last_look = now;
+      this_database(/*take=*/true, /*may_reclaim=*/true);
+    }
+  }
+  for (int f = 0; f < depth; ++f)
+    for (named_counters::Delta& delta : frames[f].named)
+      if (delta.slot < 0) delta.slot = named_counters::slot_of(delta.kind, delta.name);
+}
+
 void at_transaction_end(XactEvent event, void*) {
   switch (event) {
+    case XACT_EVENT_PRE_COMMIT:
+    case XACT_EVENT_PARALLEL_PRE_COMMIT:
+    case XACT_EVENT_PRE_PREPARE:
+      run_guarded_callback(resolve, nullptr);
+      break;
     case XACT_EVENT_COMMIT:
     case XACT_EVENT_PARALLEL_COMMIT:
     // A prepared transaction is counted when it is prepared: its COMMIT PREPARED may come
@@ -247,21 +272,9 @@ namespace {
 // innermost one is an outer level's. nullptr when nothing is counted (no shared memory).
 Frame* current_frame() noexcept {
   if (shared == nullptr) return nullptr;
-  // The slot is found (or taken back from a dropped database) here, inside the
-  // transaction, once per backend: at the commit, where the counts go, the catalog cannot
-  // be read.
-  // With every slot another database's, it is looked for again at most every ten seconds:
-  // each look reads the catalog for every slot's database.
-  if (depth == 0 && IsTransactionState() && this_database(/*take=*/true) == nullptr) {
-    static TimestampTz last_look = 0;
-    const TimestampTz now = GetCurrentTimestamp();
-    if (last_look == 0 || now - last_look >= 10 * USECS_PER_SEC) {
-      last_look = now;
-      this_database(/*take=*/true, /*may_reclaim=*/true);
-    }
-  }
   const int level = GetCurrentTransactionNestLevel();
-  if ((depth == 0 || frames[depth - 1].level < level) && depth < kMaxFrames) {
+  if (depth == 0 || frames[depth - 1].level < level) {
+    if (depth == kMaxFrames) return nullptr;  // dropped: see Frame
     Frame& frame = frames[depth++];
     frame.level = level;
     for (auto& value : frame.values) value = 0;
@@ -270,20 +283,20 @@ Frame* current_frame() noexcept {
   return &frames[depth - 1];
 }
 
-// The frame's delta of a named slot, added if new; nullptr when it cannot be (no slot for
-// the name, or no memory for one more delta: that count is dropped).
+// The frame's delta of a name, added if new; nullptr when there is no memory for one more
+// (that count is dropped). Its slot is found at the commit (resolve).
 named_counters::Delta* named_delta(Frame& frame, named_counters::Kind kind,
                                    std::string_view name) noexcept {
-  const int slot = named_counters::slot_of(kind, name);
-  if (slot < 0) return nullptr;
   for (named_counters::Delta& delta : frame.named)
-    if (delta.slot == slot) return &delta;
+    if (delta.kind == kind && delta.name == name) return &delta;
   try {
-    frame.named.emplace_back();
+    named_counters::Delta delta;
+    delta.kind = kind;
+    delta.name = std::string(name);
+    frame.named.push_back(std::move(delta));
   } catch (...) {
     return nullptr;
   }
-  frame.named.back().slot = slot;
   return &frame.named.back();
 }
 

@@ -8,16 +8,9 @@ extern "C" {
 
 namespace relaybus::pg {
 
-bool database_exists(std::uint32_t database) noexcept {
+bool database_exists(std::uint32_t database) {
   bool exists = true;
-  try {
-    pg_call([&] { exists = SearchSysCacheExists1(DATABASEOID, ObjectIdGetDatum(database)); });
-  } catch (const PgError& e) {
-    FreeErrorData(e.data);
-    exists = true;
-  } catch (...) {
-    exists = true;
-  }
+  pg_call([&] { exists = SearchSysCacheExists1(DATABASEOID, ObjectIdGetDatum(database)); });
   return exists;
 }
 

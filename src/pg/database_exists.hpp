@@ -6,8 +6,8 @@
 
 namespace relaybus::pg {
 
-// Whether a database with this OID exists; true when that cannot be read (a slot is not
-// taken back on a doubt). Only inside a transaction: it reads the catalog. Never fails.
-bool database_exists(std::uint32_t database) noexcept;
+// Whether a database with this OID exists. Only inside a transaction: it reads the
+// catalog, and a PostgreSQL error there (a cancel) comes out as PgError.
+bool database_exists(std::uint32_t database);
 
 }  // namespace relaybus::pg

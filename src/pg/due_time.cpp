@@ -19,9 +19,9 @@ std::optional<TimestampTz> checked_due_time(const std::optional<TimestampTz>& at
   if (TIMESTAMP_NOT_FINITE(*at))
     throw core::Error(core::ErrorCode::kInvalidParameter, what + " must be a finite timestamp");
   const TimestampTz now = GetCurrentTransactionStartTimestamp();
-  const std::int64_t delay_us =
-      core::checked_delay_us(*at - now, static_cast<std::int64_t>(settings::max_delay_s()) * 1'000'000,
-                             what, "relaybus.max_delay");
+  const std::int64_t delay_us = core::checked_delay_us(
+      *at - now, static_cast<std::int64_t>(settings::max_delay_s()) * 1'000'000, what,
+      "relaybus.max_delay");
   return now + delay_us;
 }
 

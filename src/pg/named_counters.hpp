@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <string_view>
 
 namespace relaybus::pg::named_counters {
@@ -26,15 +27,18 @@ enum class Kind : std::uint8_t { kHandler = 1, kUnroutedType = 2 };
 inline constexpr int kMaxSlots = 1024;
 // The most one database takes of each kind, so that no database (nor a publisher in it,
 // whose event types are its to choose) can take every slot from the others.
-inline constexpr int kMaxHandlersPerDatabase = 512;
-inline constexpr int kMaxUnroutedTypesPerDatabase = 64;
+inline constexpr int kMaxHandlersPerDatabase = 256;
+inline constexpr int kMaxUnroutedTypesPerDatabase = 32;
 // Longer names are counted under their first kMaxNameBytes bytes (cut at a character
-// boundary); the whole name tells slots apart.
+// boundary): names alike in those bytes are one name here.
 inline constexpr int kMaxNameBytes = 128;
 
-// What a transaction adds to one slot at its commit.
+// What a transaction adds to one name at its commit. The slot is found just before the
+// commit (slot_of): a transaction that rolls back takes none.
 struct Delta {
-  int slot = -1;
+  Kind kind = Kind::kHandler;
+  std::string name;
+  int slot = -1;  // -1: not found yet, or none to be had
   std::uint64_t values[counters::kCounterCount] = {};
   std::uint64_t latency_buckets[core::kLatencyBucketCount] = {};
   std::uint64_t latency_sum_us = 0;
@@ -44,10 +48,11 @@ struct Delta {
 void install(bool preloading);
 
 // The slot of (this database, kind, name), taken if the name has none yet; -1 without
-// shared memory, when this database has its most of the kind, or when every slot is taken
-// by a database that still exists. Only inside a transaction: taking back a slot of a
-// dropped database reads the catalog. Never fails.
-int slot_of(Kind kind, std::string_view name) noexcept;
+// shared memory, when this database has its share of the kind, or when every slot is taken
+// by a database that still exists. Names are kept cut to kMaxNameBytes: names alike in
+// those share a slot. Only inside a transaction: taking back a slot of a dropped database
+// reads the catalog, whose errors (a cancel) come out as PgError.
+int slot_of(Kind kind, std::string_view name);
 
 // Adds a delta to its slot with one atomic add per value that moved. Never fails.
 void add(const Delta& delta) noexcept;

@@ -31,6 +31,7 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 
 namespace relaybus::pg {
 
@@ -156,12 +157,14 @@ void read_retries(std::vector<LockedLane>& locked) {
 void count_completions(const std::string& handler, const std::vector<core::PositionToken>& tokens,
                        const core::LaneCompletion& c, std::int64_t now_unix_us) {
   counters::add(counters::kCompleted, handler, c.count());
+  // Each position's publish time from its first token: one pass, however many tokens (a
+  // batch may repeat one).
+  std::unordered_map<core::Position, std::int64_t> published;
+  for (const core::PositionToken& t : tokens) published.emplace(t.position, t.published_us);
   auto observe = [&](core::Position p) {
-    for (const core::PositionToken& t : tokens) {
-      if (t.position != p) continue;
-      if (t.published_us > 0) counters::add_completion(handler, now_unix_us - t.published_us);
-      return;
-    }
+    const auto it = published.find(p);
+    if (it != published.end() && it->second > 0)
+      counters::add_completion(handler, now_unix_us - it->second);
   };
   for (core::Position p : c.completed) observe(p);
   for (core::Position p : c.retries) observe(p);

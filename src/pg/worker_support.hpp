@@ -78,7 +78,9 @@ void in_transaction(const char* activity, Body&& body);
 // transaction: an ALTER EXTENSION UPDATE changes it between two rounds.
 enum class Installed { kNone, kLanes, kPositions };
 Installed installed_schema();
-inline bool extension_installed() { return installed_schema() != Installed::kNone; }
+inline bool extension_installed() {
+  return installed_schema() != Installed::kNone;
+}
 
 // Waits for the latch, the timeout or postmaster death.
 void wait(int timeout_ms);

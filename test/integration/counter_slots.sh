@@ -72,8 +72,8 @@ if [ "$got" = "slots_64 2" ]; then ok "a database that stayed keeps its count (i
 else not_ok "a database that stayed keeps its count (its second publish: 2) (got '$got')"; fi
 
 # The counters per handler and per unrouted event type (0.3.0) share 1,024 slots for the
-# server, each a (database, name); a database takes at most 64 for unrouted types (its
-# publishers choose them) and 512 for handlers. Once every slot is taken, a new name gets
+# server, each a (database, name); a database takes at most 32 for unrouted types (its
+# publishers choose them) and 256 for handlers. Once every slot is taken, a new name gets
 # none; once a database is dropped, the next name of another database takes one of its
 # slots back.
 create names_full names_next
@@ -81,13 +81,13 @@ PGDATABASE=names_full q "SET relaybus.unrouted_publish = ignore;
   SELECT count(relaybus.publish('type-' || i, '{}')) FROM generate_series(1, 100) i" >/dev/null
 got=$(PGDATABASE=names_full q "SELECT (SELECT count(*) FROM relaybus.unrouted_counters()) || ' '
   || (SELECT value FROM relaybus.counters() WHERE name = 'unrouted')")
-if [ "$got" = "64 100" ]; then ok "100 unrouted types in one database: 64 listed (its share), all 100 counted for the database"
-else not_ok "100 unrouted types in one database: 64 listed, 100 counted (got '$got')"; fi
-# 17 more databases with 64 types each: with the handlers' slots, more than 1,024.
-fillers=$(names 11 27)
+if [ "$got" = "32 100" ]; then ok "100 unrouted types in one database: 32 listed (its share), all 100 counted for the database"
+else not_ok "100 unrouted types in one database: 32 listed, 100 counted (got '$got')"; fi
+# 30 more databases with 32 types each: with the handlers' slots, more than 1,024.
+fillers=$(names 11 40)
 for db in $fillers; do
   PGDATABASE=$db q "SET relaybus.unrouted_publish = ignore;
-    SELECT count(relaybus.publish('type-' || i, '{}')) FROM generate_series(1, 64) i" >/dev/null
+    SELECT count(relaybus.publish('type-' || i, '{}')) FROM generate_series(1, 32) i" >/dev/null
 done
 # late: publishes a 'late' event in names_next, then (after its commit) prints its type's count.
 late() {
@@ -101,6 +101,9 @@ drop slots_11
 got=$(late)
 if [ "$got" = 1 ]; then ok "once a database that held slots is dropped, the new type takes one of them back"
 else not_ok "once a database that held slots is dropped, the new type takes one of them back (got '$got')"; fi
+got=$(PGDATABASE=slots_12 q "SELECT count(*) || ' ' || sum(events) FROM relaybus.unrouted_counters()")
+if [ "$got" = "32 32" ]; then ok "a database that stayed keeps its slots and counts (32 types, one event each)"
+else not_ok "a database that stayed keeps its slots and counts (got '$got')"; fi
 
 echo "# counter_slots: $passed passed, $failed failed"
 [ "$failed" = 0 ]

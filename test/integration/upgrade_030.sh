@@ -23,7 +23,7 @@ q() { local db=$1; shift; psql -qXAt -v ON_ERROR_STOP=1 -d "$db" -c "$*"; }
 check() { if [ "$(q "$1" "$3")" = t ]; then ok "$2"; else not_ok "$2"; fi; }
 fresh_db() { q postgres "DROP DATABASE IF EXISTS $1" >/dev/null; q postgres "CREATE DATABASE $1" >/dev/null; }
 catalog() { psql -qXAt -v ON_ERROR_STOP=1 -d "$1" -f test/integration/catalog.sql; }
-databases="relaybus_up3_fresh relaybus_up3_empty relaybus_up3_chain relaybus_up3_live relaybus_up3_data"
+databases="relaybus_up3_fresh relaybus_up3_empty relaybus_up3_chain relaybus_up3_live relaybus_up3_data relaybus_up3_dep"
 drop_all() {
   local db
   for db in $databases; do q postgres "DROP DATABASE IF EXISTS $db" >/dev/null 2>&1 || true; done
@@ -70,6 +70,22 @@ fi
 sqlstate=$(psql -qXAt -d relaybus_up3_live -v VERBOSITY=verbose -c "ALTER EXTENSION relaybus UPDATE TO '0.3.0'" 2>&1 | grep -o '55006' | head -1 || true)
 [ "$sqlstate" = 55006 ] && ok "its SQLSTATE is 55006 (object_in_use)" || not_ok "SQLSTATE 55006, got '$sqlstate'"
 
+# A view on metrics(), whose result 0.3.0 changes: refused, saying what to drop; nothing
+# changed. Without the view the update runs.
+fresh_db relaybus_up3_dep
+q relaybus_up3_dep "CREATE EXTENSION relaybus VERSION '0.2.1'" >/dev/null
+q relaybus_up3_dep "CREATE VIEW public.watch AS SELECT handler, pending FROM relaybus.metrics()" >/dev/null
+out=$(psql -qXAt -d relaybus_up3_dep -v VERBOSITY=verbose -c "ALTER EXTENSION relaybus UPDATE TO '0.3.0'" 2>&1 || true)
+version=$(q relaybus_up3_dep "SELECT extversion FROM pg_extension WHERE extname = 'relaybus'")
+if [[ $out == *2BP01* && $out == *"view public.watch"* && $out == *"Drop those objects"* && $version == 0.2.1 ]]; then
+  ok "a view on metrics() refuses the update (2BP01, naming the view, with a hint), and nothing changed"
+else
+  not_ok "a view on metrics() refuses the update: got '$out', version $version"
+fi
+q relaybus_up3_dep "DROP VIEW public.watch; ALTER EXTENSION relaybus UPDATE TO '0.3.0'" >/dev/null
+check relaybus_up3_dep "once the view is dropped the update runs" \
+  "SELECT extversion = '0.3.0' FROM pg_extension WHERE extname = 'relaybus'"
+
 # Under data.
 db=relaybus_up3_data
 fresh_db $db
@@ -87,6 +103,12 @@ SELECT relaybus.grant_rights('relaybus_up3_admin', 'admin');
 -- A monitoring role given metrics() alone, as docs/operations.md shows.
 GRANT USAGE ON SCHEMA relaybus TO relaybus_up3_monitor;
 GRANT EXECUTE ON FUNCTION relaybus.metrics() TO relaybus_up3_monitor;
+-- And statistics() through the admin, who was given it with the grant option: the update
+-- must neither fail on that chain nor undo it.
+GRANT EXECUTE ON FUNCTION relaybus.statistics() TO relaybus_up3_admin WITH GRANT OPTION;
+SET ROLE relaybus_up3_admin;
+GRANT EXECUTE ON FUNCTION relaybus.statistics() TO relaybus_up3_monitor;
+RESET ROLE;
 -- An event only live had, completed (0.2.1 deletes the delivery), and one nobody had.
 SELECT relaybus.publish('t', '{}', NULL, 'done-021', ARRAY['live']);
 SELECT relaybus.complete(lease_token) FROM relaybus.claim('w-done', 1, '30 seconds', ARRAY['live']);
@@ -162,6 +184,8 @@ check $db "the admin right now includes the functions 0.3.0 adds; publisher does
       AND has_function_privilege('relaybus_up3_admin', 'relaybus.completion_latency()', 'EXECUTE')
       AND has_function_privilege('relaybus_up3_admin', 'relaybus.unrouted_counters()', 'EXECUTE')
       AND NOT has_function_privilege('relaybus_up3_pub', 'relaybus.handler_counters()', 'EXECUTE')
+      AND has_function_privilege('relaybus_up3_monitor', 'relaybus.statistics()', 'EXECUTE')
+      AND has_function_privilege('relaybus_up3_admin', 'relaybus.statistics()', 'EXECUTE WITH GRANT OPTION')
       AND NOT has_function_privilege('public', 'relaybus.unrouted_counters()', 'EXECUTE')"
 check $db "statistics count what was left: live 59 (1 dead), poisoned 60 (1 dead), paused 61" \
   "SELECT array_agg(handler || ':' || pending + processing || '/' || dead ORDER BY handler)
