@@ -27,11 +27,11 @@
 #include "spi.hpp"
 #include "unix_time.hpp"
 
+#include <algorithm>
 #include <limits>
 #include <map>
 #include <string>
 #include <tuple>
-#include <unordered_map>
 
 namespace relaybus::pg {
 
@@ -157,13 +157,17 @@ void read_retries(std::vector<LockedLane>& locked) {
 void count_completions(const std::string& handler, const std::vector<core::PositionToken>& tokens,
                        const core::LaneCompletion& c, std::int64_t now_unix_us) {
   counters::add(counters::kCompleted, handler, c.count());
-  // Each position's publish time from its first token: one pass, however many tokens (a
-  // batch may repeat one).
-  std::unordered_map<core::Position, std::int64_t> published;
-  for (const core::PositionToken& t : tokens) published.emplace(t.position, t.published_us);
+  // Each position's publish time, from its first token: sorted once, then looked up (a batch
+  // may repeat a token, and a lane holds at most a few dozen).
+  std::vector<std::pair<core::Position, std::int64_t>> published;
+  published.reserve(tokens.size());
+  for (const core::PositionToken& t : tokens) published.emplace_back(t.position, t.published_us);
+  std::stable_sort(published.begin(), published.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
   auto observe = [&](core::Position p) {
-    const auto it = published.find(p);
-    if (it != published.end() && it->second > 0)
+    const auto it = std::lower_bound(published.begin(), published.end(), p,
+                                     [](const auto& e, core::Position q) { return e.first < q; });
+    if (it != published.end() && it->first == p && it->second > 0)
       counters::add_completion(handler, now_unix_us - it->second);
   };
   for (core::Position p : c.completed) observe(p);
