@@ -551,27 +551,8 @@ CREATE INDEX events_unrouted_idx ON relaybus.events (published_at) WHERE handler
 REVOKE ALL ON relaybus.deliveries, relaybus.lanes, relaybus.lane_progress, relaybus.lane_state,
               relaybus.exceptions, relaybus.purge_horizons, relaybus.events_from_021 FROM PUBLIC;
 
--- The admin right reads every relaybus table (relaybus_internal.right_privileges: SELECT ON
--- ALL TABLES IN SCHEMA relaybus), and the tables made above are new: each role holding it
--- here is given SELECT on them, as grant_rights gives it. (Without this an admin kept
--- SELECT on events but lost it on deliveries, lanes and exceptions, while relaybus.rights()
--- still listed it as admin.) Only granted, nothing revoked: relaybus_internal.set_rights
--- revokes every privilege of the rights and grants them again, which fails where an admin
--- passed on a privilege it holds with the grant option, and drops any given by hand.
-DO $grants$
-DECLARE
-  holder name;
-BEGIN
-  FOR holder IN
-    SELECT r.rolname FROM pg_catalog.pg_roles r
-     WHERE 'admin' = ANY (relaybus_internal.held_rights(r.oid))
-       AND r.oid <> (SELECT n.nspowner FROM pg_catalog.pg_namespace n WHERE n.nspname = 'relaybus')
-     ORDER BY r.rolname
-  LOOP
-    EXECUTE pg_catalog.format('GRANT SELECT ON ALL TABLES IN SCHEMA relaybus TO %I', holder);
-  END LOOP;
-END
-$grants$;
+-- The roles holding the admin right get SELECT on the tables made above at the end of the
+-- update, with what else 0.3.0 adds to the right (rights-0.3.0.sql).
 
 --------------------------------------------------------------------------------
 -- Functions implemented in C++ (src/pg). Each is a thin entry point guarded against
@@ -1475,10 +1456,13 @@ AS $fn$
 $fn$;
 REVOKE ALL ON FUNCTION relaybus_internal.right_privileges(text) FROM PUBLIC;
 
--- On an update, the roles that hold admin here get the functions it now includes, and
--- nothing else changes (set_rights would revoke and grant every privilege again, which
--- fails on a grant option passed on, and drops any an operator gave by hand). On a fresh
--- install no role holds a right yet.
+-- On an update, the roles that hold admin here get what 0.3.0 adds to it: the functions
+-- above, and SELECT on the tables 0.3.0 makes (the right reads every relaybus table:
+-- without this an admin kept SELECT on events but not on deliveries, lanes or exceptions,
+-- while relaybus.rights() still listed it as admin). Only granted, nothing revoked:
+-- relaybus_internal.set_rights revokes every privilege of the rights and grants them again,
+-- which fails where an admin passed on a privilege held with the grant option, and drops
+-- any given by hand. On a fresh install no role holds a right yet.
 DO $grants$
 DECLARE
   holder name;
@@ -1491,6 +1475,7 @@ BEGIN
     EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION relaybus.handler_counters(), '
                               'relaybus.completion_latency(), relaybus.unrouted_counters() TO %I',
                               holder);
+    EXECUTE pg_catalog.format('GRANT SELECT ON ALL TABLES IN SCHEMA relaybus TO %I', holder);
   END LOOP;
 END
 $grants$;

@@ -1762,10 +1762,13 @@ AS $fn$
 $fn$;
 REVOKE ALL ON FUNCTION relaybus_internal.right_privileges(text) FROM PUBLIC;
 
--- On an update, the roles that hold admin here get the functions it now includes, and
--- nothing else changes (set_rights would revoke and grant every privilege again, which
--- fails on a grant option passed on, and drops any an operator gave by hand). On a fresh
--- install no role holds a right yet.
+-- On an update, the roles that hold admin here get what 0.3.0 adds to it: the functions
+-- above, and SELECT on the tables 0.3.0 makes (the right reads every relaybus table:
+-- without this an admin kept SELECT on events but not on deliveries, lanes or exceptions,
+-- while relaybus.rights() still listed it as admin). Only granted, nothing revoked:
+-- relaybus_internal.set_rights revokes every privilege of the rights and grants them again,
+-- which fails where an admin passed on a privilege held with the grant option, and drops
+-- any given by hand. On a fresh install no role holds a right yet.
 DO $grants$
 DECLARE
   holder name;
@@ -1778,6 +1781,7 @@ BEGIN
     EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION relaybus.handler_counters(), '
                               'relaybus.completion_latency(), relaybus.unrouted_counters() TO %I',
                               holder);
+    EXECUTE pg_catalog.format('GRANT SELECT ON ALL TABLES IN SCHEMA relaybus TO %I', holder);
   END LOOP;
 END
 $grants$;

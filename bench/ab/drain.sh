@@ -2,8 +2,8 @@
 # A/B of two relaybus builds' drain: for build A, then B, then B, then A, ...: a fresh
 # database of VERSION, then bench/ab/drain_paired.py's loop (one consumer, claim(500) then
 # complete_many) draining EVENTS preloaded events (half keyed), ROUNDS times. Prints each
-# build's rounds and the claims' mean server time per delivery (pg_stat_statements, every
-# round of the build), the medians of the rates and their ratio B / A at the end.
+# build's rounds, the claims' mean server time per delivery and complete_many's per call
+# (pg_stat_statements, every round of the build), the medians of the rates and their ratio B / A at the end.
 #   bench/ab/drain.sh A.so B.so [REPEATS] [ROUNDS] [EVENTS] [VERSION] [PORT]
 # relaybus.so in the installation is replaced; reinstall the build you want afterwards.
 # SQL_A, SQL_B: as in bench/ab/latency.sh.
@@ -28,7 +28,10 @@ for ((r = 1; r <= repeats; r++)); do
     got=$(grep -o 'loop [0-9,]*/s' <<<"$out" | tr -d ',/s' | awk '{print $2}' | tr '\n' ' ')
     claim=$(psql -qXAt -h "$dir" -p "$port" -U postgres -d ab -c "SELECT round(sum(total_exec_time)::numeric
       / nullif(sum(rows), 0) * 1000, 2) FROM pg_stat_statements WHERE query LIKE '%relaybus.claim(%' AND toplevel")
-    echo "repeat $r, build $build: ${got}deliveries/s; claim ${claim} us of server time a delivery"
+    complete=$(psql -qXAt -h "$dir" -p "$port" -U postgres -d ab -c "SELECT round(sum(total_exec_time)::numeric
+      / nullif(sum(calls), 0), 3) FROM pg_stat_statements WHERE query LIKE '%relaybus.complete_many(%' AND toplevel")
+    echo "repeat $r, build $build: ${got}deliveries/s; claim ${claim} us of server time a delivery;" \
+      "complete_many ${complete} ms a call"
     rates[$build]+="$got"
   done
 done

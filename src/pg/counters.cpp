@@ -389,80 +389,78 @@ constexpr HandlerCounterName kHandlerCounters[] = {{kDeliveriesPublished, "publi
                                                    {kAttemptsCharged, "attempts_charged"},
                                                    {kHandlerWorkerErrors, "handler_worker_errors"}};
 
-Datum handler_counters_body(FunctionCallInfo fcinfo) {
+// The result of one of the per-name functions: for each slot of kind, in name order,
+// rows(name, reading, since, put) hands put() the values and nulls of each row it makes
+// (name and since as datums).
+template <typename Rows>
+Datum named_rows(FunctionCallInfo fcinfo, named_counters::Kind kind, const Rows& rows) {
   DatabaseCounters& db = require_slot();
-  const TimestampTz since = static_cast<TimestampTz>(pg_atomic_read_u64(&db.since));
-  const auto handlers = readings(named_counters::Kind::kHandler);
+  const Datum since = TimestampTzGetDatum(static_cast<TimestampTz>(pg_atomic_read_u64(&db.since)));
+  const auto slots = readings(kind);
   ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
   pg_call([&] {
     InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
-    for (const auto& [name, reading] : handlers) {
-      for (const HandlerCounterName& c : kHandlerCounters) {
-        Datum values[4] = {
-            PointerGetDatum(cstring_to_text_with_len(name.data(), static_cast<int>(name.size()))),
-            CStringGetTextDatum(c.name),
-            Int64GetDatum(static_cast<int64>(reading.values[c.counter])),
-            TimestampTzGetDatum(since)};
-        bool nulls[4] = {false, false, false, false};
-        tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-      }
-    }
+    auto put = [&](Datum* values, bool* nulls) {
+      tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+    };
+    for (const auto& [name, reading] : slots)
+      rows(PointerGetDatum(cstring_to_text_with_len(name.data(), static_cast<int>(name.size()))),
+           reading, since, put);
   });
   return (Datum)0;
+}
+
+Datum handler_counters_body(FunctionCallInfo fcinfo) {
+  return named_rows(fcinfo, named_counters::Kind::kHandler,
+                    [](Datum name, const named_counters::Reading& r, Datum since, auto& put) {
+                      for (const HandlerCounterName& c : kHandlerCounters) {
+                        Datum values[4] = {name, CStringGetTextDatum(c.name),
+                                           Int64GetDatum(static_cast<int64>(r.values[c.counter])),
+                                           since};
+                        bool nulls[4] = {false, false, false, false};
+                        put(values, nulls);
+                      }
+                    });
 }
 
 // One row per handler: the bucket bounds in seconds (the last +Infinity), the cumulative
 // count of completions at or under each, the total count and the sum of the latencies.
 Datum completion_latency_body(FunctionCallInfo fcinfo) {
-  DatabaseCounters& db = require_slot();
-  const TimestampTz since = static_cast<TimestampTz>(pg_atomic_read_u64(&db.since));
-  const auto handlers = readings(named_counters::Kind::kHandler);
-  ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
-  pg_call([&] {
-    InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
-    Datum bounds[core::kLatencyBucketCount];
-    for (int b = 0; b < core::kLatencyBoundCount; ++b)
-      bounds[b] = Float8GetDatum(static_cast<double>(core::kLatencyBoundsUs[b]) / 1e6);
-    bounds[core::kLatencyBoundCount] = Float8GetDatum(get_float8_infinity());
-    for (const auto& [name, reading] : handlers) {
-      Datum cumulative[core::kLatencyBucketCount];
-      std::uint64_t total = 0;
-      for (int b = 0; b < core::kLatencyBucketCount; ++b) {
-        total += reading.latency_buckets[b];
-        cumulative[b] = Int64GetDatum(static_cast<int64>(total));
-      }
-      Datum values[6] = {
-          PointerGetDatum(cstring_to_text_with_len(name.data(), static_cast<int>(name.size()))),
-          PointerGetDatum(construct_array(bounds, core::kLatencyBucketCount, FLOAT8OID, 8,
-                                          FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)),
-          PointerGetDatum(construct_array(cumulative, core::kLatencyBucketCount, INT8OID, 8,
-                                          FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)),
-          Int64GetDatum(static_cast<int64>(total)),
-          Float8GetDatum(static_cast<double>(reading.latency_sum_us) / 1e6),
-          TimestampTzGetDatum(since)};
-      bool nulls[6] = {false, false, false, false, false, false};
-      tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-    }
-  });
-  return (Datum)0;
+  Datum bounds[core::kLatencyBucketCount];
+  for (int b = 0; b < core::kLatencyBoundCount; ++b)
+    bounds[b] = Float8GetDatum(static_cast<double>(core::kLatencyBoundsUs[b]) / 1e6);
+  bounds[core::kLatencyBoundCount] = Float8GetDatum(get_float8_infinity());
+  return named_rows(
+      fcinfo, named_counters::Kind::kHandler,
+      [&bounds](Datum name, const named_counters::Reading& r, Datum since, auto& put) {
+        Datum cumulative[core::kLatencyBucketCount];
+        std::uint64_t total = 0;
+        for (int b = 0; b < core::kLatencyBucketCount; ++b) {
+          total += r.latency_buckets[b];
+          cumulative[b] = Int64GetDatum(static_cast<int64>(total));
+        }
+        Datum values[6] = {
+            name,
+            PointerGetDatum(construct_array(bounds, core::kLatencyBucketCount, FLOAT8OID, 8,
+                                            FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)),
+            PointerGetDatum(construct_array(cumulative, core::kLatencyBucketCount, INT8OID, 8,
+                                            FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)),
+            Int64GetDatum(static_cast<int64>(total)),
+            Float8GetDatum(static_cast<double>(r.latency_sum_us) / 1e6),
+            since};
+        bool nulls[6] = {false, false, false, false, false, false};
+        put(values, nulls);
+      });
 }
 
 Datum unrouted_counters_body(FunctionCallInfo fcinfo) {
-  DatabaseCounters& db = require_slot();
-  const TimestampTz since = static_cast<TimestampTz>(pg_atomic_read_u64(&db.since));
-  const auto types = readings(named_counters::Kind::kUnroutedType);
-  ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
-  pg_call([&] {
-    InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
-    for (const auto& [name, reading] : types) {
-      Datum values[3] = {
-          PointerGetDatum(cstring_to_text_with_len(name.data(), static_cast<int>(name.size()))),
-          Int64GetDatum(static_cast<int64>(reading.values[kUnrouted])), TimestampTzGetDatum(since)};
-      bool nulls[3] = {false, false, false};
-      tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-    }
-  });
-  return (Datum)0;
+  return named_rows(
+      fcinfo, named_counters::Kind::kUnroutedType,
+      [](Datum name, const named_counters::Reading& r, Datum since, auto& put) {
+        Datum values[3] = {name, Int64GetDatum(static_cast<int64>(r.values[kUnrouted])), since};
+        bool nulls[3] = {false, false, false};
+        put(values, nulls);
+      });
 }
 
 }  // namespace

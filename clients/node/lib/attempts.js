@@ -259,14 +259,20 @@ export class Attempts {
     if (outcome === 'lost') this.#stats.lost += 1;
     // attempts=N as the API numbers them (the attempts charged before this one: 0 on a
     // first try), as the Python and C++ workers log them. A retry is a warning on one line,
-    // a dead letter an error: someone must look at it.
+    // a dead letter an error: someone must look at it. As with 'error', a listener of the
+    // event ('failed', 'dead') takes it over, and the line goes to debug.
     const failed = `handler ${event.handler} failed on event ${event.id}, attempts=${event.attempts}`;
     const line = text.split('\n')[0];
-    if (outcome === 'retry') this.#log.warn(`${failed}, will retry: ${line}`);
-    else if (outcome === 'lost') this.#log.warn(`${failed}, but the lease was already lost: ${line}`);
+    const level = (name, unheard) => (this.#worker.listenerCount(name) > 0 ? 'debug' : unheard);
+    if (outcome === 'retry') this.#log[level('failed', 'warn')](`${failed}, will retry: ${line}`);
+    else if (outcome === 'lost') {
+      this.#log[level('failed', 'warn')](`${failed}, but the lease was already lost: ${line}`);
+    }
     this.#emit('failed', event, err, outcome);
     if (outcome === 'dead') {
-      this.#log.error(`${failed}, and it is dead (${bury ? 'buried' : 'max_attempts reached'}): ${line}`);
+      this.#log[level('dead', 'error')](
+        `${failed}, and it is dead (${bury ? 'buried' : 'max_attempts reached'}): ${line}`,
+      );
       this.#emit('dead', event, err);
     }
   }

@@ -59,13 +59,34 @@ test('a throwing handler is retried, then dead-lettered with its last error', as
   });
   assert.equal(worker.stats.dead, 1);
   assert.equal(worker.stats.failed, 3);
-  // Logged as the Python and C++ workers log it, attempts numbered as the API numbers them:
-  // each retry a warning on one line, the dead letter an error.
+  // Logged as the Python and C++ workers log it, attempts numbered as the API numbers them;
+  // this worker listens to 'failed' and 'dead', so the lines go to debug.
   const failures = log.lines.filter((l) => l.text.includes(`failed on event ${id}`));
   assert.deepEqual(failures.map((l) => `${l.level}: ${l.text}`), [
-    `warn: handler flaky failed on event ${id}, attempts=0, will retry: TypeError: card 4242 declined on try 1`,
-    `warn: handler flaky failed on event ${id}, attempts=1, will retry: TypeError: card 4242 declined on try 2`,
-    `error: handler flaky failed on event ${id}, attempts=2, and it is dead (max_attempts reached): TypeError: card 4242 declined on try 3`,
+    `debug: handler flaky failed on event ${id}, attempts=0, will retry: TypeError: card 4242 declined on try 1`,
+    `debug: handler flaky failed on event ${id}, attempts=1, will retry: TypeError: card 4242 declined on try 2`,
+    `debug: handler flaky failed on event ${id}, attempts=2, and it is dead (max_attempts reached): TypeError: card 4242 declined on try 3`,
+  ]);
+});
+
+test('with nobody listening, a retry is logged as a warning and a dead letter as an error', async () => {
+  await subscribe(db.admin, 'unheard', ['unheard.event'], { maxAttempts: 2, backoffBase: 0, backoffMax: 0 });
+  const id = await publish(db.admin, 'unheard.event', {});
+  const log = recordingLogger();
+  const worker = new Worker({ connectionString: db.url, name: 'unheard-worker', pollInterval: 50, logger: log.logger });
+  worker.handle('unheard', async () => {
+    throw new Error('smtp down\nsecond line');
+  });
+  await worker.start();
+  try {
+    await waitFor(() => worker.stats.dead === 1, { what: 'the dead letter' });
+  } finally {
+    await worker.stop();
+  }
+  const failures = log.lines.filter((l) => l.text.includes(`failed on event ${id}`));
+  assert.deepEqual(failures.map((l) => `${l.level}: ${l.text}`), [
+    `warn: handler unheard failed on event ${id}, attempts=0, will retry: smtp down`,
+    `error: handler unheard failed on event ${id}, attempts=1, and it is dead (max_attempts reached): smtp down`,
   ]);
 });
 
