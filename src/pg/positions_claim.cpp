@@ -19,8 +19,8 @@
 #include "positions_claim_writes.hpp"
 #include "progress_hints.hpp"
 #include "spi.hpp"
-#include "unix_time.hpp"
 #include "subscription_policy.hpp"
+#include "unix_time.hpp"
 #include "worker_arg.hpp"
 
 #include "../core/claim_request.hpp"

@@ -4,10 +4,10 @@
 // element through publish_one (publish_one.cpp). Either way the rows are those of one
 // publish per element. One body for every version.
 #include "counters.hpp"
-#include "unrouted.hpp"
 #include "delivery_writer.hpp"
 #include "publish_one.hpp"
 #include "spi.hpp"
+#include "unrouted.hpp"
 #include "wakeup.hpp"
 
 #include "../core/error.hpp"

@@ -1,6 +1,5 @@
 // Publishing one event, in the caller's transaction, for every version (publish_one.hpp).
 #include "counters.hpp"
-#include "unrouted.hpp"
 #include "delivery_writer.hpp"
 #include "due_time.hpp"
 #include "handler_event.hpp"
@@ -8,6 +7,7 @@
 #include "settings.hpp"
 #include "spi.hpp"
 #include "subscription_cache.hpp"
+#include "unrouted.hpp"
 #include "wakeup.hpp"
 
 #include "../core/claim_request.hpp"

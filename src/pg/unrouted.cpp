@@ -1,12 +1,12 @@
 #include "unrouted.hpp"
 
+#include <set>
+
 #include "counters.hpp"
 #include "guard.hpp"
 #include "settings.hpp"
 
 #include "../core/error.hpp"
-
-#include <set>
 
 namespace relaybus::pg::unrouted {
 
