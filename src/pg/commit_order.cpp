@@ -165,6 +165,12 @@ std::vector<std::int64_t> last_positions(Oid table, const Lanes& lanes) {
     const AttrNumber lane_column = get_attnum(table, "lane");
     const AttrNumber position_column = get_attnum(table, "position");
     Relation heap = table_open(table, AccessShareLock);
+    // Scanned here as a plain table through a plain index: a partitioned table (storage
+    // changed by hand) has neither heap nor index pages to scan, and is refused below.
+    if (heap->rd_rel->relkind != RELKIND_RELATION) {
+      table_close(heap, AccessShareLock);
+      return;
+    }
     Relation index = nullptr;
     List* indexes = RelationGetIndexList(heap);
     ListCell* cell = nullptr;
@@ -172,9 +178,9 @@ std::vector<std::int64_t> last_positions(Oid table, const Lanes& lanes) {
       Relation candidate = index_open(lfirst_oid(cell), AccessShareLock);
       const Form_pg_index form = candidate->rd_index;
       const TupleDesc columns = RelationGetDescr(candidate);
-      if (candidate->rd_rel->relam == BTREE_AM_OID && form->indisvalid && form->indnkeyatts >= 3 &&
-          form->indkey.values[0] == handler_column && form->indkey.values[1] == lane_column &&
-          form->indkey.values[2] == position_column &&
+      if (candidate->rd_rel->relkind == RELKIND_INDEX && candidate->rd_rel->relam == BTREE_AM_OID &&
+          form->indisvalid && form->indnkeyatts >= 3 && form->indkey.values[0] == handler_column &&
+          form->indkey.values[1] == lane_column && form->indkey.values[2] == position_column &&
           TupleDescAttr(columns, 0)->atttypid == TEXTOID &&
           TupleDescAttr(columns, 1)->atttypid == INT2OID &&
           TupleDescAttr(columns, 2)->atttypid == INT8OID &&
@@ -216,8 +222,8 @@ std::vector<std::int64_t> last_positions(Oid table, const Lanes& lanes) {
   });
   if (!found_index)
     throw core::Error(core::ErrorCode::kInternal,
-                      "relaybus: the commit order's table has no btree index led by (handler, "
-                      "lane, position)");
+                      "relaybus: the commit order's table is not a plain table with a btree "
+                      "index led by (handler, lane, position)");
   return last;
 }
 

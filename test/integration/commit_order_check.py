@@ -22,7 +22,9 @@ relaybus_commit_order_note, declared here (no version of the extension's SQL dec
   unnest planted in a schema ahead of pg_catalog are not called;
 - staged deliveries (commit_order::stage, the alternative measured beside the log): not
   visible to their own transaction, gone with a rolled-back savepoint, inserted at commit
-  with positions 1, 2, ... per lane that a concurrent reader never sees with a gap.
+  with positions 1, 2, ... per lane that a concurrent reader never sees with a gap;
+- a partitioned table to write them to (storage changed by hand) fails the commit with
+  XX000 instead of crashing the server.
 
   commit_order_check.py --conn CONNINFO   (a database of its own; superuser)
 """
@@ -43,6 +45,11 @@ CREATE TABLE co.deliveries (handler text NOT NULL, lane int2 NOT NULL, txn xid8 
   ordinal int4 NOT NULL, PRIMARY KEY (handler, lane, txn, ordinal));
 CREATE TABLE co.staged (handler text NOT NULL, lane int2 NOT NULL, position int8 NOT NULL,
   event_id text NOT NULL, key text, PRIMARY KEY (handler, lane, position));
+-- The same, partitioned (as a hand-made change of relaybus.deliveries would be): its index
+-- on the parent has no pages to scan for a lane's last position.
+CREATE TABLE co.staged_parts (handler text NOT NULL, lane int2 NOT NULL, position int8 NOT NULL,
+  event_id text NOT NULL, key text, PRIMARY KEY (handler, lane, position)) PARTITION BY LIST (lane);
+CREATE TABLE co.staged_parts_1 PARTITION OF co.staged_parts FOR VALUES IN (1);
 CREATE FUNCTION co.stage(regclass, text, int2, text, text) RETURNS void
   AS 'relaybus', 'relaybus_commit_order_stage' LANGUAGE C VOLATILE;
 CREATE FUNCTION co.note(regclass, text, int2) RETURNS int4
@@ -247,6 +254,26 @@ SELECT count(*) FROM (
  WHERE position <> coalesce(before, 0) + 1"""
 
 
+def partitioned(conninfo):
+    """A partitioned table to write staged deliveries to: the commit fails with XX000 and
+    rolls back; the backend (and the server) live on. It read the parent's index pages,
+    which do not exist, and crashed the server (signal 11)."""
+    with psycopg.connect(conninfo) as c:
+        started = c.execute("SELECT pg_postmaster_start_time()").fetchone()[0]
+        c.commit()
+        c.execute("SELECT co.stage('co.staged_parts', 'x', 1::int2, 'p-1', NULL)")
+        try:
+            c.commit()
+            check(False, "a commit of a delivery staged for a partitioned table is refused")
+        except psycopg.errors.InternalError as e:
+            check(e.sqlstate == "XX000" and "not a plain table" in str(e),
+                  f"a commit of a delivery staged for a partitioned table fails with XX000: {e}")
+    with psycopg.connect(conninfo, autocommit=True) as c:
+        again = c.execute("SELECT pg_postmaster_start_time()").fetchone()[0]
+        rows = c.execute("SELECT count(*) FROM co.staged_parts").fetchone()[0]
+    check(again == started and rows == 0, "the server did not restart, and nothing was written")
+
+
 def staged(conninfo):
     """commit_order::stage: deliveries kept until commit, inserted with their positions."""
     with psycopg.connect(conninfo) as c:
@@ -306,7 +333,8 @@ def main():
     with psycopg.connect(conninfo, autocommit=True) as c:
         c.execute("SET client_min_messages = warning")
         c.execute(SETUP)
-    for part in (subtransactions, waits, snapshots, prepare, roles, search_path, order, staged):
+    for part in (subtransactions, waits, snapshots, prepare, roles, search_path, order, staged,
+                 partitioned):
         part(conninfo)
     print(f"# {failures} failed")
     return 1 if failures else 0
