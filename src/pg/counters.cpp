@@ -56,6 +56,21 @@ constexpr int kMaxFrames = 16;
 Frame frames[kMaxFrames];
 int depth = 0;
 
+// The most names of a kind a frame keeps: a database's share of slots (named_counters.hpp).
+// Beyond it a name's counts go to the database's counters only, and no transaction (a
+// publish_batch of 50,000 distinct unrouted types) makes a frame, or its lookups, grow
+// without bound.
+int most_names(named_counters::Kind kind) noexcept {
+  return kind == named_counters::Kind::kHandler ? named_counters::kMaxHandlersPerDatabase
+                                                : named_counters::kMaxUnroutedTypesPerDatabase;
+}
+
+int names_of(const Frame& frame, named_counters::Kind kind) noexcept {
+  int n = 0;
+  for (const named_counters::Delta& d : frame.named) n += d.kind == kind ? 1 : 0;
+  return n;
+}
+
 // Adds a committed subtransaction's named delta to its parent's frame. A delta that finds
 // no room is dropped (see named_delta).
 void merge(Frame& outer, const named_counters::Delta& delta) noexcept {
@@ -63,6 +78,7 @@ void merge(Frame& outer, const named_counters::Delta& delta) noexcept {
   for (named_counters::Delta& d : outer.named)
     if (d.kind == delta.kind && d.name == delta.name) into = &d;
   if (into == nullptr) {
+    if (names_of(outer, delta.kind) >= most_names(delta.kind)) return;
     try {
       outer.named.push_back(delta);
     } catch (...) {
@@ -153,7 +169,12 @@ void flush() noexcept {
   std::uint64_t total[kCounterCount] = {};
   for (int f = 0; f < depth; ++f) {
     for (int c = 0; c < kCounterCount; ++c) total[c] += frames[f].values[c];
-    for (const named_counters::Delta& delta : frames[f].named) named_counters::add(delta);
+    for (named_counters::Delta& delta : frames[f].named) {
+      // Counted after resolve (by a transaction callback that runs after it): only a name
+      // that has a slot already.
+      if (delta.slot < 0) delta.slot = named_counters::existing_slot(delta.kind, delta.name);
+      named_counters::add(delta);
+    }
   }
   depth = 0;
   DatabaseCounters* db = this_database(/*take=*/true);
@@ -287,8 +308,13 @@ Frame* current_frame() noexcept {
 // (that count is dropped). Its slot is found at the commit (resolve).
 named_counters::Delta* named_delta(Frame& frame, named_counters::Kind kind,
                                    std::string_view name) noexcept {
-  for (named_counters::Delta& delta : frame.named)
-    if (delta.kind == kind && delta.name == name) return &delta;
+  int same_kind = 0;
+  for (named_counters::Delta& delta : frame.named) {
+    if (delta.kind != kind) continue;
+    if (delta.name == name) return &delta;
+    ++same_kind;
+  }
+  if (same_kind >= most_names(kind)) return nullptr;
   try {
     named_counters::Delta delta;
     delta.kind = kind;

@@ -20,12 +20,15 @@ void _PG_init(void) {
   relaybus::pg::settings::define();
   relaybus::pg::wakeup::install(preloading);
   relaybus::pg::drop_warning::install();
-  relaybus::pg::counters::install(preloading);
   relaybus::pg::handler_turns::install(preloading);
   relaybus::pg::subscription_cache::install();
   relaybus::pg::subscription_changes::install(preloading);
   relaybus::pg::commit_order::install();
   relaybus::pg::lane_changes::install(preloading);
+  // Last: PostgreSQL calls the newest transaction callback first, so that the counters find
+  // their slots before commit_order's pre-commit step takes the lanes' locks, never under
+  // them.
+  relaybus::pg::counters::install(preloading);
   if (preloading) relaybus::pg::background::register_workers();
 }
 }

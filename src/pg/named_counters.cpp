@@ -132,15 +132,18 @@ int take(Kind kind, std::uint64_t hash, std::string_view name) {
     for (int g = 0; g < gone_count && !known; ++g) known = gone[g] == owner;
     if (!known && !database_exists(owner)) gone[gone_count++] = owner;
   }
+  // This database's share of the kind, counted before the lock (the lock is held for the
+  // walk of one chain only): backends taking names at once may pass it by a few.
   const int share = kind == Kind::kHandler ? kMaxHandlersPerDatabase : kMaxUnroutedTypesPerDatabase;
+  int mine = 0;
+  for (Slot& slot : shared->slots) {
+    if (status_of(pg_atomic_read_u32(&slot.state)) != kReady) continue;
+    pg_read_barrier();
+    if (slot.database == MyDatabaseId && slot.kind == kind) ++mine;
+  }
   int taken = -1;
   SpinLockAcquire(&shared->lock);
   // Nobody else writes slots while the lock is held: the fields read here are stable.
-  int mine = 0;
-  for (Slot& slot : shared->slots)
-    if (status_of(pg_atomic_read_u32(&slot.state)) == kReady && slot.database == MyDatabaseId &&
-        slot.kind == kind)
-      ++mine;
   int candidate = -1;
   for (int i = 0; i < kMaxSlots; ++i) {
     const int index = static_cast<int>((hash + i) % kMaxSlots);
@@ -202,6 +205,19 @@ int slot_of(Kind kind, std::string_view whole_name) {
   const int taken = take(kind, hash, name);
   since = taken < 0 ? now : 0;
   return taken;
+}
+
+int existing_slot(Kind kind, std::string_view whole_name) noexcept {
+  if (shared == nullptr || !OidIsValid(MyDatabaseId)) return -1;
+  try {
+    const std::string_view name = kept_name(whole_name);
+    return find(kind, hash_of(kind, name), name);
+  } catch (const PgError& e) {
+    FreeErrorData(e.data);  // pg_mbcliplen on a name the database stored: not expected
+    return -1;
+  } catch (...) {
+    return -1;
+  }
 }
 
 void add(const Delta& delta) noexcept {

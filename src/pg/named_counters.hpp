@@ -54,6 +54,10 @@ void install(bool preloading);
 // reads the catalog, whose errors (a cancel) come out as PgError.
 int slot_of(Kind kind, std::string_view name);
 
+// The slot of (this database, kind, name) if it has one; -1 otherwise. Takes none, reads
+// no catalog: for the commit itself. Never fails.
+int existing_slot(Kind kind, std::string_view name) noexcept;
+
 // Adds a delta to its slot with one atomic add per value that moved. Never fails.
 void add(const Delta& delta) noexcept;
 
