@@ -367,10 +367,17 @@ if grep -q documents "$out/maintain.out"; then not_ok "... not documents"; else 
 q "SELECT relaybus.subscribe('pausable', ARRAY['p.t'])" >/dev/null
 q "SELECT relaybus.publish('p.t', '{}', key => 'pk', event_id => 'p1')" >/dev/null
 q "SELECT relaybus.publish('p.t', '{}', key => 'pk', event_id => 'p2')" >/dev/null
-run pause $cli pause --handler pausable
-expect "pause prints what it did" 0 pause "paused pausable"
+run pause $cli pause pausable
+expect "pause HANDLER prints what it did" 0 pause "paused pausable"
 run pause-again $cli pause --handler pausable
-expect "pausing again says so, and succeeds" 0 pause-again "pausable was paused already"
+expect "pausing again (--handler, the older spelling) says so, and succeeds" 0 pause-again \
+  "pausable was paused already"
+run pause-both $cli pause pausable --handler pausable
+expect "HANDLER and --handler both: exit 2, saying so" 2 pause-both "HANDLER or --handler, not both"
+run pause-none $cli pause
+expect "no handler: exit 2, saying what is missing" 2 pause-none "pause needs the HANDLER"
+run resume-two $cli resume pausable other
+expect "two handlers: exit 2" 2 resume-two "unexpected argument 'other'"
 check "the handler is paused, and a claim of it hands out nothing" \
   "SELECT paused AND NOT EXISTS (SELECT 1 FROM relaybus.claim('cli-p', 10, '30 s', ARRAY['pausable']))
      FROM relaybus.statistics() WHERE handler = 'pausable'"

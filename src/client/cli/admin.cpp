@@ -28,6 +28,19 @@ std::vector<std::string> split(const std::string& list) {
   return out;
 }
 
+// The one handler a command acts on: HANDLER, as show and cancel take theirs, or --handler
+// (the older spelling, still taken); one of them, not both.
+std::string one_handler(const tool::Parsed& args, const char* command) {
+  const auto option = args.optional<std::string>("handler");
+  const auto& words = args.arguments();
+  if (option && !words.empty())
+    throw tool::UsageError(std::string(command) +
+                           " takes the handler once: HANDLER or --handler, " + "not both");
+  if (option) return *option;
+  if (words.empty()) throw tool::UsageError(std::string(command) + " needs the HANDLER to act on");
+  return words[0];
+}
+
 std::string db_of(const tool::Parsed& args) {
   return args.get<std::string>("db");
 }
@@ -82,7 +95,7 @@ int subscribe_command(const tool::Parsed& args) {
 }
 
 int unsubscribe_command(const tool::Parsed& args) {
-  const std::string handler = args.get<std::string>("handler");
+  const std::string handler = one_handler(args, "unsubscribe");
   auto db = open_operator_store(db_of(args), "relaybus unsubscribe");
   db->unsubscribe(handler);
   std::printf("unsubscribed %s\n", handler.c_str());
@@ -90,14 +103,14 @@ int unsubscribe_command(const tool::Parsed& args) {
 }
 
 int pause_command(const tool::Parsed& args) {
-  const auto handler = args.get<std::string>("handler");
+  const auto handler = one_handler(args, "pause");
   auto db = open_operator_store(db_of(args), "relaybus pause");
   std::printf(db->pause(handler) ? "paused %s\n" : "%s was paused already\n", handler.c_str());
   return 0;
 }
 
 int resume_command(const tool::Parsed& args) {
-  const auto handler = args.get<std::string>("handler");
+  const auto handler = one_handler(args, "resume");
   auto db = open_operator_store(db_of(args), "relaybus resume");
   std::printf(db->resume(handler) ? "resumed %s\n" : "%s was not paused\n", handler.c_str());
   return 0;

@@ -75,6 +75,16 @@ void handler_option(po::options_description& o, const char* what) {
   o.add_options()("handler", po::value<std::string>()->required()->value_name("H"), what);
 }
 
+// The handler of unsubscribe, pause and resume: the argument HANDLER, or --handler.
+Command one_handler_command(Command c, const char* what) {
+  c.arguments = "HANDLER";
+  c.max_arguments = 1;
+  c.options = [what](po::options_description& o) {
+    o.add_options()("handler", po::value<std::string>()->value_name("H"), what);
+  };
+  return c;
+}
+
 // Errors of a command's store: what to do (GuidedError) or the store's message and code.
 std::function<int(const Parsed&)> reported(int (*body)(const Parsed&)) {
   return [body](const Parsed& args) {
@@ -159,22 +169,21 @@ relaybus::tool::Program program() {
                 "the longest wait between attempts");
       });
 
-  Command unsubscribe =
+  Command unsubscribe = one_handler_command(
       command("unsubscribe", "remove a handler's subscription (its deliveries stay)",
-              cli::unsubscribe_command, [](po::options_description& o) {
-                handler_option(o, "the handler to unsubscribe (required)");
-              });
+              cli::unsubscribe_command),
+      "the handler, as HANDLER gives it");
 
-  Command pause = command(
-      "pause", "stop handing out a handler's deliveries (they are kept; see resume)",
-      cli::pause_command,
-      [](po::options_description& o) { handler_option(o, "the handler to pause (required)"); });
+  Command pause = one_handler_command(
+      command("pause", "stop handing out a handler's deliveries (they are kept; see resume)",
+              cli::pause_command),
+      "the handler, as HANDLER gives it");
   pause.details =
       "Claims, the in-database handler workers' included, skip the handler until resume;\n"
       "publishing goes on and attempts in flight end as usual.\n";
-  Command resume = command(
-      "resume", "hand out a paused handler's deliveries again", cli::resume_command,
-      [](po::options_description& o) { handler_option(o, "the handler to resume (required)"); });
+  Command resume = one_handler_command(
+      command("resume", "hand out a paused handler's deliveries again", cli::resume_command),
+      "the handler, as HANDLER gives it");
   Command cancel = command("cancel", "remove one pending or dead delivery, never to run",
                            cli::cancel_command, [](po::options_description&) {});
   cancel.arguments = "EVENT_ID HANDLER";
