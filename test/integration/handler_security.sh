@@ -313,6 +313,23 @@ check "finding 7: ... five completed, and the failing one failed for its own rea
 check "finding 7: no session advisory lock is left with the workers (after a success or a failure)" \
   "SELECT NOT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND objid IN (4242, 4343))"
 
+# A setting a call makes must not outlive it either: relaybus.unrouted_publish is anyone's
+# to SET, and set to error in the worker's session it would refuse every later handler's
+# publish of an event nobody subscribes to. Each call records the setting it finds, then
+# sets it to error for the session.
+q "SET ROLE mallory;
+   CREATE FUNCTION mallory.setter(e jsonb) RETURNS void LANGUAGE plpgsql AS \$\$
+   BEGIN
+     INSERT INTO public.seen VALUES ('setter-found', current_setting('relaybus.unrouted_publish'));
+     PERFORM set_config('relaybus.unrouted_publish', 'error', false);
+   END \$\$;
+   SELECT relaybus.subscribe('setter', ARRAY['setter.t'], max_attempts => 1, sql_function => 'mallory.setter(jsonb)');
+   SELECT count(relaybus.publish('setter.t', '{}', event_id => 'setter-' || i)) FROM generate_series(1, 6) i" >/dev/null
+wait_for "a handler that sets relaybus.unrouted_publish for the session: six calls" \
+  "SELECT count(*) = 6 FROM seen WHERE tag = 'setter-found'" 10
+check "... every call found the default (notice): no call's SET outlived it" \
+  "SELECT bool_and(value = 'notice') FROM seen WHERE tag = 'setter-found'"
+
 # Temporary tables are refused in the restriction (documented): the worker never has one
 # on its search_path for the next handler to find.
 q "SET ROLE mallory;
